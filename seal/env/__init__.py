@@ -1,0 +1,18 @@
+"""The executable core: BFCL V3 multi-turn data, safe execution, episodes and official verification."""
+
+from seal.env.benchmark import CATEGORIES, Entry, load_benchmark
+from seal.env.calls import ToolCall, UnsafeCall, parse_call
+from seal.env.episode import Episode
+from seal.env.verifier import Verdict, verify
+
+__all__ = [
+    "CATEGORIES",
+    "Entry",
+    "Episode",
+    "ToolCall",
+    "UnsafeCall",
+    "Verdict",
+    "load_benchmark",
+    "parse_call",
+    "verify",
+]

@@ -1,0 +1,130 @@
+"""BFCL V3 multi-turn entries, gold answers and tool docs, read from the installed bfcl-eval package.
+
+Nothing of the benchmark is copied into this repository: the package's own loaders produce the
+entries exactly as the official pipeline sees them (tool docs with the Python-syntax hint, holdout
+functions of miss_func entries moved out of the initial tool list).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+CATEGORIES = ("base", "miss_func", "miss_param", "long_context")
+
+# Scenarios that are the same task under different ids (shared initial config or first turn):
+# a leak-free split keeps each group on one side.
+DUPLICATE_SCENARIO_GROUPS = ((63, 83), (66, 70, 74), (100, 104, 133), (40, 43))
+
+
+def prepare_bfcl_import() -> None:
+    # bfcl-eval creates result/score/lock folders under BFCL_PROJECT_ROOT when imported; keep them
+    # out of site-packages and out of the repository.
+    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "seal" / "bfcl"
+    cache.mkdir(parents=True, exist_ok=True)
+    os.environ.setdefault("BFCL_PROJECT_ROOT", str(cache))
+
+
+@dataclass(frozen=True, eq=False)
+class Entry:
+    """One benchmark entry. Treat every field as read-only: episodes deep-copy what they mutate."""
+
+    id: str
+    category: str
+    scenario: int
+    # per turn, the benchmark's messages (one user message, or [] for a miss_func holdout turn)
+    turns: list[list[dict[str, str]]]
+    initial_config: dict[str, Any]
+    involved_classes: list[str]
+    # tool docs shown at the start (holdout functions removed)
+    functions: list[dict[str, Any]]
+    # turn index -> tool docs delivered at that turn (miss_func only)
+    holdout: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
+    # per turn, the gold call strings; [] means the correct behaviour is to make no call
+    gold: list[list[str]] = field(default_factory=list)
+
+    @property
+    def long_context(self) -> bool:
+        return self.category == "long_context"
+
+    @property
+    def num_turns(self) -> int:
+        return len(self.turns)
+
+    def visible_function_names(self, turn: int) -> frozenset[str]:
+        """Names of the tools the model has been shown by the start of `turn`."""
+        names = {doc["name"] for doc in self.functions}
+        for at, docs in self.holdout.items():
+            if at <= turn:
+                names.update(doc["name"] for doc in docs)
+        return frozenset(names)
+
+    def docs_by_name(self) -> dict[str, dict[str, Any]]:
+        docs = {doc["name"]: doc for doc in self.functions}
+        for extra in self.holdout.values():
+            docs.update({doc["name"]: doc for doc in extra})
+        return docs
+
+    def to_bfcl(self) -> dict[str, Any]:
+        """The entry in the layout the official checker expects."""
+        return {
+            "id": self.id,
+            "initial_config": self.initial_config,
+            "involved_classes": self.involved_classes,
+        }
+
+
+def category_of(entry_id: str) -> str:
+    prefix = "multi_turn_"
+    if not entry_id.startswith(prefix):
+        raise ValueError(f"{entry_id!r} is not a BFCL multi-turn id (multi_turn_<category>_<n>)")
+    category, _, number = entry_id[len(prefix) :].rpartition("_")
+    if category not in CATEGORIES or not number.isdigit():
+        raise ValueError(
+            f"{entry_id!r} is not a BFCL V3 multi-turn id; categories are {', '.join(CATEGORIES)}"
+        )
+    return category
+
+
+def scenario_of(entry_id: str) -> int:
+    category_of(entry_id)
+    return int(entry_id.rsplit("_", 1)[1])
+
+
+@functools.lru_cache(maxsize=1)
+def load_benchmark() -> dict[str, Entry]:
+    """All 800 entries keyed by id, in the benchmark's order."""
+    prepare_bfcl_import()
+    from bfcl_eval.utils import load_dataset_entry, load_ground_truth_entry
+
+    entries: dict[str, Entry] = {}
+    for category in CATEGORIES:
+        raw = load_dataset_entry(f"multi_turn_{category}")
+        gold = {g["id"]: g["ground_truth"] for g in load_ground_truth_entry(f"multi_turn_{category}")}
+        for item in raw:
+            holdout = {int(turn): docs for turn, docs in item.get("missed_function", {}).items()}
+            entries[item["id"]] = Entry(
+                id=item["id"],
+                category=category,
+                scenario=scenario_of(item["id"]),
+                turns=item["question"],
+                initial_config=item.get("initial_config", {}),
+                involved_classes=list(item["involved_classes"]),
+                functions=item["function"],
+                holdout=holdout,
+                gold=gold[item["id"]],
+            )
+    return entries
+
+
+def get_entries(ids: list[str]) -> list[Entry]:
+    """Entries for `ids`, with one clear error naming every unknown id."""
+    bench = load_benchmark()
+    unknown = [i for i in ids if i not in bench]
+    if unknown:
+        shown = ", ".join(unknown[:5]) + (" ..." if len(unknown) > 5 else "")
+        raise KeyError(f"{len(unknown)} id(s) are not BFCL V3 multi-turn entries: {shown}")
+    return [bench[i] for i in ids]

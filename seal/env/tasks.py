@@ -1,0 +1,139 @@
+"""task=replay and task=score: the executable core on its own, no model involved."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from hydra.utils import instantiate
+from omegaconf import DictConfig
+
+from seal.env.benchmark import CATEGORIES, category_of, get_entries, load_benchmark
+from seal.env.calls import parse_call
+from seal.env.episode import Episode
+from seal.env.verifier import verify
+from seal.errors import UserError
+from seal.report.tables import markdown_table, write_json
+
+log = logging.getLogger(__name__)
+MALFORMED = "seal:malformed_input"
+
+
+def category_summary(results: list[tuple[str, bool]]) -> dict[str, Any]:
+    """Per-category totals and accuracy, and their unweighted mean (BFCL's multi-turn number)."""
+    by_cat: dict[str, dict[str, Any]] = defaultdict(lambda: {"total": 0, "passed": 0})
+    for entry_id, valid in results:
+        cat = by_cat[category_of(entry_id)]
+        cat["total"] += 1
+        cat["passed"] += int(valid)
+    ordered = {c: by_cat[c] for c in CATEGORIES if c in by_cat}
+    for cat in ordered.values():
+        cat["accuracy"] = cat["passed"] / cat["total"]
+    mean = sum(c["accuracy"] for c in ordered.values()) / len(ordered) if ordered else 0.0
+    return {
+        "total": len(results),
+        "passed": sum(v for _, v in results),
+        "by_category": ordered,
+        "accuracy_mean": mean,
+    }
+
+
+def summary_table(summary: dict[str, Any]) -> str:
+    rows = [[c, s["passed"], s["total"], s["accuracy"]] for c, s in summary["by_category"].items()]
+    rows.append(["mean of categories", summary["passed"], summary["total"], summary["accuracy_mean"]])
+    return markdown_table(["category", "passed", "total", "accuracy"], rows)
+
+
+def replay_gold(entry_ids: list[str]) -> list[tuple[str, bool, str | None]]:
+    """Play each entry's gold calls through the episode protocol and the verifier."""
+    out = []
+    for entry in get_entries(entry_ids):
+        episode = Episode(entry)
+        while (turn := episode.next_turn()) is not None:
+            calls = [parse_call(text) for text in entry.gold[turn.index]]
+            if calls:
+                episode.step(calls, raw="gold")
+            episode.step([], raw="")
+        verdict = episode.verdict()
+        out.append((entry.id, verdict.valid, verdict.error_type))
+    return out
+
+
+def replay(cfg: DictConfig, out_dir: Path) -> None:
+    split = instantiate(cfg.split)
+    results = replay_gold(split.all_ids())
+    summary = category_summary([(i, v) for i, v, _ in results])
+    write_json(out_dir / "summary.json", summary)
+    write_json(out_dir / "leakage.json", split.leakage())
+    print(summary_table(summary))
+    failed = [(i, e) for i, v, e in results if not v]
+    if failed:
+        raise UserError(
+            f"gold replay failed on {len(failed)} of {len(results)} entries (first: {failed[0][0]}, "
+            f"{failed[0][1]}); the environment or verifier disagrees with the benchmark"
+        )
+    log.info("gold replay: %d/%d passed; outputs in %s", summary["passed"], summary["total"], out_dir)
+
+
+def _read_trajectory(line_no: int, raw: bytes) -> tuple[str, list]:
+    """Validate one input line; raise ValueError naming what is wrong with it."""
+    try:
+        item = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"line {line_no}: not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"line {line_no}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+    if not isinstance(item, dict) or "id" not in item or "result" not in item:
+        raise ValueError(f"line {line_no}: expected an object with keys 'id' and 'result'")
+    entry_id, result = item["id"], item["result"]
+    if not isinstance(entry_id, str) or entry_id not in load_benchmark():
+        raise ValueError(f"line {line_no}: {entry_id!r} is not a BFCL V3 multi-turn id")
+    ok = isinstance(result, list) and all(
+        isinstance(turn, list)
+        and all(isinstance(step, list) and all(isinstance(c, str) for c in step) for step in turn)
+        for turn in result
+    )
+    if not ok:
+        raise ValueError(f"line {line_no}: 'result' must be a list (turns) of lists (steps) of call strings")
+    return entry_id, result
+
+
+def score(cfg: DictConfig, out_dir: Path) -> None:
+    if not cfg.get("input"):
+        raise UserError("task=score needs an input file: add input=path/to/trajectories.jsonl")
+    path = Path(cfg.input).expanduser()
+    if not path.is_absolute():
+        from hydra.utils import get_original_cwd
+
+        path = Path(get_original_cwd()) / path
+    if not path.is_file():
+        raise UserError(f"input file {path} does not exist; pass input=<path to a JSON Lines file>")
+    bench = load_benchmark()
+    verdicts, results, problems = [], [], []
+    with path.open("rb") as fh:
+        for line_no, raw in enumerate(fh, start=1):
+            if not raw.strip():
+                continue
+            try:
+                entry_id, trajectory = _read_trajectory(line_no, raw)
+            except ValueError as exc:
+                problems.append(str(exc))
+                verdicts.append({"id": None, "valid": False, "error_type": MALFORMED, "error": str(exc)})
+                continue
+            verdict = verify(bench[entry_id], trajectory)
+            verdicts.append(verdict.summary())
+            results.append((entry_id, verdict.valid))
+    with (out_dir / "verdicts.jsonl").open("w") as fh:
+        for v in verdicts:
+            fh.write(json.dumps(v) + "\n")
+    summary = category_summary(results)
+    summary["malformed_lines"] = len(problems)
+    write_json(out_dir / "summary.json", summary)
+    print(summary_table(summary))
+    for problem in problems:
+        log.error("skipped malformed input, %s", problem)
+    log.info("scored %d trajectories (%d malformed lines); outputs in %s", len(results), len(problems), out_dir)
+

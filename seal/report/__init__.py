@@ -1,0 +1,1 @@
+"""Tables, JSON and Markdown written into run directories."""

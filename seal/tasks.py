@@ -1,0 +1,47 @@
+"""`task=` dispatch. Each task is a plain function `(cfg, out_dir) -> None`, imported lazily so that
+light tasks (replay, score) do not pay for torch and transformers."""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import sys
+from pathlib import Path
+
+from omegaconf import DictConfig
+
+from seal.errors import UserError
+
+log = logging.getLogger(__name__)
+
+TASKS = {
+    "train": "seal.rl.loop:train",
+    "eval": "seal.eval.evaluate:evaluate",
+    "replay": "seal.env.tasks:replay",
+    "score": "seal.env.tasks:score",
+    "validate_diagnoser": "seal.diagnosis.validate:validate_diagnoser",
+}
+
+
+def output_dir() -> Path:
+    from hydra.core.hydra_config import HydraConfig
+
+    return Path(HydraConfig.get().runtime.output_dir)
+
+
+def resolve(name: str):
+    if name not in TASKS:
+        raise UserError(f"unknown task {name!r}: choose one of {', '.join(TASKS)} (e.g. task=eval)")
+    module, _, function = TASKS[name].partition(":")
+    return getattr(importlib.import_module(module), function)
+
+
+def run(cfg: DictConfig, out_dir: Path | None = None) -> None:
+    """Run `cfg.task`; a UserError ends the process with its one-line message and exit code 2."""
+    try:
+        task = resolve(cfg.task)
+        task(cfg, out_dir or output_dir())
+    except UserError as exc:
+        log.error("%s", exc)
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)

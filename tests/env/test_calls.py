@@ -1,0 +1,162 @@
+"""Tool-call parsing and execution under hostile input: nothing is evaluated, nothing escapes."""
+
+import os
+import shutil
+import subprocess
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from seal.env.calls import MAX_DEPTH, MAX_STRING_CHARS, ToolCall, UnsafeCall, parse_call, parse_call_list
+from seal.env.executor import ERROR_PREFIX, Backends, execute
+
+
+@pytest.fixture()
+def backends(bench):
+    entry = bench["multi_turn_base_0"]
+    return Backends(entry.involved_classes, entry.initial_config, long_context=False)
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("cd(folder='document')", ToolCall("cd", (), {"folder": "document"})),
+        ("mean([1, 2.5, -3])", ToolCall("mean", ([1, 2.5, -3],))),
+        ("f(a=None, b=True, c={'k': (1, 2)}, d=-0.5)", ToolCall("f", (), {"a": None, "b": True, "c": {"k": (1, 2)}, "d": -0.5})),
+        ("  g()  ", ToolCall("g")),
+    ],
+)
+def test_literal_calls_parse_and_round_trip(text, expected):
+    call = parse_call(text)
+    assert call == expected
+    assert parse_call(call.to_string()) == call
+
+
+HOSTILE = [
+    "__import__('os').system('touch /tmp/seal_pwned')",
+    "os.system('touch /tmp/seal_pwned')",
+    "cd.__globals__['os'].system('id')",
+    "__class__()",
+    "_private_helper()",
+    "cd(folder=__import__('os').getcwd())",
+    "cd(folder=open('/etc/passwd').read())",
+    "cd(folder=(lambda: 1)())",
+    "cd(folder=[x for x in range(10)])",
+    "cd(folder=f'{1+1}')",
+    "cd(folder='a' + 'b')",
+    "cd(folder=folder)",
+    "cd(*['a'])",
+    "cd(**{'folder': 'a'})",
+    "cd(folder=b'bytes')",
+    "cd(folder=1j)",
+    "cd(folder=...)",
+    "cd(folder={1, 2})",
+    "cd(folder=-'a')",
+    "getattr(cd, '__code__')",
+    "cd(folder='a')(x=1)",
+    "[cd(folder='a')][0]",
+    "cd(folder='a'); import os",
+    "cd(folder='a')\x00",
+    "cd(folder='\ud800')",
+    "cd(folder='" + "x" * (MAX_STRING_CHARS + 1) + "')",
+    "cd(folder=" + "[" * (MAX_DEPTH + 2) + "]" * (MAX_DEPTH + 2) + ")",
+    "cd(folder=" + "[" * 5000 + "]" * 5000 + ")",
+    "cd(folder=" + "1" * 6000 + ")",
+    "",
+    "not a call at all",
+]
+
+
+@pytest.mark.parametrize("text", HOSTILE)
+def test_hostile_call_text_is_refused_without_evaluation(text, backends):
+    with pytest.raises(UnsafeCall):
+        parse_call(text)
+    record = execute(backends, text)
+    assert record.error == "unsafe" and record.call is None
+    assert record.observation.startswith(ERROR_PREFIX)
+
+
+@pytest.fixture()
+def tripwires(monkeypatch, tmp_path):
+    """Record any attempt to reach the operating system while hostile input is handled."""
+    hits = []
+
+    def trip(name):
+        def _f(*args, **kwargs):
+            hits.append(name)
+            raise AssertionError(f"{name} was called")
+
+        return _f
+
+    for module, name in [(os, "system"), (os, "popen"), (os, "remove"), (os, "unlink"), (shutil, "rmtree")]:
+        monkeypatch.setattr(module, name, trip(name))
+    monkeypatch.setattr(subprocess, "Popen", trip("Popen"))
+    return hits
+
+
+_DANGEROUS = st.sampled_from(
+    ["__import__('os')", "os.system", "open('/etc/passwd')", "exec", "eval", "lambda: 0", "__class__",
+     "__subclasses__()", ".__globals__", "getattr", "[x for x in ()]", "*", "**", "\x00", "\udcff", ";", ")", "("]
+)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(text=st.lists(st.one_of(st.text(max_size=40), _DANGEROUS), min_size=1, max_size=6).map("".join))
+def test_random_text_never_escapes(text, backends, tripwires, tmp_path):
+    cwd, env, before = os.getcwd(), dict(os.environ), set(tmp_path.iterdir())
+    record = execute(backends, text)
+    assert isinstance(record.observation, str)
+    if record.error == "unsafe":
+        assert record.observation.startswith(ERROR_PREFIX)
+    assert tripwires == []
+    assert os.getcwd() == cwd and dict(os.environ) == env and set(tmp_path.iterdir()) == before
+    assert not os.path.exists("/tmp/seal_pwned")
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(raw=st.binary(max_size=200))
+def test_invalid_utf8_bytes_are_refused(raw, backends, tripwires):
+    text = raw.decode("utf-8", errors="surrogateescape")
+    record = execute(backends, "cd(folder='" + text + "')")
+    assert isinstance(record.observation, str) and tripwires == []
+
+
+@pytest.mark.parametrize("name", ["exec", "eval", "open", "getattr", "__import__", "print", "compile", "breakpoint"])
+def test_names_outside_the_allow_list_never_run(name, backends, tripwires):
+    record = execute(backends, f"{name}('import os')")
+    assert record.error in ("unknown_function", "unsafe") and tripwires == []
+
+
+def test_unknown_and_blocked_names_match_official_messages(backends):
+    assert execute(backends, "not_a_tool(x=1)").observation == f"{ERROR_PREFIX}name 'not_a_tool' is not defined"
+    assert execute(backends, "kill(pid=1)").observation == f"{ERROR_PREFIX}Function call kill is not allowed."
+
+
+def test_bad_arguments_give_pythons_own_message(backends):
+    record = execute(backends, "cd(directory='x')")
+    assert record.error == "bad_arguments"
+    assert record.observation == f"{ERROR_PREFIX}GorillaFileSystem.cd() got an unexpected keyword argument 'directory'"
+    record = execute(backends, "cd()")
+    assert record.error == "bad_arguments" and "missing 1 required positional argument: 'folder'" in record.observation
+
+
+def test_positional_arguments_reach_the_method(backends):
+    by_position, by_keyword = execute(backends, "mkdir('new_dir')"), execute(backends, "ls()")
+    assert by_position.ok and "new_dir" in by_keyword.observation
+
+
+def test_unbounded_arithmetic_is_refused(bench):
+    entry = next(e for e in bench.values() if "MathAPI" in e.involved_classes)
+    backends = Backends(entry.involved_classes, entry.initial_config, long_context=False)
+    assert execute(backends, "power(base=10, exponent=10000000000)").error == "resource_limit"
+    assert execute(backends, "logarithm(value=10, base=2, precision=100000000)").error == "resource_limit"
+    assert execute(backends, "power(base=2, exponent=10)").observation == '{"result": 1024}'
+
+
+def test_call_list_parsing_follows_bfcl_prompting_output():
+    calls = parse_call_list("[cd(folder='a'), ls()]")
+    assert [c.name for c in calls] == ["cd", "ls"]
+    assert parse_call_list("cd(folder=docs)", bare_names=True)[0].kwargs == {"folder": "docs"}
+    with pytest.raises(UnsafeCall):
+        parse_call_list("cd(folder=docs)")

@@ -1,0 +1,143 @@
+"""The episode protocol (BFCL's multi-turn inference loop) and isolation between episodes."""
+
+import copy
+import random
+
+import pytest
+
+from seal.env import Episode, parse_call
+from seal.env.executor import Backends
+
+
+def play_gold(episode, stop_after=None):
+    while (turn := episode.next_turn()) is not None:
+        calls = [parse_call(c) for c in episode.entry.gold[turn.index]]
+        if calls:
+            episode.step(calls)
+        episode.step([])
+        if stop_after is not None and turn.index == stop_after:
+            break
+
+
+def test_turns_are_delivered_in_order_with_holdout_functions(bench):
+    entry = bench["multi_turn_miss_func_0"]
+    (holdout_turn, docs), = entry.holdout.items()
+    episode = Episode(entry)
+    seen = []
+    while (turn := episode.next_turn()) is not None:
+        seen.append(turn.index)
+        if turn.index == holdout_turn:
+            assert turn.messages == [] and [d["name"] for d in turn.new_functions] == [d["name"] for d in docs]
+            assert docs[0]["name"] not in {d["name"] for d in entry.functions}
+        else:
+            assert turn.messages and turn.messages[0]["role"] == "user" and not turn.new_functions
+        episode.step([])
+    assert seen == list(range(entry.num_turns)) and episode.ended == "completed"
+    assert entry.visible_function_names(holdout_turn) - entry.visible_function_names(holdout_turn - 1) == {
+        d["name"] for d in docs
+    }
+
+
+def test_a_step_without_calls_ends_the_turn(bench):
+    episode = Episode(bench["multi_turn_base_0"])
+    episode.next_turn()
+    outcome = episode.step([parse_call("pwd()")])
+    assert not outcome.turn_over and outcome.observations == ['{"current_working_directory": "/workspace"}']
+    outcome = episode.step([], raw="I am done.", parse_failures=[("<tool_call>{oops", "bad json")])
+    assert outcome.turn_over and episode.steps[0][-1].parse_failures == [("<tool_call>{oops", "bad json")]
+    assert episode.result == [[["pwd()"]]]
+    with pytest.raises(RuntimeError):
+        episode.step([parse_call("pwd()")])
+
+
+def test_step_limit_force_terminates(bench):
+    entry = bench["multi_turn_base_0"]
+    episode = Episode(entry, max_steps=3)
+    episode.next_turn()
+    outcomes = [episode.step([parse_call("pwd()")]) for _ in range(4)]
+    assert [o.turn_over for o in outcomes] == [False, False, False, True]
+    assert outcomes[-1].ended == "force_terminated" and episode.next_turn() is None
+    verdict = episode.verdict()
+    assert not verdict.valid and verdict.error_type == "multi_turn:force_terminated"
+
+
+def test_step_limit_on_the_last_turn_is_scored_normally_as_bfcl_does(bench):
+    entry = bench["multi_turn_base_0"]
+    episode = Episode(entry, max_steps=1)
+    last = entry.num_turns - 1
+    while (turn := episode.next_turn()) is not None:
+        calls = [parse_call(c) for c in entry.gold[turn.index]]
+        if calls:
+            episode.step(calls)
+        if turn.index < last:
+            episode.step([])
+        else:
+            outcome = episode.step([parse_call("pwd()")])
+            assert outcome.ended == "force_terminated"
+    verdict = episode.verdict()
+    # all turns are present, so the official runner checks them instead of force-terminating
+    assert verdict.error_type != "multi_turn:force_terminated"
+
+
+def test_interleaved_episodes_of_one_entry_keep_independent_state(bench):
+    entry = bench["multi_turn_base_0"]
+    a, b = Episode(entry), Episode(entry)
+    a.next_turn(), b.next_turn()
+    a.step([parse_call("mkdir(dir_name='only_in_a')")])
+    b.step([parse_call("ls()")])
+    assert "only_in_a" not in b.steps[0][0].calls[0].observation
+    a.step([]), b.step([])
+
+
+def test_many_episodes_side_by_side_all_pass(bench):
+    rng = random.Random(0)
+    entries = rng.sample(list(bench.values()), 24)
+    episodes = [Episode(e) for e in entries]
+    pending = {id(ep): ep for ep in episodes}
+    # advance a random episode by one whole turn at a time, interleaving all of them
+    while pending:
+        ep = pending[rng.choice(list(pending))]
+        turn = ep.next_turn()
+        if turn is None:
+            del pending[id(ep)]
+            continue
+        calls = [parse_call(c) for c in ep.entry.gold[turn.index]]
+        if calls:
+            ep.step(calls)
+        ep.step([])
+    assert all(ep.verdict().valid for ep in episodes)
+
+
+def _mutable_ids(obj, seen=None):
+    seen = set() if seen is None else seen
+    if isinstance(obj, (dict, list, set)) and id(obj) not in seen:
+        seen.add(id(obj))
+        items = obj.values() if isinstance(obj, dict) else obj
+        for item in items:
+            _mutable_ids(item, seen)
+    elif hasattr(obj, "__dict__") and not isinstance(obj, type) and id(obj) not in seen:
+        seen.add(id(obj))
+        _mutable_ids(vars(obj), seen)
+    return seen
+
+
+def test_long_context_backends_share_no_mutable_data(bench):
+    from bfcl_eval.eval_checker.multi_turn_eval.func_source_code import long_context
+
+    module_data = _mutable_ids({k: v for k, v in vars(long_context).items() if not k.startswith("_")})
+    entries = [e for e in bench.values() if e.long_context and "TravelAPI" in e.involved_classes][:2]
+    entry = entries[0]
+    first = Backends(entry.involved_classes, entry.initial_config, long_context=True)
+    second = Backends(entry.involved_classes, entry.initial_config, long_context=True)
+    for name in entry.involved_classes:
+        ids_first = _mutable_ids(vars(first.instances[name]))
+        ids_second = _mutable_ids(vars(second.instances[name]))
+        assert not ids_first & ids_second, f"{name}: two episodes share mutable state"
+        assert not ids_first & module_data, f"{name}: episode state aliases module-level long-context data"
+    # and a mutation in one episode leaves the other and the module untouched
+    cards = first.instances["TravelAPI"].credit_card_list
+    card_id = next(iter(long_context.CREDIT_CARD_EXTENSION))
+    before = copy.deepcopy(long_context.CREDIT_CARD_EXTENSION[card_id])
+    cards[card_id]["balance"] = -1
+    assert second.instances["TravelAPI"].credit_card_list[card_id] == before
+    assert long_context.CREDIT_CARD_EXTENSION[card_id] == before
