@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib
 import logging
 import sys
+import traceback
 from pathlib import Path
 
 from omegaconf import DictConfig
@@ -36,12 +37,29 @@ def resolve(name: str):
     return getattr(importlib.import_module(module), function)
 
 
+def in_multirun() -> bool:
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
+
+
 def run(cfg: DictConfig, out_dir: Path | None = None) -> None:
-    """Run `cfg.task`; a UserError ends the process with its one-line message and exit code 2."""
+    """Run `cfg.task`. A UserError ends a single run with its one-line message and exit code 2.
+
+    In a multirun sweep, a job that fails (for any reason) is logged, leaves `error.txt` in its own
+    directory, and the sweep goes on with the next job.
+    """
+    out_dir = out_dir or output_dir()
     try:
-        task = resolve(cfg.task)
-        task(cfg, out_dir or output_dir())
-    except UserError as exc:
-        log.error("%s", exc)
-        print(f"error: {exc}", file=sys.stderr)
-        sys.exit(2)
+        resolve(cfg.task)(cfg, out_dir)
+    except Exception as exc:
+        if in_multirun():
+            log.exception("job failed; the sweep continues")
+            (out_dir / "error.txt").write_text(traceback.format_exc())
+            return
+        if isinstance(exc, UserError):
+            log.error("%s", exc)
+            print(f"error: {exc}", file=sys.stderr)
+            sys.exit(2)
+        raise
