@@ -97,17 +97,24 @@ class Episode:
         raw: str = "",
         parse_failures: list[tuple[str, str]] | None = None,
         num_tokens: int = 0,
+        keep_turn: bool = False,
     ) -> StepOutcome:
-        """Submit one decoded model output. No calls ends the turn, as in BFCL."""
+        """Submit one decoded model output. No calls ends the turn, as in BFCL.
+
+        `keep_turn=True` (training interfaces only: recovery feedback after an undecodable output)
+        keeps the turn open for another step instead; the step counts towards the step limit and
+        adds nothing to the scored result (the official checker drops empty steps anyway).
+        """
         if not self.in_turn:
             raise RuntimeError("step() called outside a turn; call next_turn() first")
         record = StepRecord(raw, [], list(parse_failures or []), num_tokens)
         self.steps[-1].append(record)
-        if not calls:
+        if not calls and not keep_turn:
             self.in_turn = False
             return StepOutcome([], [], turn_over=True)
         record.calls = [execute(self.backends, call) for call in calls]
-        self.result[-1].append([r.text for r in record.calls])
+        if calls:
+            self.result[-1].append([r.text for r in record.calls])
         self.steps_in_turn += 1
         outcome = StepOutcome([r.observation for r in record.calls], record.calls, turn_over=False)
         if self.steps_in_turn > self.max_steps:

@@ -141,3 +141,17 @@ def test_long_context_backends_share_no_mutable_data(bench):
     cards[card_id]["balance"] = -1
     assert second.instances["TravelAPI"].credit_card_list[card_id] == before
     assert long_context.CREDIT_CARD_EXTENSION[card_id] == before
+
+
+def test_keep_turn_step_counts_towards_the_limit_and_adds_nothing_to_the_result():
+    from seal.env.benchmark import get_entries
+
+    entry = get_entries(["multi_turn_base_0"])[0]
+    episode = Episode(entry, max_steps=2)
+    episode.next_turn()
+    outcome = episode.step([], raw="<tool_call>{bad", parse_failures=[("{bad", "not JSON")], keep_turn=True)
+    assert not outcome.turn_over and episode.in_turn and episode.result == [[]]
+    episode.step([], raw="again", keep_turn=True)
+    outcome = episode.step([], raw="and again", keep_turn=True)
+    assert outcome.turn_over and episode.ended == "force_terminated"
+    assert len(episode.steps[0]) == 3 and episode.steps[0][0].parse_failures == [("{bad", "not JSON")]
