@@ -89,3 +89,33 @@ def test_slurm_launcher_composes_with_a_local_override():
         cfg = compose(config_name="config", overrides=["hydra/launcher=submitit_slurm", "hydra.launcher.partition=gpu"],
                       return_hydra_config=True)
     assert cfg.hydra.launcher._target_.endswith("SlurmLauncher") and cfg.hydra.launcher.partition == "gpu"
+
+
+def test_slurm_launcher_takes_account_and_partition_from_the_local_config(tmp_path):
+    import shutil
+
+    conf = tmp_path / "conf"
+    shutil.copytree(CONF, conf)
+    (conf / "local" / "default.yaml").write_text(
+        "# @package _global_\nhydra:\n  launcher:\n    account: lab42\n    partition: gpu-a100\n"
+    )
+    with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=["hydra/launcher=submitit_slurm", "experiment=seal"],
+                      return_hydra_config=True)
+    launcher = cfg.hydra.launcher
+    assert launcher._target_.endswith("SlurmLauncher")
+    assert (launcher.account, launcher.partition) == ("lab42", "gpu-a100")
+
+
+def test_vllm_and_multi_process_requests_fail_with_the_fix(monkeypatch):
+    from seal.errors import UserError
+    from seal.rl.config import check_hardware
+
+    check_hardware(compose_with())  # the default CPU setup passes
+    with pytest.raises(UserError, match="colocate or server"):
+        check_hardware(compose_with("trainer.vllm_mode=sometimes"))
+    with pytest.raises(UserError, match="GPU"):
+        check_hardware(compose_with("trainer.vllm_mode=colocate"))
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    with pytest.raises(UserError, match="no CUDA GPU"):
+        check_hardware(compose_with())
