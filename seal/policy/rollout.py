@@ -1,0 +1,461 @@
+"""The rollout engine: plays BFCL multi-turn episodes with a policy, batched, one token sequence each.
+
+Every episode is a single sequence of token ids built by appending: the rendered prompt, then the
+model's generated tokens and the environment's tokens (tool results, next user turn, template
+markers) in the order they happen. Text pieces are tokenised once when they are appended and model
+tokens are kept as sampled; nothing is ever decoded and re-tokenised, so the ids, the mask and the
+sampling logprobs are exactly what GRPO needs.
+
+Generation is batched over all active episodes (continuous batching: a finished episode's slot is
+refilled from the queue). Each episode keeps its own KV cache between steps, so a step prefills only
+the tokens appended since the last one; a batch is assembled by left-padding every episode's cache
+and its new tokens, with an explicit attention mask and per-episode position ids. Identical fresh
+prompts (a GRPO group) are prefilled once and shared.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from seal.env.benchmark import Entry
+from seal.env.calls import parse_call
+from seal.env.episode import Episode, TurnStart
+from seal.env.verifier import Verdict
+from seal.errors import UserError
+from seal.interface.view import PLAIN, View
+from seal.policy.formats import ToolFormat, chat_for, get_format
+
+# What the scripted oracle says when it has no (more) calls to make in a turn.
+ORACLE_REPLY = "I have completed the requested operations."
+
+
+@dataclass
+class Segment:
+    """One appended piece of an episode's sequence: the text it renders and whether the model wrote it."""
+
+    text: str
+    ids: list[int]
+    model: bool
+
+
+@dataclass
+class EpisodeRollout:
+    entry: Entry
+    episode: Episode
+    verdict: Verdict
+    # initial prompt: system (+tools) + first user turn + assistant header
+    prompt_ids: list[int]
+    # everything after, model and environment tokens interleaved, never re-tokenised
+    completion_ids: list[int]
+    # 1 = model-generated token, 0 = environment/user/template token
+    completion_mask: list[int]
+    # sampled token's logprob under the sampling distribution for model tokens, 0.0 for others
+    logprobs: list[float]
+    num_model_tokens: int
+    # "completed" | "force_terminated" | "context_overflow"
+    ended: str
+    # seconds attributable to this episode: "generation", "execution", "verification"
+    timings: dict[str, float]
+    # the appended pieces in order (prompt first): for inspection and the token-accounting tests
+    transcript: list[Segment] = field(default_factory=list)
+
+    @property
+    def reward(self) -> float:
+        return 1.0 if self.verdict.valid else 0.0
+
+
+class _Run:
+    """The mutable state of one episode while it is being played."""
+
+    def __init__(self, entry: Entry, view: View, max_steps: int):
+        self.entry, self.view = entry, view
+        self.episode = Episode(entry, max_steps)
+        self.prompt_ids: list[int] = []
+        self.ids: list[int] = []
+        self.mask: list[int] = []
+        self.logprobs: list[float] = []
+        self.segments: list[Segment] = []
+        # tokens of the sequence that are not in the KV cache yet
+        self.pending: list[int] = []
+        # per layer (keys, values), each [1, heads, cached_len, head_dim]; None before the first step
+        self.cache: list[tuple[torch.Tensor, torch.Tensor]] | None = None
+        self.timings = {"generation": 0.0, "execution": 0.0, "verification": 0.0}
+
+    @property
+    def length(self) -> int:
+        return len(self.prompt_ids) + len(self.ids)
+
+    @property
+    def cache_len(self) -> int:
+        return 0 if self.cache is None else self.cache[0][0].shape[2]
+
+    def append(self, text: str, ids: list[int], model: bool, logprobs: list[float] | None = None) -> None:
+        self.ids += ids
+        self.mask += [int(model)] * len(ids)
+        self.logprobs += logprobs if logprobs is not None else [0.0] * len(ids)
+        self.segments.append(Segment(text, ids, model))
+
+
+class RolloutEngine:
+    def __init__(
+        self,
+        policy: Any,
+        fmt: ToolFormat,
+        *,
+        context_length: int,
+        max_new_tokens: int,
+        batch_size: int,
+        max_steps_per_turn: int = 20,
+        oracle: bool = False,
+        kv_cache: bool = True,
+    ):
+        self.policy, self.format = policy, fmt
+        self.tokenizer = policy.tokenizer
+        # settable: the RL loop swaps in the trainer's (possibly peft-wrapped) model
+        self.model = policy.model
+        self.context_length, self.max_new_tokens = int(context_length), int(max_new_tokens)
+        self.batch_size, self.max_steps_per_turn = max(1, int(batch_size)), int(max_steps_per_turn)
+        self.oracle = oracle
+        # False: re-prefill the whole sequence at every step (the reference the cache is tested against)
+        self.kv_cache = kv_cache
+        if not oracle and self.model is None:
+            raise UserError("the rollout engine needs a model unless it plays the scripted oracle (oracle=True)")
+        self._pieces: dict[str, list[int]] = {}
+        self.eot_ids = self._encode(fmt.chat.end_of_turn)
+        self.stops = [self.eot_ids]
+        eos = self.tokenizer.eos_token_id
+        if eos is not None and [eos] != self.eot_ids:
+            self.stops.append([eos])
+        self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+
+    @classmethod
+    def for_backbone(cls, backbone: Any, policy: Any, budget: Any) -> "RolloutEngine":
+        """The engine for a configured backbone and budget (max_new_tokens, batch_size, max_steps_per_turn)."""
+        backend = budget.get("backend", None) if hasattr(budget, "get") else None
+        backend = backend or getattr(backbone, "backend", "hf")
+        if backend == "vllm":
+            try:
+                import vllm  # noqa: F401
+            except ImportError:
+                raise UserError(
+                    "backend: vllm was asked for but vllm is not installed: install the GPU extra "
+                    "(pip install -r requirements-gpu.txt) or use backend: hf"
+                ) from None
+            raise UserError("backend: vllm is not implemented yet: use backend: hf")
+        if backend != "hf":
+            raise UserError(f"unknown rollout backend {backend!r}: choose hf (or vllm on a GPU machine)")
+        fmt = get_format(backbone.tool_format, chat=chat_for(policy.tokenizer))
+        return cls(
+            policy, fmt, context_length=backbone.context_length, max_new_tokens=budget.max_new_tokens,
+            batch_size=budget.batch_size, max_steps_per_turn=budget.max_steps_per_turn,
+            oracle=getattr(backbone, "oracle", False),
+        )
+
+    # ------------------------------------------------------------------------------------ rendering
+
+    def _encode(self, text: str) -> list[int]:
+        if len(text) <= 256:  # template pieces recur: tokenise each once
+            ids = self._pieces.get(text)
+            if ids is None:
+                ids = self._pieces[text] = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+            return list(ids)
+        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    def _decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+
+    def _turn_text(self, turn: TurnStart, view: View) -> str:
+        if turn.new_functions:
+            return self.format.holdout_opening(view.tool_docs(turn.new_functions))
+        return self.format.turn_opening(turn.messages)
+
+    def _prompt_text(self, entry: Entry, view: View, turn: TurnStart) -> str:
+        chat = self.format.chat
+        system = self.format.system_prompt(view.tool_docs(entry.functions), view.system_extra())
+        return chat.begin + chat.message("system", system) + self._turn_text(turn, view)
+
+    def prompt_tokens(self, entry: Entry, view: View = PLAIN) -> int:
+        """Token length of the rendered initial prompt."""
+        first = TurnStart(0, list(entry.turns[0]), list(entry.holdout.get(0, [])))
+        return len(self._encode(self._prompt_text(entry, view, first)))
+
+    # ------------------------------------------------------------------------------------ playing
+
+    def play(
+        self,
+        entries: list[Entry],
+        view: View = PLAIN,
+        *,
+        temperature: float,
+        generator: torch.Generator | None = None,
+        progress: bool = False,
+    ) -> list[EpisodeRollout]:
+        """Play every entry to the end; rollouts come back in the order of `entries` (which may repeat)."""
+        runs = [_Run(entry, view, self.max_steps_per_turn) for entry in entries]
+        queue, active = deque(runs), []
+        model = self.model
+        was_training = bool(model is not None and model.training)
+        bar = _progress(len(runs)) if progress else None
+        if model is not None:
+            model.eval()
+        try:
+            with torch.no_grad():
+                while queue or active:
+                    while queue and len(active) < self.batch_size:
+                        run = queue.popleft()
+                        self._start(run)
+                        active.append(run)
+                    ready = []
+                    for run in active:
+                        if run.length + self.max_new_tokens > self.context_length:
+                            run.episode.abort("context_overflow")
+                        else:
+                            ready.append(run)
+                    if ready:
+                        if self.oracle:
+                            outputs = [self._oracle_output(run) for run in ready]
+                        else:
+                            outputs = self._generate(ready, temperature, generator)
+                        for run, (ids, logprobs, closed) in zip(ready, outputs):
+                            self._consume(run, ids, logprobs, closed)
+                    still = []
+                    for run in active:
+                        if run.episode.done:
+                            run.cache, run.pending = None, []
+                            if bar is not None:
+                                bar.update(1)
+                        else:
+                            still.append(run)
+                    active = still
+        finally:
+            if model is not None and was_training:
+                model.train()
+            if bar is not None:
+                bar.close()
+        return [self._finish(run) for run in runs]
+
+    def _start(self, run: _Run) -> None:
+        turn = run.episode.next_turn()
+        text = self._prompt_text(run.entry, run.view, turn)
+        run.prompt_ids = self._encode(text)
+        run.pending = list(run.prompt_ids)
+        run.segments.append(Segment(text, list(run.prompt_ids), False))
+
+    def _consume(self, run: _Run, ids: list[int], logprobs: list[float], closed: bool) -> None:
+        """Append one step's model tokens, run its calls, append what the environment answers."""
+        t0 = time.perf_counter()
+        episode, view, fmt = run.episode, run.view, self.format
+        text = self._decode(ids)
+        run.append(text, ids, True, logprobs)
+        content = text
+        for stop in self.stops:
+            stop_text = self._decode(stop)
+            if content.endswith(stop_text):
+                content = content[: -len(stop_text)]
+                break
+        # a message cut at max_new_tokens (or ended by a bare eos) is closed by the template
+        env = "" if closed else fmt.chat.end_of_turn
+        env += fmt.after_assistant()
+        parsed = fmt.parse(content)
+        visible = run.entry.visible_function_names(episode.turn)
+        if parsed.calls:
+            outcome = episode.step(parsed.calls, content, parsed.failures, len(ids))
+            if not outcome.turn_over:
+                env += fmt.tool_results([view.tool_response(r, visible) for r in outcome.records])
+        else:
+            feedback = view.parse_error_feedback(parsed.failures, visible) if parsed.failures else None
+            outcome = episode.step([], content, parsed.failures, len(ids), keep_turn=feedback is not None)
+            if feedback is not None and not outcome.turn_over:
+                env += fmt.tool_results([feedback])
+        if outcome.turn_over and not episode.done:
+            turn = episode.next_turn()
+            if turn is not None:
+                env += self._turn_text(turn, view)
+        if not episode.done:
+            env_ids = self._encode(env)
+            run.append(env, env_ids, False)
+            run.pending += env_ids
+        run.timings["execution"] += time.perf_counter() - t0
+
+    def _oracle_output(self, run: _Run) -> tuple[list[int], list[float], bool]:
+        """The scripted step: the turn's gold calls first, then a plain-text reply that ends the turn."""
+        episode, entry = run.episode, run.entry
+        gold = entry.gold[episode.turn]
+        if gold and not episode.steps[-1]:
+            calls = [parse_call(c) for c in gold]
+            text = self.format.render_calls(calls, entry.docs_by_name())
+        else:
+            text = ORACLE_REPLY
+        ids = self._encode(text) + self.eot_ids
+        return ids, [0.0] * len(ids), True
+
+    def _finish(self, run: _Run) -> EpisodeRollout:
+        t0 = time.perf_counter()
+        verdict = run.episode.verdict()
+        run.timings["verification"] += time.perf_counter() - t0
+        return EpisodeRollout(
+            entry=run.entry, episode=run.episode, verdict=verdict, prompt_ids=run.prompt_ids,
+            completion_ids=run.ids, completion_mask=run.mask, logprobs=run.logprobs,
+            num_model_tokens=sum(run.mask), ended=run.episode.ended, timings=run.timings,
+            transcript=run.segments,
+        )
+
+    # ------------------------------------------------------------------------------------ generation
+
+    def _generate(
+        self, runs: list[_Run], temperature: float, generator: torch.Generator | None
+    ) -> list[tuple[list[int], list[float], bool]]:
+        """One assistant message for every run, batched; leaves each run's cache and pending tokens updated."""
+        t0 = time.perf_counter()
+        model = self.model
+        device = next(model.parameters()).device
+        dtype = next(model.parameters()).dtype
+        if not self.kv_cache:
+            for run in runs:
+                run.cache, run.pending = None, run.prompt_ids + run.ids
+
+        # rows that share a fresh prompt (a GRPO group) are prefilled once
+        unique: list[_Run] = []
+        slot: dict[Any, int] = {}
+        expand = []
+        for run in runs:
+            key = ("prompt", tuple(run.pending)) if run.cache is None else ("run", id(run))
+            if key not in slot:
+                slot[key] = len(unique)
+                unique.append(run)
+            expand.append(slot[key])
+
+        past = [r.cache_len for r in unique]
+        new = [len(r.pending) for r in unique]
+        P, N, U = max(past), max(new), len(unique)
+        valid = torch.zeros(U, P + N, dtype=torch.bool)
+        input_ids = torch.full((U, N), self.pad_id, dtype=torch.long)
+        positions = torch.zeros(U, N, dtype=torch.long)
+        for i, run in enumerate(unique):
+            L, n = past[i], new[i]
+            valid[i, P - L : P] = True
+            valid[i, P + N - n :] = True
+            input_ids[i, N - n :] = torch.tensor(run.pending)
+            positions[i, N - n :] = torch.arange(L, L + n)
+        cache = self._batched_cache(unique, P, device, dtype)
+        valid = valid.to(device)
+        out = model(
+            input_ids=input_ids.to(device), attention_mask=_mask(valid, P, N, dtype), position_ids=positions.to(device),
+            past_key_values=cache, use_cache=True, logits_to_keep=1,
+        )
+        cache, logits = out.past_key_values, out.logits[:, -1, :].float()
+        next_pos = torch.tensor([past[i] + new[i] for i in range(U)], device=device)
+        if U < len(runs):
+            index = torch.tensor(expand, device=device)
+            cache.batch_select_indices(index)
+            logits, valid, next_pos = logits[index], valid[index], next_pos[index]
+
+        gen: list[list[int]] = [[] for _ in runs]
+        lps: list[list[float]] = [[] for _ in runs]
+        closed = [False] * len(runs)
+        rows = list(range(len(runs)))  # batch row -> run index
+        while True:
+            tokens, logprobs = _sample(logits, temperature, generator)
+            tok_list, lp_list = tokens.tolist(), logprobs.tolist()
+            keep = []
+            for j, b in enumerate(rows):
+                gen[b].append(tok_list[j])
+                lps[b].append(lp_list[j])
+                stop = next((s for s in self.stops if gen[b][-len(s) :] == s), None)
+                if stop is not None or len(gen[b]) >= self.max_new_tokens:
+                    closed[b] = stop == self.eot_ids
+                    self._store(runs[b], cache, j, valid[j], gen[b][-1])
+                else:
+                    keep.append(j)
+            if not keep:
+                break
+            if len(keep) < len(rows):
+                index = torch.tensor(keep, device=device)
+                cache.batch_select_indices(index)
+                valid, next_pos, tokens = valid[index], next_pos[index], tokens[index]
+                rows = [rows[j] for j in keep]
+            valid = torch.cat([valid, torch.ones(len(rows), 1, dtype=torch.bool, device=device)], dim=1)
+            out = model(
+                input_ids=tokens[:, None].to(device), attention_mask=_mask(valid, valid.shape[1] - 1, 1, dtype),
+                position_ids=next_pos[:, None], past_key_values=cache, use_cache=True, logits_to_keep=1,
+            )
+            cache, logits = out.past_key_values, out.logits[:, -1, :].float()
+            next_pos = next_pos + 1
+
+        share = (time.perf_counter() - t0) / len(runs)
+        for run in runs:
+            run.timings["generation"] += share
+        return [(gen[b], lps[b], closed[b]) for b in range(len(runs))]
+
+    def _batched_cache(self, runs: list[_Run], P: int, device, dtype):
+        from transformers import DynamicCache
+
+        if P == 0:
+            return DynamicCache()
+        layers = []
+        template = next(r.cache for r in runs if r.cache is not None)
+        for layer, (k0, _) in enumerate(template):
+            _, heads, _, dim = k0.shape
+            keys = torch.zeros(len(runs), heads, P, dim, dtype=k0.dtype, device=k0.device)
+            values = torch.zeros_like(keys)
+            for i, run in enumerate(runs):
+                if run.cache is not None:
+                    k, v = run.cache[layer]
+                    keys[i, :, P - k.shape[2] :] = k[0]
+                    values[i, :, P - v.shape[2] :] = v[0]
+            layers.append((keys, values))
+        return DynamicCache(ddp_cache_data=layers)
+
+    def _store(self, run: _Run, cache, row: int, valid_row: torch.Tensor, last_token: int) -> None:
+        """Keep the run's own cache (its valid columns only); the last sampled token is not in it yet."""
+        run.pending = [last_token]
+        if not self.kv_cache:
+            run.cache = None
+            return
+        cols = valid_row.nonzero().squeeze(1)
+        run.cache = [
+            (layer.keys[row : row + 1, :, cols].clone(), layer.values[row : row + 1, :, cols].clone())
+            for layer in cache.layers
+        ]
+
+
+def _mask(valid: torch.Tensor, q_start: int, q_len: int, dtype: torch.dtype) -> torch.Tensor:
+    """Additive 4D mask [batch, 1, q_len, kv_len]: causal over columns, padding columns hidden.
+
+    Padding queries attend to themselves only, so no row is fully masked (no NaN in the cache)."""
+    kv_len = valid.shape[1]
+    kpos = torch.arange(kv_len, device=valid.device)
+    qpos = q_start + torch.arange(q_len, device=valid.device)
+    causal = kpos[None, :] <= qpos[:, None]
+    allowed = (valid[:, None, :] & causal[None]) | (kpos[None, :] == qpos[:, None])[None]
+    mask = torch.zeros(allowed.shape, dtype=dtype, device=valid.device)
+    mask.masked_fill_(~allowed, torch.finfo(dtype).min)
+    return mask[:, None]
+
+
+def _sample(logits: torch.Tensor, temperature: float, generator: torch.Generator | None):
+    """Greedy at temperature 0 (logprob under the raw logits), else a draw from softmax(logits / T)."""
+    if temperature == 0:
+        logp = torch.log_softmax(logits, dim=-1)
+        tokens = logp.argmax(dim=-1)
+    else:
+        logp = torch.log_softmax(logits / temperature, dim=-1)
+        probs = logp.exp()
+        if generator is not None and generator.device != probs.device:
+            probs = probs.to(generator.device)
+        tokens = torch.multinomial(probs, 1, generator=generator).squeeze(1).to(logits.device)
+    return tokens, logp.gather(1, tokens[:, None]).squeeze(1)
+
+
+def _progress(total: int):
+    try:
+        from tqdm import tqdm
+
+        return tqdm(total=total, desc="episodes", unit="ep")
+    except ImportError:  # pragma: no cover
+        return None

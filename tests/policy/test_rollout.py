@@ -1,0 +1,283 @@
+"""The rollout engine: protocol, token accounting, KV cache and batching correctness, reproducibility."""
+
+import pytest
+import torch
+
+from seal.env.benchmark import CATEGORIES
+from seal.interface.view import PLAIN, PlainView
+from seal.policy.formats import FORMATS, get_format
+from seal.policy.rollout import ORACLE_REPLY, RolloutEngine
+
+NAMES = sorted(FORMATS)
+# every format under its default chat wrapper, and the JSON/Python formats under the other wrapper
+SETUPS = [(n, None) for n in NAMES] + [("qwen_xml", "llama3"), ("llama3_json", "chatml"), ("bfcl_python", "llama3")]
+
+
+def engine(policy, name="qwen_xml", chat=None, **kw):
+    args = dict(context_length=16384, max_new_tokens=8, batch_size=4, max_steps_per_turn=20)
+    args.update(kw)
+    return RolloutEngine(policy, get_format(name, chat), **args)
+
+
+def check_accounting(engine_, rollout):
+    """Ids, mask and logprobs line up; every appended piece decodes back to its text; nothing re-tokenised."""
+    r = rollout
+    assert len(r.completion_ids) == len(r.completion_mask) == len(r.logprobs)
+    step_tokens = sum(s.num_tokens for turn in r.episode.steps for s in turn)
+    assert r.num_model_tokens == sum(r.completion_mask) == step_tokens
+    assert r.transcript[0].ids == r.prompt_ids and not r.transcript[0].model
+    assert [i for s in r.transcript for i in s.ids] == r.prompt_ids + r.completion_ids
+    assert [int(s.model) for s in r.transcript[1:] for _ in s.ids] == r.completion_mask
+    for s in r.transcript:
+        assert engine_._decode(s.ids) == s.text
+    for m, lp in zip(r.completion_mask, r.logprobs):
+        assert (lp == 0.0) if not m else lp <= 0.0
+
+
+# ---------------------------------------------------------------------------------------- oracle
+
+
+@pytest.mark.parametrize("name, chat", SETUPS)
+def test_oracle_passes_entries_of_every_category(oracle_policy, spread_entries, name, chat):
+    eng = engine(oracle_policy, name, chat, oracle=True, context_length=10**6, batch_size=16)
+    rollouts = eng.play(spread_entries, temperature=0.0)
+    assert [r.entry.id for r in rollouts] == [e.id for e in spread_entries]
+    failed = [(r.entry.id, r.verdict.error_type) for r in rollouts if not r.verdict.valid]
+    assert failed == []
+    for r in rollouts[::7]:
+        check_accounting(eng, r)
+        assert r.ended == "completed" and r.reward == 1.0
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_oracle_passes_all_800_entries(oracle_policy, bench, name):
+    eng = engine(oracle_policy, name, oracle=True, context_length=10**6, batch_size=32)
+    rollouts = eng.play(list(bench.values()), temperature=0.0)
+    failed = [(r.entry.id, r.verdict.error_type) for r in rollouts if not r.verdict.valid]
+    assert len(rollouts) == 800 and failed == []
+    assert {r.ended for r in rollouts} == {"completed"}
+
+
+def test_oracle_script_and_holdout_delivery(oracle_policy, bench):
+    entry = bench["multi_turn_miss_func_0"]
+    (holdout_turn,) = entry.holdout
+    eng = engine(oracle_policy, "qwen_xml", oracle=True, context_length=10**6)
+    (r,) = eng.play([entry], temperature=0.0)
+    for t, steps in enumerate(r.episode.steps):
+        assert steps[-1].raw == ORACLE_REPLY and len(steps) == (2 if entry.gold[t] else 1)
+    texts = [s.text for s in r.transcript if not s.model]
+    holdout = [t for t in texts if "I have updated some more functions" in t]
+    assert len(holdout) == 1 and entry.holdout[holdout_turn][0]["name"] in holdout[0]
+    assert entry.holdout[holdout_turn][0]["name"] not in r.transcript[0].text
+
+
+# ---------------------------------------------------------------------------------------- tiny random model
+
+
+@pytest.mark.parametrize("name, chat", SETUPS)
+def test_tiny_random_plays_complete_episodes(tiny_policy, short_entries, name, chat):
+    eng = engine(tiny_policy, name, chat, batch_size=3)
+    rollouts = eng.play(short_entries[::2], temperature=1.0, generator=torch.Generator().manual_seed(0))
+    for r, e in zip(rollouts, short_entries[::2]):
+        assert r.entry is e and r.ended in ("completed", "force_terminated") and r.verdict is not None
+        assert len(r.episode.steps) >= 1 and r.timings["generation"] > 0
+        check_accounting(eng, r)
+
+
+def test_logprobs_match_a_full_forward_pass(tiny_policy, short_entries):
+    """The cached, batched, padded generation scores every sampled token as one plain forward pass does."""
+    eng = engine(tiny_policy, max_new_tokens=6, batch_size=4)
+    temperature = 0.7
+    rollouts = eng.play(short_entries[:3], temperature=temperature, generator=torch.Generator().manual_seed(3))
+    model = tiny_policy.model
+    for r in rollouts:
+        ids = torch.tensor([r.prompt_ids + r.completion_ids])
+        with torch.no_grad():
+            logits = model(ids).logits[0, :-1].float()
+        logp = torch.log_softmax(logits / temperature, -1).gather(1, ids[0, 1:, None]).squeeze(1)
+        start = len(r.prompt_ids) - 1
+        model_pos = [i for i, m in enumerate(r.completion_mask) if m]
+        expected = logp[start:][model_pos]
+        got = torch.tensor([r.logprobs[i] for i in model_pos])
+        assert torch.allclose(got, expected, atol=1e-4), (got - expected).abs().max()
+
+
+def test_kv_cache_gives_the_same_greedy_tokens_as_full_reprefill(tiny_policy, short_entries):
+    cached = engine(tiny_policy, max_new_tokens=12, batch_size=4)
+    full = engine(tiny_policy, max_new_tokens=12, batch_size=4, kv_cache=False)
+    a = cached.play(short_entries[:4], temperature=0.0)
+    b = full.play(short_entries[:4], temperature=0.0)
+    for x, y in zip(a, b):
+        assert x.completion_ids == y.completion_ids and x.completion_mask == y.completion_mask
+        assert x.logprobs == pytest.approx(y.logprobs, abs=1e-4)
+
+
+def test_batched_play_equals_one_at_a_time(tiny_policy, short_entries):
+    entries = short_entries[:3] + short_entries[:1]  # a repeated entry (a GRPO group) shares its prefill
+    batched = engine(tiny_policy, max_new_tokens=10, batch_size=4).play(entries, temperature=0.0)
+    single = engine(tiny_policy, max_new_tokens=10, batch_size=1).play(entries, temperature=0.0)
+    for x, y in zip(batched, single):
+        assert x.completion_ids == y.completion_ids
+        assert x.logprobs == pytest.approx(y.logprobs, abs=1e-4)
+    assert batched[0].completion_ids == batched[3].completion_ids
+
+
+def test_same_seed_same_rollouts(tiny_policy, short_entries):
+    eng = engine(tiny_policy, max_new_tokens=8, batch_size=4)
+    entries = [short_entries[0]] * 4
+
+    def ids(seed):
+        return [r.completion_ids for r in eng.play(entries, temperature=1.0, generator=torch.Generator().manual_seed(seed))]
+
+    first = ids(7)
+    assert ids(7) == first and ids(8) != first
+    assert len({tuple(x) for x in first}) > 1  # a group samples different continuations
+
+
+def test_training_mode_is_restored_and_peft_models_work(tiny_policy, short_entries):
+    from peft import get_peft_model
+
+    from seal.policy.backbones import TinyRandomBackbone
+
+    backbone = TinyRandomBackbone(lora={"r": 4, "alpha": 8, "dropout": 0.0, "target_modules": ["q_proj", "v_proj"]})
+    model = get_peft_model(backbone.load().model, backbone.peft_config())
+    model.config.use_cache = False  # as gradient checkpointing does
+    eng = engine(tiny_policy, max_new_tokens=4)
+    eng.model = model
+    model.train()
+    (r,) = eng.play(short_entries[:1], temperature=1.0, generator=torch.Generator().manual_seed(0))
+    assert model.training and r.num_model_tokens > 0
+    model.eval()
+    eng.play(short_entries[:1], temperature=0.0)
+    assert not model.training
+
+
+# ---------------------------------------------------------------------------------------- protocol edges
+
+
+class Scripted(RolloutEngine):
+    """An engine whose 'model' says scripted texts (one per step), then a plain reply."""
+
+    def __init__(self, policy, name, texts, **kw):
+        args = dict(context_length=10**6, max_new_tokens=64, batch_size=4, oracle=True)
+        args.update(kw)
+        super().__init__(policy, get_format(name), **args)
+        self.texts = list(texts)
+
+    def _oracle_output(self, run):
+        text = self.texts.pop(0) if self.texts else "Done."
+        ids = self._encode(text) + self.eot_ids
+        return ids, [0.0] * len(ids), True
+
+
+BAD = {
+    "qwen_xml": ['<tool_call>{"name": "cd", "argu', "<tool_call>__import__('os').system('ls')</tool_call>",
+                 '<tool_call>{"name": "cd", "arguments": {"folder": ' + "[" * 50 + "]" * 50 + "}}</tool_call>"],
+    "llama3_json": ['{"name": "cd", "parameters": {"folder": "doc', '{"name": "cd", "parameters": "nope"}'],
+    "bfcl_python": ["[cd(folder='doc", "__import__('os').system('ls')", "[open('x').read()]"],
+}
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("which", [0, 1])
+def test_malformed_output_ends_the_turn_and_is_recorded(oracle_policy, bench, name, which):
+    entry = bench["multi_turn_base_0"]
+    eng = Scripted(oracle_policy, name, [BAD[name][which]])
+    (r,) = eng.play([entry], temperature=0.0)
+    first = r.episode.steps[0]
+    assert len(first) == 1 and first[0].parse_failures and not first[0].calls
+    assert r.episode.result[0] == [] and r.ended == "completed" and len(r.episode.steps) == entry.num_turns
+    check_accounting(eng, r)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_unknown_tool_and_bad_arguments_run_as_errors_and_the_turn_goes_on(oracle_policy, bench, name):
+    from seal.env.calls import ToolCall
+
+    fmt = get_format(name)
+    texts = [fmt.render_calls([ToolCall("launch_rocket", (), {})], {}),
+             fmt.render_calls([ToolCall("cd", (), {"no_such_argument": 1})], {})]
+    eng = Scripted(oracle_policy, name, texts)
+    (r,) = eng.play([bench["multi_turn_base_0"]], temperature=0.0)
+    steps = r.episode.steps[0]
+    assert [s.calls[0].error for s in steps[:2]] == ["unknown_function", "bad_arguments"]
+    assert "name 'launch_rocket' is not defined" in r.transcript[2].text
+
+
+def test_text_only_output_ends_the_turn(oracle_policy, bench):
+    eng = Scripted(oracle_policy, "qwen_xml", ["I am not sure what to do."])
+    (r,) = eng.play([bench["multi_turn_base_0"]], temperature=0.0)
+    assert len(r.episode.steps[0]) == 1 and r.episode.steps[0][0].parse_failures == []
+    assert r.verdict.error_type == "multi_turn:empty_turn_model_response"
+
+
+class Coaching(PlainView):
+    def tool_response(self, record, visible):
+        return record.observation + ("" if record.ok else " [hint: check the schema]")
+
+    def parse_error_feedback(self, failures, visible):
+        return f"Could not parse your call. Available tools: {len(visible)}."
+
+
+def test_views_shape_what_the_learner_sees(oracle_policy, bench):
+    fmt = get_format("qwen_xml")
+    from seal.env.calls import ToolCall
+
+    eng = Scripted(oracle_policy, "qwen_xml", ['<tool_call>{"name": "cd", "argu',
+                                               fmt.render_calls([ToolCall("launch_rocket", (), {})], {})])
+    (r,) = eng.play([bench["multi_turn_base_0"]], Coaching(), temperature=0.0)
+    steps = r.episode.steps[0]
+    # the parse failure did not end the turn: feedback was shown and the model went on
+    assert steps[0].parse_failures and len(steps) == 3 and steps[1].calls
+    env = [s.text for s in r.transcript[1:] if not s.model]
+    assert "Could not parse your call" in env[0] and "[hint: check the schema]" in env[1]
+    check_accounting(eng, r)
+
+
+def test_step_limit_force_terminates(oracle_policy, bench):
+    fmt = get_format("bfcl_python")
+    eng = Scripted(oracle_policy, "bfcl_python", ["[pwd()]"] * 10, max_steps_per_turn=3)
+    (r,) = eng.play([bench["multi_turn_base_0"]], temperature=0.0)
+    assert r.ended == "force_terminated" and not r.verdict.valid and fmt.name == "bfcl_python"
+
+
+def test_context_overflow_is_a_clean_failure(tiny_policy, oracle_policy, short_entries):
+    entry = short_entries[0]
+    eng = engine(tiny_policy, max_new_tokens=8)
+    n = eng.prompt_tokens(entry)
+    # the prompt alone does not fit
+    (r,) = engine(tiny_policy, context_length=n, max_new_tokens=8).play([entry], temperature=0.0)
+    assert r.ended == "context_overflow" and r.completion_ids == [] and r.verdict.error_type == "seal:context_overflow"
+    # it fits, but the episode outgrows the window a few steps in
+    (r,) = engine(tiny_policy, context_length=n + 40, max_new_tokens=8).play([entry], temperature=0.0)
+    assert r.ended == "context_overflow" and not r.verdict.valid and r.num_model_tokens > 0
+    assert len(r.prompt_ids) + len(r.completion_ids) + 8 > n + 40 - 8
+    # the oracle too
+    (r,) = engine(oracle_policy, oracle=True, context_length=n + 200).play([entry], temperature=0.0)
+    assert r.ended == "context_overflow" and r.verdict.error_type == "seal:context_overflow"
+
+
+def test_prompt_tokens_is_the_prompt_length(tiny_policy, short_entries):
+    eng = engine(tiny_policy, max_new_tokens=2)
+    (r,) = eng.play(short_entries[:1], temperature=0.0)
+    assert eng.prompt_tokens(short_entries[0], PLAIN) == len(r.prompt_ids)
+
+
+def test_for_backbone_builds_from_config(tiny_policy):
+    from omegaconf import OmegaConf
+
+    from seal.errors import UserError
+    from seal.policy.backbones import TinyRandomBackbone
+
+    budget = OmegaConf.create({"max_new_tokens": 16, "batch_size": 2, "max_steps_per_turn": 5})
+    eng = RolloutEngine.for_backbone(TinyRandomBackbone(tool_format="bfcl_python"), tiny_policy, budget)
+    assert (eng.format.name, eng.format.chat.name, eng.max_new_tokens, eng.batch_size) == ("bfcl_python", "chatml", 16, 2)
+    try:
+        import vllm  # noqa: F401
+    except ImportError:
+        with pytest.raises(UserError, match="vllm"):
+            RolloutEngine.for_backbone(TinyRandomBackbone(backend="vllm"), tiny_policy, budget)
+
+
+def test_categories_are_covered(spread_entries):
+    assert {e.category for e in spread_entries} == set(CATEGORIES)
