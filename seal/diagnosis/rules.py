@@ -15,9 +15,10 @@ Decision list for one turn (first match wins; this is the paper's priority, Tabl
                         function, or a tool not yet shown at this turn (miss_func holdouts).
 4. argument_mismatch:   a call that does not bind to the signature, or breaks the schema (missing
                         required field, unknown argument, wrong type, value outside the allowed
-                        values). A call identical to a gold call of the turn is never flagged.
-5. recovery_failure:    a call returned an execution error the gold calls did not also get, and no
-                        later call to the same tool in the turn succeeded.
+                        values). A call identical to a gold call of the entry is never flagged.
+5. recovery_failure:    a call returned an execution error the gold calls did not also get, and
+                        the model did not make good: no later call to the same tool succeeded, or
+                        fewer calls to that tool succeeded than gold makes.
 6. state_mismatch:      (official instance_state_mismatch) the calls execute but the state is
                         wrong. Refined as instance_mismatch when every gold tool was called but
                         with other targets/values (right operation, wrong instance).
@@ -67,10 +68,37 @@ def canonical(call: ToolCall) -> tuple[str, str]:
     return call.name, repr(sorted(bound.items(), key=lambda kv: kv[0]))
 
 
+def snapshot(record: CallRecord) -> ToolCall | None:
+    """The call as the model wrote it. `record.call` can share lists with backend state that later
+    calls mutate (post_tweet keeps its `mentions` list), so the recorded text is parsed again."""
+    if record.call is None:
+        return None
+    try:
+        return parse_call(record.text)
+    except UnsafeCall:
+        return record.call
+
+
+def _all_gold(entry: Entry) -> frozenset[tuple[str, str]]:
+    """Every gold call of the entry, canonical. The benchmark's gold breaks its own schema a few times
+    (close_ticket with a string id); a call identical to a gold call is never an argument error."""
+    cached = _ALL_GOLD.get(entry.id)
+    if cached is None:
+        calls = []
+        for turn in entry.gold:
+            for text in turn:
+                try:
+                    calls.append(canonical(parse_call(text)))
+                except UnsafeCall:
+                    pass
+        cached = _ALL_GOLD[entry.id] = frozenset(calls)
+    return cached
+
+
+_ALL_GOLD: dict[str, frozenset[tuple[str, str]]] = {}
+
+
 def _gold_calls(check: TurnCheck, entry: Entry) -> list[ToolCall]:
-    calls = [r.call for r in check.gold_calls if r.call is not None]
-    if calls or not entry.gold[check.index]:
-        return calls
     out = []
     for text in entry.gold[check.index]:
         try:
@@ -80,13 +108,18 @@ def _gold_calls(check: TurnCheck, entry: Entry) -> list[ToolCall]:
     return out
 
 
-def _unrecovered_error(records: list[CallRecord], gold: list[CallRecord]) -> bool:
-    expected = {r.observation for r in gold if not r.ok}
+def _unrecovered_error(records: list[CallRecord], gold_records: list[CallRecord], gold: list[ToolCall]) -> bool:
+    """An execution error the gold calls did not also get, after which the model did not make good:
+    no later successful call to the same tool, or fewer successful calls to it than gold makes."""
+    expected = {r.observation for r in gold_records if not r.ok}
+    gold_count = Counter(c.name for c in gold)
+    ok_count = Counter(r.call.name for r in records if r.ok and r.call is not None)
     for i, record in enumerate(records):
-        if record.error not in EXECUTION_ERRORS or record.observation in expected:
+        if record.error not in EXECUTION_ERRORS or record.observation in expected or record.call is None:
             continue
-        name = record.call.name if record.call else None
-        if not any(later.ok and later.call and later.call.name == name for later in records[i + 1 :]):
+        name = record.call.name
+        retried = any(later.ok and later.call and later.call.name == name for later in records[i + 1 :])
+        if not retried or ok_count[name] < gold_count[name]:
             return True
     return False
 
@@ -110,13 +143,13 @@ def diagnose_turn(entry: Entry, check: TurnCheck, steps: list[StepRecord]) -> st
 
     gold = _gold_calls(check, entry)
     gold_canon = Counter(canonical(c) for c in gold)
-    called = [r.call for r in records if r.call is not None]
+    called = [c for r in records if (c := snapshot(r)) is not None]
     if any(r.error == "bad_arguments" for r in records) or any(
-        canonical(c) not in gold_canon and check_call(c) for c in called
+        canonical(c) not in _all_gold(entry) and check_call(c) for c in called
     ):
         return L.ARGUMENT_MISMATCH
 
-    if _unrecovered_error(records, check.gold_calls):
+    if _unrecovered_error(records, check.gold_calls, gold):
         return L.RECOVERY_FAILURE
 
     all_gold_tools = not (Counter(c.name for c in gold) - Counter(c.name for c in called))
