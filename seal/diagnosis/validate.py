@@ -506,8 +506,9 @@ RECIPES: dict[str, Recipe] = {
 }
 
 
-def build_cases(seed: int, entries_per_category: int = ENTRIES_PER_CATEGORY) -> tuple[list[Case], dict[str, Counter]]:
+def build_cases(seed: int, entries_per_category: int | None = None) -> tuple[list[Case], dict[str, Counter]]:
     """The labelled validation set (deterministic in `seed`) and per-recipe accepted/rejected counts."""
+    entries_per_category = entries_per_category or ENTRIES_PER_CATEGORY
     rng = random.Random(seed)
     bench = load_benchmark()
     cases: list[Case] = []
