@@ -1,0 +1,132 @@
+"""apply(Omega) -> View: what the learner is shown for an interface state.
+
+Only class-level text is ever added: schema markers and allowed values that the docs already
+state, the names of tools already shown, the expected call format, the names of the parameters the
+schema declares. Never a correct call, a hidden value, a tool not yet shown, or an answer.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from seal.diagnosis.rules import snapshot
+from seal.diagnosis.schema import (
+    MISSING_REQUIRED,
+    NOT_ALLOWED,
+    UNKNOWN_ARGUMENT,
+    WRONG_TYPE,
+    allowed_values,
+    check_call,
+)
+from seal.env.executor import CallRecord
+from seal.interface.omega import GUIDELINES, Omega
+from seal.interface.view import PLAIN, View
+
+REQUIRED_MARK = "[required]"
+SCHEMA_NOTE = (
+    "Parameters marked [required] must be provided exactly. "
+    "Do not invent tools outside the current schema."
+)
+GUIDELINE_TEXT = {
+    "cautious_call": "Cautious call: if no available tool fits the request, reply in plain text; do not fabricate a call.",
+    "active_respond": "Active respond: if an available tool can serve the request, emit the call instead of only describing it.",
+    "state_aware": "State aware: re-read the most recent tool results before making a call that changes state.",
+    "scope": "Scope: only act on items (files, ids, names) that appeared in the request or in earlier results.",
+    "format": "Format: give the answer in the format the user asked for.",
+}
+HINT_PREFIX = "\nHint: "
+PLAIN_TEXT = "If no tool fits, answer in plain text."
+
+
+def annotate_docs(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """phi_schema: `[required]` on required parameters, `Allowed values: ...` where the docs list them."""
+    out = copy.deepcopy(docs)
+    for doc in out:
+        params = doc.get("parameters") or {}
+        required = set(params.get("required") or [])
+        for name, prop in (params.get("properties") or {}).items():
+            if not isinstance(prop, dict):
+                continue
+            description = prop.get("description", "")
+            values = allowed_values(prop)
+            if values and "Allowed values:" not in description:
+                description = f"{description.rstrip()} Allowed values: {', '.join(values)}.".strip()
+            if name in required and not description.startswith(REQUIRED_MARK):
+                description = f"{REQUIRED_MARK} {description}".rstrip()
+            prop["description"] = description
+    return out
+
+
+def _tools(visible: frozenset[str]) -> str:
+    return "Available tools: " + ", ".join(sorted(visible)) + "."
+
+
+def format_hint(call_example: str, visible: frozenset[str]) -> str:
+    return f"Expected a tool call in this format: {call_example} {_tools(visible)} {PLAIN_TEXT}"
+
+
+def error_hint(record: CallRecord, visible: frozenset[str], call_example: str) -> str:
+    """The class-level recovery hint for one failed call ("" for a call that did not fail)."""
+    if record.ok:
+        return ""
+    if record.error == "unsafe" or record.call is None:
+        return "The call could not be read as a plain tool call with literal arguments. " + format_hint(
+            call_example, visible
+        )
+    name = record.call.name
+    if record.error in ("unknown_function", "blocked") or name not in visible:
+        return f"That function is not one of the available tools. {_tools(visible)} {PLAIN_TEXT}"
+    call = snapshot(record) or record.call
+    issues = check_call(call)
+    missing = [i.argument for i in issues if i.kind == MISSING_REQUIRED]
+    unknown = [i.argument for i in issues if i.kind == UNKNOWN_ARGUMENT]
+    if missing:
+        return f"Required argument(s) {', '.join(missing)} of {name} were missing."
+    if unknown:
+        shown = [a for a in unknown if a.isidentifier()]
+        what = f"argument(s) {', '.join(shown)}" if shown else "that many positional arguments"
+        return f"{name} does not accept {what}; re-check the schema."
+    if any(i.kind in (WRONG_TYPE, NOT_ALLOWED) for i in issues):
+        return f"{name} rejected an argument type or value; re-check the schema."
+    return (
+        f"{name} reported an error. Re-check its arguments against the schema and the earlier results, "
+        "then call it again or explain the problem in plain text."
+    )
+
+
+class InterfaceView:
+    """The View for one Omega (see seal.interface.view.View)."""
+
+    def __init__(self, omega: Omega, call_example: str):
+        self.omega = omega
+        self.call_example = call_example
+
+    def tool_docs(self, docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return annotate_docs(docs) if self.omega.phi_schema else docs
+
+    def system_extra(self) -> str:
+        parts = []
+        if self.omega.phi_schema:
+            parts.append(SCHEMA_NOTE)
+        if self.omega.phi_cap:
+            lines = [f"- {GUIDELINE_TEXT[g]}" for g in GUIDELINES if g in self.omega.phi_cap]
+            parts.append("Guidelines:\n" + "\n".join(lines))
+        return "\n\n".join(parts)
+
+    def tool_response(self, record: CallRecord, visible: frozenset[str]) -> str:
+        if not self.omega.phi_err or record.ok:
+            return record.observation
+        return record.observation + HINT_PREFIX + error_hint(record, visible, self.call_example)
+
+    def parse_error_feedback(self, failures: list[tuple[str, str]], visible: frozenset[str]) -> str | None:
+        if not self.omega.phi_err:
+            return None
+        return "Your output could not be decoded as a tool call. " + format_hint(self.call_example, visible)
+
+
+def apply(omega: Omega, call_example: str) -> View:
+    """The View the learner sees under `omega`; PLAIN itself when every component is off."""
+    if not omega.active:
+        return PLAIN
+    return InterfaceView(omega, call_example)
