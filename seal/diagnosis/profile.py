@@ -62,3 +62,9 @@ class FailureProfile:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    def metrics(self) -> dict[str, float]:
+        """Flat, namespaced numbers for the logger: diag/<label> is the label's prevalence."""
+        out = {f"diag/{label}": share for label, share in self.prevalence.items()}
+        out.update({"diag/num_turns": float(self.num_turns), "diag/mean_reward": self.mean_reward})
+        return out

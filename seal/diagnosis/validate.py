@@ -55,7 +55,8 @@ class Case:
     entry: Entry
     recipe: str
     target: int
-    label: str
+    # the injected label (None: an injection the checker did not confirm)
+    label: str | None
     verdict: Verdict
     steps: list[list[StepRecord]]
     # further (turn, label) pairs the same trajectory is scored on (turns never played)
@@ -506,8 +507,13 @@ RECIPES: dict[str, Recipe] = {
 }
 
 
-def build_cases(seed: int, entries_per_category: int | None = None) -> tuple[list[Case], dict[str, Counter]]:
-    """The labelled validation set (deterministic in `seed`) and per-recipe accepted/rejected counts."""
+def build_cases(
+    seed: int, entries_per_category: int | None = None, rejected: list[Case] | None = None
+) -> tuple[list[Case], dict[str, Counter]]:
+    """The labelled validation set (deterministic in `seed`) and per-recipe accepted/rejected counts.
+
+    Injections the checker did not confirm are appended to `rejected` when given (label None), so
+    the report can show what the diagnoser makes of them."""
     entries_per_category = entries_per_category or ENTRIES_PER_CATEGORY
     rng = random.Random(seed)
     bench = load_benchmark()
@@ -528,6 +534,8 @@ def build_cases(seed: int, entries_per_category: int | None = None) -> tuple[lis
                     if label is not None:
                         break
                     tally[name]["rejected"] += 1
+                    if rejected is not None:
+                        rejected.append(Case(entry, name, target, None, verdict, steps))
                 if made is None or label is None:
                     continue
                 tally[name]["accepted"] += 1
@@ -582,7 +590,10 @@ AMBIGUITY_NOTES = {
 }
 
 
-def write_report(out_dir: Path, diagnoser_name: str, result: dict[str, Any], tally: dict[str, Counter]) -> str:
+def write_report(
+    out_dir: Path, diagnoser_name: str, result: dict[str, Any], tally: dict[str, Counter],
+    unconfirmed: dict[str, dict[str, int]],
+) -> str:
     from seal.report.tables import markdown_table
 
     rows = [[x, v["n"], v["precision"], v["recall"], v["f1"]] for x, v in result["per_label"].items()]
@@ -596,6 +607,8 @@ def write_report(out_dir: Path, diagnoser_name: str, result: dict[str, Any], tal
         [[name, c["accepted"], c["rejected"], c["not_applicable"]] for name, c in tally.items()],
     )
     notes = "\n".join(f"- **{k}**: {v}" for k, v in AMBIGUITY_NOTES.items())
+    unconfirmed_rows = [[name, ", ".join(f"{label} {n}" for label, n in counts.items())] for name, counts in unconfirmed.items()]
+    unconfirmed_table = markdown_table(["recipe", "labels given to its unconfirmed injections"], unconfirmed_rows)
     goal = "met" if result["goal_met"] else "NOT met"
     text = f"""# Diagnoser validation: {diagnoser_name}
 
@@ -619,6 +632,18 @@ executor and the official checker confirm the injection (see seal/diagnosis/vali
 
 {recipes}
 
+## What this measures, and what it does not
+
+The injected label is the intent of the recipe, confirmed by the executor and the official
+checker (did the call error, did the turn fail, on state or on results). The score therefore says
+that the rules implement the taxonomy's definitions and its priority consistently on clean,
+single-failure turns of real entries, in all four categories. It does not say that the labels agree
+with a human reading of real model failures, where several failures mix; the priority decides those
+cases by construction. Injections the checker did not confirm are not scored; here is what the
+diagnoser calls them (each is a legitimate label for what actually happened):
+
+{unconfirmed_table}
+
 ## Labels that are ambiguous by nature
 
 {notes}
@@ -636,8 +661,14 @@ def validate_diagnoser(cfg, out_dir: Path) -> dict[str, Any]:
     out_dir.mkdir(parents=True, exist_ok=True)
     diagnoser = instantiate(cfg.diagnoser)
     seed = int(cfg.get("seed", 0) or 0)
-    cases, tally = build_cases(seed)
-    predicted_all = diagnoser.label_round([(c.entry, c.verdict, c.steps) for c in cases])
+    rejected: list[Case] = []
+    cases, tally = build_cases(seed, rejected=rejected)
+    predicted_all = diagnoser.label_round([(c.entry, c.verdict, c.steps) for c in cases + rejected])
+    unconfirmed: dict[str, Counter] = defaultdict(Counter)
+    for case, labels in zip(rejected, predicted_all[len(cases):]):
+        unconfirmed[case.recipe][labels[case.target]] += 1
+    unconfirmed_counts = {name: dict(c.most_common()) for name, c in unconfirmed.items()}
+    predicted_all = predicted_all[: len(cases)]
     truth, predicted, categories = [], [], Counter()
     for case, labels in zip(cases, predicted_all):
         for turn, label in [(case.target, case.label)] + case.extra:
@@ -654,11 +685,12 @@ def validate_diagnoser(cfg, out_dir: Path) -> dict[str, Any]:
         min_recall=worst[1]["recall"],
         min_recall_label=worst[0],
         recipes={name: dict(c) for name, c in tally.items()},
+        unconfirmed_injections=unconfirmed_counts,
         ambiguous=AMBIGUITY_NOTES,
     )
     result["goal_met"] = result["macro_f1"] >= GOAL_MACRO_F1 and result["min_recall"] >= GOAL_MIN_RECALL
     write_json(out_dir / "diagnoser_validation.json", result)
-    table = write_report(out_dir, diagnoser.name, result, tally)
+    table = write_report(out_dir, diagnoser.name, result, tally, unconfirmed_counts)
     print(table)
     print(f"macro-F1 {result['macro_f1']:.4f} over {len(truth)} cases; outputs in {out_dir}")
     log.info("diagnoser %s: macro-F1 %.4f, min recall %.4f", diagnoser.name, result["macro_f1"], result["min_recall"])

@@ -144,6 +144,12 @@ class Omega:
         out.update({f"cap/{g}": g in self.phi_cap for g in GUIDELINES})
         return out
 
+    def metrics(self) -> dict[str, float]:
+        """Flat, namespaced numbers for the logger: iface/<switch> is 1.0 when on."""
+        out = {f"iface/{k}": float(v) for k, v in self.switches().items()}
+        out["iface/version"] = float(self.version)
+        return out
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "version": self.version,
