@@ -14,7 +14,7 @@ import pytest
 from seal.diagnosis.schema import tool_registry
 from seal.env import load_benchmark, parse_call
 from seal.env.calls import ToolCall
-from seal.env.executor import Backends, CallRecord, execute
+from seal.env.executor import Backends, execute
 from seal.interface import GUIDELINES, PLAIN, Omega, apply
 
 EXAMPLE = '<tool_call>{"name": "<tool name>", "arguments": {"<parameter>": "<literal>"}}</tool_call>'
