@@ -141,7 +141,9 @@ def _empty_turns(entry: Entry) -> list[int]:
 
 
 def _pick_call(entry: Entry, rng: random.Random, where: Callable[[ToolCall], bool] = lambda c: True):
-    spots = [(t, i) for t in _call_turns(entry) for i, text in enumerate(entry.gold[t]) if where(parse_call(text))]
+    spots = [
+        (t, i) for t in _call_turns(entry) for i, text in enumerate(entry.gold[t]) if where(parse_call(text))
+    ]
     return rng.choice(spots) if spots else None
 
 
@@ -226,14 +228,16 @@ def r_undecodable_call(entry, rng):
     script = gold_script(entry)
     calls = script[t][0].calls
     keep = rng.randrange(0, len(calls))
-    script[t] = ([Step(calls[:keep])] if keep else []) + [Step([], [("<tool_call>{'name': x", "not valid JSON")])]
+    undecodable = Step([], [("<tool_call>{'name': x", "not valid JSON")])
+    script[t] = ([Step(calls[:keep])] if keep else []) + [undecodable]
     return script, t, {}, _accept_failed(L.INVALID_TOOL_CALL)
 
 
 def r_unsafe_call(entry, rng):
     t, i = _pick_call(entry, rng)
     script = gold_script(entry)
-    script[t][0].calls[i] = rng.choice(["__import__('os').getcwd()", f"tools.{entry.gold[t][i]}", "open('notes.txt')"])
+    unsafe = ["__import__('os').getcwd()", f"tools.{entry.gold[t][i]}", "open('notes.txt')"]
+    script[t][0].calls[i] = rng.choice(unsafe)
     return script, t, {}, _accept_failed(L.INVALID_TOOL_CALL)
 
 

@@ -55,7 +55,9 @@ class FailureProfile:
             counts=counts,
             prevalence={k: v / n for k, v in counts.items()} if n else {},
             mean_reward=sum(rewards) / len(rewards) if rewards else 0.0,
-            by_category={c: {k: cnt[k] for k in sorted(cnt, key=order.__getitem__)} for c, cnt in by_category.items()},
+            by_category={
+                c: {k: cnt[k] for k in sorted(cnt, key=order.__getitem__)} for c, cnt in by_category.items()
+            },
             num_trajectories=len(labels),
             num_turns=n,
         )

@@ -65,7 +65,8 @@ def build_cases(
                 if made is None or label is None:
                     continue
                 tally[name]["accepted"] += 1
-                extra = [(target + 1, L.NOT_PLAYED)] if "abort_after" in play_kwargs or "max_steps" in play_kwargs else []
+                ends_early = "abort_after" in play_kwargs or "max_steps" in play_kwargs
+                extra = [(target + 1, L.NOT_PLAYED)] if ends_early else []
                 extra = [(t, x) for t, x in extra if t < entry.num_turns]
                 cases.append(Case(entry, name, target, label, verdict, steps, extra))
     # A trajectory the checker cannot read (not a list of turns): checker_error on every turn.
@@ -126,15 +127,16 @@ def write_report(
     table = markdown_table(["label", "n", "precision", "recall", "F1"], rows)
     columns = list(next(iter(result["confusion"].values())))
     confusion = markdown_table(
-        ["true \\ predicted"] + columns, [[t] + [row[c] for c in columns] for t, row in result["confusion"].items()]
+        ["true \\ predicted"] + columns,
+        [[t] + [row[c] for c in columns] for t, row in result["confusion"].items()],
     )
     recipes = markdown_table(
         ["recipe", "accepted", "rejected", "not applicable"],
         [[name, c["accepted"], c["rejected"], c["not_applicable"]] for name, c in tally.items()],
     )
     notes = "\n".join(f"- **{k}**: {v}" for k, v in AMBIGUITY_NOTES.items())
-    unconfirmed_rows = [[name, ", ".join(f"{label} {n}" for label, n in counts.items())] for name, counts in unconfirmed.items()]
-    unconfirmed_table = markdown_table(["recipe", "labels given to its unconfirmed injections"], unconfirmed_rows)
+    rows = [[name, ", ".join(f"{x} {n}" for x, n in counts.items())] for name, counts in unconfirmed.items()]
+    unconfirmed_table = markdown_table(["recipe", "labels given to its unconfirmed injections"], rows)
     goal = "met" if result["goal_met"] else "NOT met"
     text = f"""# Diagnoser validation: {diagnoser_name}
 
@@ -219,5 +221,6 @@ def validate_diagnoser(cfg, out_dir: Path) -> dict[str, Any]:
     table = write_report(out_dir, diagnoser.name, result, tally, unconfirmed_counts)
     print(table)
     print(f"macro-F1 {result['macro_f1']:.4f} over {len(truth)} cases; outputs in {out_dir}")
-    log.info("diagnoser %s: macro-F1 %.4f, min recall %.4f", diagnoser.name, result["macro_f1"], result["min_recall"])
+    log.info("diagnoser %s: macro-F1 %.4f, min recall %.4f",
+             diagnoser.name, result["macro_f1"], result["min_recall"])
     return result

@@ -29,10 +29,14 @@ SCHEMA_NOTE = (
     "Do not invent tools outside the current schema."
 )
 GUIDELINE_TEXT = {
-    "cautious_call": "Cautious call: if no available tool fits the request, reply in plain text; do not fabricate a call.",
-    "active_respond": "Active respond: if an available tool can serve the request, emit the call instead of only describing it.",
-    "state_aware": "State aware: re-read the most recent tool results before making a call that changes state.",
-    "scope": "Scope: only act on items (files, ids, names) that appeared in the request or in earlier results.",
+    "cautious_call": "Cautious call: if no available tool fits the request, reply in plain text; "
+    "do not fabricate a call.",
+    "active_respond": "Active respond: if an available tool can serve the request, emit the call "
+    "instead of only describing it.",
+    "state_aware": "State aware: re-read the most recent tool results before making a call that "
+    "changes state.",
+    "scope": "Scope: only act on items (files, ids, names) that appeared in the request or in "
+    "earlier results.",
     "format": "Format: give the answer in the format the user asked for.",
 }
 HINT_PREFIX = "\nHint: "
@@ -66,7 +70,9 @@ def annotate_docs(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 description = f"{REQUIRED_MARK} {description}".rstrip()
             new_props[name] = {**copy.deepcopy(prop), "description": description}
         new_doc = {k: (v if k == "parameters" else copy.deepcopy(v)) for k, v in doc.items()}
-        new_doc["parameters"] = {k: (new_props if k == "properties" else copy.deepcopy(v)) for k, v in params.items()}
+        new_doc["parameters"] = {
+            k: (new_props if k == "properties" else copy.deepcopy(v)) for k, v in params.items()
+        }
         out.append(new_doc)
     return out
 
