@@ -135,8 +135,8 @@ def write_report(
         [[name, c["accepted"], c["rejected"], c["not_applicable"]] for name, c in tally.items()],
     )
     notes = "\n".join(f"- **{k}**: {v}" for k, v in AMBIGUITY_NOTES.items())
-    rows = [[name, ", ".join(f"{x} {n}" for x, n in counts.items())] for name, counts in unconfirmed.items()]
-    unconfirmed_table = markdown_table(["recipe", "labels given to its unconfirmed injections"], rows)
+    seen = [[name, ", ".join(f"{x} {n}" for x, n in counts.items())] for name, counts in unconfirmed.items()]
+    unconfirmed_table = markdown_table(["recipe", "labels given to its unconfirmed injections"], seen)
     goal = "met" if result["goal_met"] else "NOT met"
     text = f"""# Diagnoser validation: {diagnoser_name}
 
