@@ -79,7 +79,8 @@ class ConstantDiagnoser(RuleDiagnoser):
         self.label = label
 
     def label_round(self, items: Sequence[Item]) -> list[list[str]]:
-        return [[self.label if x in L.FAILURE_LABELS else x for x in traj] for traj in super().label_round(items)]
+        rule_labels = super().label_round(items)
+        return [[self.label if x in L.FAILURE_LABELS else x for x in traj] for traj in rule_labels]
 
 
 class NoDiagnoser:

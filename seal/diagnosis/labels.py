@@ -85,7 +85,8 @@ TABLE5_TO_LABELS: dict[str, tuple[str, ...]] = {
 TABLE6_TO_LABELS: dict[str, tuple[str, ...]] = {
     name: (name,)
     for name in (
-        SPURIOUS_TOOL_CALL, CORRECT_ABSTENTION, EMPTY_TURN, STATE_MISMATCH, RESPONSE_MISMATCH, INSTANCE_MISMATCH, PASS,
+        SPURIOUS_TOOL_CALL, CORRECT_ABSTENTION, EMPTY_TURN, STATE_MISMATCH, RESPONSE_MISMATCH,
+        INSTANCE_MISMATCH, PASS,
     )
 }
 
@@ -112,5 +113,6 @@ def check_rho_keys(rho: Mapping[str, float]) -> None:
     unweighted = sorted(set(keys) - set(WEIGHTED_LABELS))
     if unweighted:
         raise ValueError(
-            f"rho key(s) {', '.join(unweighted)} are never weighted; weighted labels are {', '.join(WEIGHTED_LABELS)}"
+            f"rho key(s) {', '.join(unweighted)} are never weighted; "
+            f"weighted labels are {', '.join(WEIGHTED_LABELS)}"
         )

@@ -55,10 +55,18 @@ class FailureProfile:
             counts=counts,
             prevalence={k: v / n for k, v in counts.items()} if n else {},
             mean_reward=sum(rewards) / len(rewards) if rewards else 0.0,
-            by_category={c: {k: cnt[k] for k in sorted(cnt, key=order.__getitem__)} for c, cnt in by_category.items()},
+            by_category={
+                c: {k: cnt[k] for k in sorted(cnt, key=order.__getitem__)} for c, cnt in by_category.items()
+            },
             num_trajectories=len(labels),
             num_turns=n,
         )
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    def metrics(self) -> dict[str, float]:
+        """Flat, namespaced numbers for the logger: diag/<label> is the label's prevalence."""
+        out = {f"diag/{label}": share for label, share in self.prevalence.items()}
+        out.update({"diag/num_turns": float(self.num_turns), "diag/mean_reward": self.mean_reward})
+        return out

@@ -108,7 +108,9 @@ def _gold_calls(check: TurnCheck, entry: Entry) -> list[ToolCall]:
     return out
 
 
-def _unrecovered_error(records: list[CallRecord], gold_records: list[CallRecord], gold: list[ToolCall]) -> bool:
+def _unrecovered_error(
+    records: list[CallRecord], gold_records: list[CallRecord], gold: list[ToolCall]
+) -> bool:
     """An execution error the gold calls did not also get, after which the model did not make good:
     no later successful call to the same tool, or fewer successful calls to it than gold makes."""
     expected = {r.observation for r in gold_records if not r.ok}

@@ -90,7 +90,9 @@ def tool_registry() -> dict[str, ToolSpec]:
             params=order.get(name, tuple(props)),
             required=frozenset(doc.get("parameters", {}).get("required", [])),
             types={p: s.get("type", "") for p, s in props.items()},
-            item_types={p: s["items"].get("type", "") for p, s in props.items() if isinstance(s.get("items"), dict)},
+            item_types={
+                p: s["items"].get("type", "") for p, s in props.items() if isinstance(s.get("items"), dict)
+            },
             allowed={p: v for p, s in props.items() if (v := allowed_values(s)) is not None},
         )
     return registry

@@ -15,18 +15,13 @@ from __future__ import annotations
 import logging
 import random
 from collections import Counter, defaultdict
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from seal.diagnosis import labels as L
-from seal.diagnosis.rules import EXECUTION_ERRORS
-from seal.diagnosis.schema import tool_registry
-from seal.env.benchmark import CATEGORIES, Entry, load_benchmark
-from seal.env.calls import ToolCall, parse_call
-from seal.env.episode import Episode, StepRecord
-from seal.env.verifier import FORCE_TERMINATED, RESPONSE_MISMATCH, STATE_MISMATCH, Verdict, verify
+from seal.diagnosis.injections import RECIPES, Case, play
+from seal.env.benchmark import CATEGORIES, load_benchmark
+from seal.env.verifier import verify
 
 log = logging.getLogger(__name__)
 
@@ -34,480 +29,17 @@ log = logging.getLogger(__name__)
 ENTRIES_PER_CATEGORY = 40
 # A recipe whose injection the checker does not confirm is redrawn (new spot, new value) this often
 ATTEMPTS = 4
-# Step limit used for the step_limit recipe (the benchmark's 20 would only cost time)
-SMALL_STEP_LIMIT = 3
 GOAL_MACRO_F1 = 0.95
 GOAL_MIN_RECALL = 0.9
 
 
-@dataclass
-class Step:
-    calls: list[ToolCall | str] = field(default_factory=list)
-    parse_failures: list[tuple[str, str]] = field(default_factory=list)
-    keep_turn: bool = False
-
-
-Script = list[list[Step]]  # per turn, the model's steps before its closing plain-text answer
-
-
-@dataclass
-class Case:
-    entry: Entry
-    recipe: str
-    target: int
-    label: str
-    verdict: Verdict
-    steps: list[list[StepRecord]]
-    # further (turn, label) pairs the same trajectory is scored on (turns never played)
-    extra: list[tuple[int, str]] = field(default_factory=list)
-
-
-def gold_script(entry: Entry) -> Script:
-    return [[Step([parse_call(c) for c in turn])] if turn else [] for turn in entry.gold]
-
-
-def play(entry: Entry, script: Script, max_steps: int = 20, abort_after: int | None = None):
-    """Run a scripted trajectory through the episode protocol; returns (verdict, steps)."""
-    episode = Episode(entry, max_steps=max_steps)
-    while (turn := episode.next_turn()) is not None:
-        for step in script[turn.index]:
-            outcome = episode.step(list(step.calls), raw="scripted", parse_failures=step.parse_failures,
-                                   keep_turn=step.keep_turn)
-            if outcome.turn_over:
-                break
-        if episode.in_turn:
-            episode.step([], raw="Done.")
-        if abort_after is not None and turn.index == abort_after:
-            episode.abort("context_overflow")
-    return episode.verdict(), episode.steps
-
-
-# ---------------------------------------------------------------- evidence used for acceptance
-
-
-def _turn_errors(steps: list[StepRecord], verdict: Verdict, t: int) -> list[str]:
-    expected = {r.observation for r in verdict.turns[t].gold_calls if not r.ok}
-    return [r.error for s in steps for r in s.calls if not r.ok and r.observation not in expected]
-
-
-def _status(verdict: Verdict, t: int) -> str:
-    return verdict.turns[t].status
-
-
-def _failed(verdict: Verdict, t: int) -> bool:
-    return verdict.turns[t].failed
-
-
-# ---------------------------------------------------------------- value mutations
-
-
-def _bound(call: ToolCall) -> tuple[list[str], dict[str, Any]]:
-    spec = tool_registry()[call.name]
-    names = list(spec.params[: len(call.args)])
-    return names, {**dict(zip(names, call.args)), **call.kwargs}
-
-
-def _with_args(call: ToolCall, args: dict[str, Any]) -> ToolCall:
-    """The call with all arguments passed by keyword."""
-    return ToolCall(call.name, (), dict(args))
-
-
-def _other_value(name: str, param: str, value: Any, rng: random.Random, erroring: bool) -> Any:
-    allowed = tool_registry()[name].allowed.get(param)
-    if allowed and isinstance(value, str):
-        others = [v for v in allowed if v != value]
-        return rng.choice(others) if others else None
-    if isinstance(value, bool):
-        return not value
-    if isinstance(value, int):
-        return -abs(value) - 1000 if erroring else value + rng.choice([1, 2, 7])
-    if isinstance(value, float):
-        return -abs(value) - 1000.0 if erroring else round(value * 1.5 + 1.0, 2)
-    if isinstance(value, str):
-        return ("missing_" + value) if erroring else (value + rng.choice(["_2", "_new", "x"]))
-    if isinstance(value, list) and value:
-        return value[:-1]
-    return None
-
-
-_WRONG_TYPE = {
-    "string": 12345,
-    "integer": "twelve",
-    "float": "1.5 units",
-    "boolean": "yes",
-    "array": "a, b",
-    "dict": "key=value",
-}
-
-# ---------------------------------------------------------------- recipes
-# A recipe takes (entry, rng) and returns (script, target turn, intended label, play kwargs,
-# accept(verdict, steps) -> intended label or None). None from the recipe: not applicable.
-
-Recipe = Callable[[Entry, random.Random], "tuple | None"]
-
-
-def _call_turns(entry: Entry) -> list[int]:
-    return [t for t, turn in enumerate(entry.gold) if turn]
-
-
-def _empty_turns(entry: Entry) -> list[int]:
-    return [t for t, turn in enumerate(entry.gold) if not turn]
-
-
-def _pick_call(entry: Entry, rng: random.Random, where: Callable[[ToolCall], bool] = lambda c: True):
-    spots = [(t, i) for t in _call_turns(entry) for i, text in enumerate(entry.gold[t]) if where(parse_call(text))]
-    return rng.choice(spots) if spots else None
-
-
-def _accept_failed(label: str, clean: bool = False):
-    def accept(verdict, steps, t):
-        if not _failed(verdict, t):
-            return None
-        if clean and _turn_errors(steps[t], verdict, t):
-            return None
-        return label
-
-    return accept
-
-
-def r_gold_turn(entry, rng):
-    t = rng.choice(_call_turns(entry))
-    return gold_script(entry), t, {}, lambda v, s, t: L.PASS if _status(v, t) == "pass" else None
-
-
-def r_split_steps(entry, rng):
-    t = rng.choice(_call_turns(entry))
-    script = gold_script(entry)
-    script[t] = [Step([parse_call(c)]) for c in entry.gold[t]]
-    return script, t, {}, lambda v, s, t: L.PASS if _status(v, t) == "pass" else None
-
-
-def r_recovered_parse_error(entry, rng):
-    t = rng.choice(_call_turns(entry))
-    script = gold_script(entry)
-    script[t] = [Step([], [("<tool_call>{\"name\": ", "not valid JSON")], keep_turn=True)] + script[t]
-    return script, t, {}, lambda v, s, t: L.PASS if _status(v, t) == "pass" else None
-
-
-def r_recovered_execution_error(entry, rng):
-    spot = _pick_call(entry, rng, lambda c: bool(c.args or c.kwargs))
-    if spot is None:
-        return None
-    t, i = spot
-    call = parse_call(entry.gold[t][i])
-    names, args = _bound(call)
-    param = rng.choice(sorted(args))
-    bad = _other_value(call.name, param, args[param], rng, erroring=True)
-    if bad is None:
-        return None
-    script = gold_script(entry)
-    script[t] = [Step([_with_args(call, {**args, param: bad})])] + script[t]
-
-    def accept(v, s, t):
-        errored = any(r.error in EXECUTION_ERRORS for r in s[t][0].calls)
-        return L.PASS if errored and _status(v, t) == "pass" else None
-
-    return script, t, {}, accept
-
-
-def r_abstain(entry, rng):
-    empty = _empty_turns(entry)
-    if not empty:
-        return None
-    return gold_script(entry), rng.choice(empty), {}, lambda v, s, t: L.CORRECT_ABSTENTION
-
-
-def r_call_when_no_call_needed(entry, rng):
-    empty, calls = _empty_turns(entry), [c for turn in entry.gold for c in turn]
-    if not empty or not calls:
-        return None
-    t = rng.choice(empty)
-    script = gold_script(entry)
-    script[t] = [Step([parse_call(rng.choice(calls))])]
-    return script, t, {}, lambda v, s, t: L.SPURIOUS_TOOL_CALL
-
-
-def r_unknown_function(entry, rng):
-    t, i = _pick_call(entry, rng)
-    call = parse_call(entry.gold[t][i])
-    script = gold_script(entry)
-    script[t][0].calls[i] = ToolCall(call.name + rng.choice(["_v2", "_tool", "_all"]), call.args, call.kwargs)
-    return script, t, {}, _accept_failed(L.INVALID_TOOL_CALL)
-
-
-def r_undecodable_call(entry, rng):
-    t = rng.choice(_call_turns(entry))
-    script = gold_script(entry)
-    calls = script[t][0].calls
-    keep = rng.randrange(0, len(calls))
-    script[t] = ([Step(calls[:keep])] if keep else []) + [Step([], [("<tool_call>{'name': x", "not valid JSON")])]
-    return script, t, {}, _accept_failed(L.INVALID_TOOL_CALL)
-
-
-def r_unsafe_call(entry, rng):
-    t, i = _pick_call(entry, rng)
-    script = gold_script(entry)
-    script[t][0].calls[i] = rng.choice(["__import__('os').getcwd()", f"tools.{entry.gold[t][i]}", "open('notes.txt')"])
-    return script, t, {}, _accept_failed(L.INVALID_TOOL_CALL)
-
-
-def r_tool_not_yet_shown(entry, rng):
-    if not entry.holdout:
-        return None
-    at = min(entry.holdout)
-    hidden = {d["name"] for d in entry.holdout[at]}
-    later = [c for turn in entry.gold[at:] for c in turn if parse_call(c).name in hidden]
-    turns = [t for t in _call_turns(entry) if t < at]
-    if not later or not turns:
-        return None
-    t = rng.choice(turns)
-    script = gold_script(entry)
-    script[t][0].calls.append(parse_call(rng.choice(later)))
-    return script, t, {}, _accept_failed(L.INVALID_TOOL_CALL)
-
-
-def _arg_recipe(entry, rng, mutate):
-    spots = []
-    for t in _call_turns(entry):
-        for i, text in enumerate(entry.gold[t]):
-            call = parse_call(text)
-            names, args = _bound(call)
-            for param in sorted(args):
-                spots.append((t, i, call, args, param))
-    candidates = [s for s in spots if mutate(*s[2:], rng, dry=True)]
-    if not candidates:
-        return None
-    t, i, call, args, param = rng.choice(candidates)
-    script = gold_script(entry)
-    script[t][0].calls[i] = mutate(call, args, param, rng, dry=False)
-    return script, t
-
-
-def _drop_required(call, args, param, rng, dry):
-    if param not in tool_registry()[call.name].required:
-        return False
-    return True if dry else _with_args(call, {k: v for k, v in args.items() if k != param})
-
-
-def _unknown_argument(call, args, param, rng, dry):
-    if dry:
-        return True
-    renamed = param + rng.choice(["_name", "_value", "s"])
-    return _with_args(call, {(renamed if k == param else k): v for k, v in args.items()})
-
-
-def _wrong_type(call, args, param, rng, dry):
-    declared = tool_registry()[call.name].types.get(param)
-    if declared not in _WRONG_TYPE:
-        return False
-    return True if dry else _with_args(call, {**args, param: _WRONG_TYPE[declared]})
-
-
-def _not_allowed(call, args, param, rng, dry):
-    if param not in tool_registry()[call.name].allowed:
-        return False
-    bad = rng.choice(["maximum", "unknown", "other"])
-    value = [bad] if isinstance(args[param], list) else bad
-    return True if dry else _with_args(call, {**args, param: value})
-
-
-def _make_arg_recipe(mutate):
-    def recipe(entry, rng):
-        out = _arg_recipe(entry, rng, mutate)
-        if out is None:
-            return None
-        return *out, {}, _accept_failed(L.ARGUMENT_MISMATCH)
-
-    return recipe
-
-
-def r_drop_call(entry, rng, intended):
-    t, i = _pick_call(entry, rng)
-    if len(entry.gold[t]) < 2:
-        return None
-    script = gold_script(entry)
-    del script[t][0].calls[i]
-    want = STATE_MISMATCH if intended == L.STATE_MISMATCH else RESPONSE_MISMATCH
-
-    def accept(v, s, t):
-        ok = _status(v, t) == want and not _turn_errors(s[t], v, t)
-        return intended if ok else None
-
-    return script, t, {}, accept
-
-
-def r_extra_call(entry, rng):
-    t = rng.choice(_call_turns(entry))
-    visible = entry.visible_function_names(t)
-    calls = [c for turn in entry.gold for c in turn if parse_call(c).name in visible]
-    script = gold_script(entry)
-    script[t][0].calls.append(parse_call(rng.choice(calls)))
-
-    def accept(v, s, t):
-        ok = _status(v, t) == STATE_MISMATCH and not _turn_errors(s[t], v, t)
-        return L.STATE_MISMATCH if ok else None
-
-    return script, t, {}, accept
-
-
-def r_reorder(entry, rng):
-    turns = [t for t in _call_turns(entry) if len(entry.gold[t]) >= 2]
-    if not turns:
-        return None
-    t = rng.choice(turns)
-    script = gold_script(entry)
-    calls = script[t][0].calls
-    if rng.random() < 0.5:
-        calls.reverse()
-    else:
-        calls.insert(0, calls.pop())
-
-    def accept(v, s, t):
-        if _turn_errors(s[t], v, t):
-            return None
-        return {STATE_MISMATCH: L.STATE_MISMATCH, RESPONSE_MISMATCH: L.RESPONSE_MISMATCH}.get(_status(v, t))
-
-    return script, t, {}, accept
-
-
-def _value_recipe(entry, rng, erroring):
-    spot = _pick_call(entry, rng, lambda c: bool(c.args or c.kwargs))
-    if spot is None:
-        return None
-    t, i = spot
-    call = parse_call(entry.gold[t][i])
-    _, args = _bound(call)
-    param = rng.choice(sorted(args))
-    value = _other_value(call.name, param, args[param], rng, erroring)
-    if value is None:
-        return None
-    script = gold_script(entry)
-    script[t][0].calls[i] = _with_args(call, {**args, param: value})
-    give_up = erroring and rng.random() < 0.5
-    if give_up:  # the model stops the turn after the error
-        del script[t][0].calls[i + 1 :]
-    return script, t, i
-
-
-def r_wrong_value(entry, rng):
-    out = _value_recipe(entry, rng, erroring=False)
-    if out is None:
-        return None
-    script, t, _ = out
-
-    def accept(v, s, t):
-        return L.INSTANCE_MISMATCH if _failed(v, t) and not _turn_errors(s[t], v, t) else None
-
-    return script, t, {}, accept
-
-
-def r_erroring_value(entry, rng):
-    out = _value_recipe(entry, rng, erroring=True)
-    if out is None:
-        return None
-    script, t, i = out
-
-    def accept(v, s, t):
-        record = s[t][0].calls[i]
-        errors = _turn_errors(s[t], v, t)
-        ok = _failed(v, t) and record.error in EXECUTION_ERRORS and set(errors) <= EXECUTION_ERRORS
-        return L.RECOVERY_FAILURE if ok else None
-
-    return script, t, {}, accept
-
-
-def r_read_out_of_order(entry, rng):
-    """One call of the turn moved to another position: same calls, same values, results differ."""
-    turns = [t for t in _call_turns(entry) if len(entry.gold[t]) >= 2]
-    if not turns:
-        return None
-    t = rng.choice(turns)
-    script = gold_script(entry)
-    calls = script[t][0].calls
-    i, j = rng.sample(range(len(calls)), 2)
-    calls.insert(j, calls.pop(i))
-
-    def accept(v, s, t):
-        ok = _status(v, t) == RESPONSE_MISMATCH and not _turn_errors(s[t], v, t)
-        return L.RESPONSE_MISMATCH if ok else None
-
-    return script, t, {}, accept
-
-
-def r_answer_without_calls(entry, rng):
-    t = rng.choice(_call_turns(entry))
-    script = gold_script(entry)
-    script[t] = []
-    return script, t, {}, lambda v, s, t: L.EMPTY_TURN
-
-
-def r_stop_early(entry, rng):
-    turns = [t for t in _call_turns(entry) if len(entry.gold[t]) >= 2]
-    if not turns:
-        return None
-    t = rng.choice(turns)
-    script = gold_script(entry)
-    del script[t][0].calls[rng.randrange(1, len(entry.gold[t])) :]
-
-    def accept(v, s, t):
-        ok = _status(v, t) == RESPONSE_MISMATCH and not _turn_errors(s[t], v, t)
-        return L.MISSING_TOOL_CALL if ok else None
-
-    return script, t, {}, accept
-
-
-def r_step_limit(entry, rng):
-    turns = list(range(entry.num_turns - 1))  # on the last turn BFCL scores normally
-    if not turns:
-        return None
-    t = rng.choice(turns)
-    calls = [c for turn in entry.gold for c in turn] or ["pwd()"]
-    script = gold_script(entry)
-    loop = parse_call(rng.choice(calls))
-    script[t] = script[t] + [Step([loop]) for _ in range(SMALL_STEP_LIMIT + 1)]
-
-    def accept(v, s, t):
-        return L.STEP_LIMIT if v.error_type == FORCE_TERMINATED and len(s) == t + 1 else None
-
-    return script, t, {"max_steps": SMALL_STEP_LIMIT}, accept
-
-
-def r_context_overflow(entry, rng):
-    t = rng.randrange(entry.num_turns)
-    return gold_script(entry), t, {"abort_after": t}, lambda v, s, t: L.CONTEXT_OVERFLOW
-
-
-RECIPES: dict[str, Recipe] = {
-    "gold_turn": r_gold_turn,
-    "split_steps": r_split_steps,
-    "recovered_parse_error": r_recovered_parse_error,
-    "recovered_execution_error": r_recovered_execution_error,
-    "abstain": r_abstain,
-    "call_when_no_call_needed": r_call_when_no_call_needed,
-    "unknown_function": r_unknown_function,
-    "undecodable_call": r_undecodable_call,
-    "unsafe_call": r_unsafe_call,
-    "tool_not_yet_shown": r_tool_not_yet_shown,
-    "drop_required_argument": _make_arg_recipe(_drop_required),
-    "unknown_argument": _make_arg_recipe(_unknown_argument),
-    "wrong_argument_type": _make_arg_recipe(_wrong_type),
-    "value_not_allowed": _make_arg_recipe(_not_allowed),
-    "drop_state_changing_call": lambda e, r: r_drop_call(e, r, L.STATE_MISMATCH),
-    "extra_state_changing_call": r_extra_call,
-    "reorder_calls": r_reorder,
-    "call_out_of_order": r_read_out_of_order,
-    "wrong_value": r_wrong_value,
-    "erroring_value": r_erroring_value,
-    "answer_without_calls": r_answer_without_calls,
-    "drop_read_call": lambda e, r: r_drop_call(e, r, L.MISSING_TOOL_CALL),
-    "stop_early": r_stop_early,
-    "step_limit": r_step_limit,
-    "context_overflow": r_context_overflow,
-}
-
-
-def build_cases(seed: int, entries_per_category: int | None = None) -> tuple[list[Case], dict[str, Counter]]:
-    """The labelled validation set (deterministic in `seed`) and per-recipe accepted/rejected counts."""
+def build_cases(
+    seed: int, entries_per_category: int | None = None, rejected: list[Case] | None = None
+) -> tuple[list[Case], dict[str, Counter]]:
+    """The labelled validation set (deterministic in `seed`) and per-recipe accepted/rejected counts.
+
+    Injections the checker did not confirm are appended to `rejected` when given (label None), so
+    the report can show what the diagnoser makes of them."""
     entries_per_category = entries_per_category or ENTRIES_PER_CATEGORY
     rng = random.Random(seed)
     bench = load_benchmark()
@@ -528,10 +60,13 @@ def build_cases(seed: int, entries_per_category: int | None = None) -> tuple[lis
                     if label is not None:
                         break
                     tally[name]["rejected"] += 1
+                    if rejected is not None:
+                        rejected.append(Case(entry, name, target, None, verdict, steps))
                 if made is None or label is None:
                     continue
                 tally[name]["accepted"] += 1
-                extra = [(target + 1, L.NOT_PLAYED)] if "abort_after" in play_kwargs or "max_steps" in play_kwargs else []
+                ends_early = "abort_after" in play_kwargs or "max_steps" in play_kwargs
+                extra = [(target + 1, L.NOT_PLAYED)] if ends_early else []
                 extra = [(t, x) for t, x in extra if t < entry.num_turns]
                 cases.append(Case(entry, name, target, label, verdict, steps, extra))
     # A trajectory the checker cannot read (not a list of turns): checker_error on every turn.
@@ -582,20 +117,26 @@ AMBIGUITY_NOTES = {
 }
 
 
-def write_report(out_dir: Path, diagnoser_name: str, result: dict[str, Any], tally: dict[str, Counter]) -> str:
+def write_report(
+    out_dir: Path, diagnoser_name: str, result: dict[str, Any], tally: dict[str, Counter],
+    unconfirmed: dict[str, dict[str, int]],
+) -> str:
     from seal.report.tables import markdown_table
 
     rows = [[x, v["n"], v["precision"], v["recall"], v["f1"]] for x, v in result["per_label"].items()]
     table = markdown_table(["label", "n", "precision", "recall", "F1"], rows)
     columns = list(next(iter(result["confusion"].values())))
     confusion = markdown_table(
-        ["true \\ predicted"] + columns, [[t] + [row[c] for c in columns] for t, row in result["confusion"].items()]
+        ["true \\ predicted"] + columns,
+        [[t] + [row[c] for c in columns] for t, row in result["confusion"].items()],
     )
     recipes = markdown_table(
         ["recipe", "accepted", "rejected", "not applicable"],
         [[name, c["accepted"], c["rejected"], c["not_applicable"]] for name, c in tally.items()],
     )
     notes = "\n".join(f"- **{k}**: {v}" for k, v in AMBIGUITY_NOTES.items())
+    seen = [[name, ", ".join(f"{x} {n}" for x, n in counts.items())] for name, counts in unconfirmed.items()]
+    unconfirmed_table = markdown_table(["recipe", "labels given to its unconfirmed injections"], seen)
     goal = "met" if result["goal_met"] else "NOT met"
     text = f"""# Diagnoser validation: {diagnoser_name}
 
@@ -619,6 +160,18 @@ executor and the official checker confirm the injection (see seal/diagnosis/vali
 
 {recipes}
 
+## What this measures, and what it does not
+
+The injected label is the intent of the recipe, confirmed by the executor and the official
+checker (did the call error, did the turn fail, on state or on results). The score therefore says
+that the rules implement the taxonomy's definitions and its priority consistently on clean,
+single-failure turns of real entries, in all four categories. It does not say that the labels agree
+with a human reading of real model failures, where several failures mix; the priority decides those
+cases by construction. Injections the checker did not confirm are not scored; here is what the
+diagnoser calls them (each is a legitimate label for what actually happened):
+
+{unconfirmed_table}
+
 ## Labels that are ambiguous by nature
 
 {notes}
@@ -636,8 +189,14 @@ def validate_diagnoser(cfg, out_dir: Path) -> dict[str, Any]:
     out_dir.mkdir(parents=True, exist_ok=True)
     diagnoser = instantiate(cfg.diagnoser)
     seed = int(cfg.get("seed", 0) or 0)
-    cases, tally = build_cases(seed)
-    predicted_all = diagnoser.label_round([(c.entry, c.verdict, c.steps) for c in cases])
+    rejected: list[Case] = []
+    cases, tally = build_cases(seed, rejected=rejected)
+    predicted_all = diagnoser.label_round([(c.entry, c.verdict, c.steps) for c in cases + rejected])
+    unconfirmed: dict[str, Counter] = defaultdict(Counter)
+    for case, labels in zip(rejected, predicted_all[len(cases):]):
+        unconfirmed[case.recipe][labels[case.target]] += 1
+    unconfirmed_counts = {name: dict(c.most_common()) for name, c in unconfirmed.items()}
+    predicted_all = predicted_all[: len(cases)]
     truth, predicted, categories = [], [], Counter()
     for case, labels in zip(cases, predicted_all):
         for turn, label in [(case.target, case.label)] + case.extra:
@@ -654,12 +213,14 @@ def validate_diagnoser(cfg, out_dir: Path) -> dict[str, Any]:
         min_recall=worst[1]["recall"],
         min_recall_label=worst[0],
         recipes={name: dict(c) for name, c in tally.items()},
+        unconfirmed_injections=unconfirmed_counts,
         ambiguous=AMBIGUITY_NOTES,
     )
     result["goal_met"] = result["macro_f1"] >= GOAL_MACRO_F1 and result["min_recall"] >= GOAL_MIN_RECALL
     write_json(out_dir / "diagnoser_validation.json", result)
-    table = write_report(out_dir, diagnoser.name, result, tally)
+    table = write_report(out_dir, diagnoser.name, result, tally, unconfirmed_counts)
     print(table)
     print(f"macro-F1 {result['macro_f1']:.4f} over {len(truth)} cases; outputs in {out_dir}")
-    log.info("diagnoser %s: macro-F1 %.4f, min recall %.4f", diagnoser.name, result["macro_f1"], result["min_recall"])
+    log.info("diagnoser %s: macro-F1 %.4f, min recall %.4f",
+             diagnoser.name, result["macro_f1"], result["min_recall"])
     return result

@@ -95,7 +95,9 @@ class InterfaceConfig:
         self.guidelines = list(_plain(self.guidelines))
         unknown = sorted((set(self.thresholds) | set(self.triggers)) - set(SWITCHES))
         if unknown:
-            raise ValueError(f"unknown interface switch(es) {', '.join(unknown)}; switches are {', '.join(SWITCHES)}")
+            raise ValueError(
+                f"unknown interface switch(es) {', '.join(unknown)}; switches are {', '.join(SWITCHES)}"
+            )
         bad = sorted(set(self.guidelines) - set(GUIDELINES))
         if bad:
             raise ValueError(f"unknown guideline(s) {', '.join(bad)}; guidelines are {', '.join(GUIDELINES)}")
@@ -104,7 +106,9 @@ class InterfaceConfig:
         for switch in SWITCHES:
             on, off = self.threshold(switch)
             if not 0.0 <= off <= on <= 1.0:
-                raise ValueError(f"{switch}: need 0 <= off <= on <= 1 for the thresholds, got on={on}, off={off}")
+                raise ValueError(
+                    f"{switch}: need 0 <= off <= on <= 1 for the thresholds, got on={on}, off={off}"
+                )
         if self.min_evidence < 0:
             raise ValueError(f"min_evidence must be >= 0, got {self.min_evidence}")
 
@@ -144,6 +148,12 @@ class Omega:
         out.update({f"cap/{g}": g in self.phi_cap for g in GUIDELINES})
         return out
 
+    def metrics(self) -> dict[str, float]:
+        """Flat, namespaced numbers for the logger: iface/<switch> is 1.0 when on."""
+        out = {f"iface/{k}": float(v) for k, v in self.switches().items()}
+        out["iface/version"] = float(self.version)
+        return out
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "version": self.version,
@@ -154,7 +164,8 @@ class Omega:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Omega:
-        return cls(bool(d["phi_schema"]), bool(d["phi_err"]), frozenset(d.get("phi_cap", ())), int(d["version"]))
+        cap = frozenset(d.get("phi_cap", ()))
+        return cls(bool(d["phi_schema"]), bool(d["phi_err"]), cap, int(d["version"]))
 
     @classmethod
     def from_switches(cls, switches: Mapping[str, bool], version: int) -> Omega:
@@ -201,7 +212,8 @@ def omega_diff(old: Omega, new: Omega) -> str:
     before, after = old.switches(), new.switches()
     for switch in SWITCHES:
         if before[switch] != after[switch]:
-            lines.append(f"{switch}: {'on' if before[switch] else 'off'} -> {'on' if after[switch] else 'off'}")
+            was, now = ("on" if before[switch] else "off"), ("on" if after[switch] else "off")
+            lines.append(f"{switch}: {was} -> {now}")
     if old.version != new.version:
         lines.append(f"version: {old.version} -> {new.version}")
     return "\n".join(lines)

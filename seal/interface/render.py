@@ -29,10 +29,14 @@ SCHEMA_NOTE = (
     "Do not invent tools outside the current schema."
 )
 GUIDELINE_TEXT = {
-    "cautious_call": "Cautious call: if no available tool fits the request, reply in plain text; do not fabricate a call.",
-    "active_respond": "Active respond: if an available tool can serve the request, emit the call instead of only describing it.",
-    "state_aware": "State aware: re-read the most recent tool results before making a call that changes state.",
-    "scope": "Scope: only act on items (files, ids, names) that appeared in the request or in earlier results.",
+    "cautious_call": "Cautious call: if no available tool fits the request, reply in plain text; "
+    "do not fabricate a call.",
+    "active_respond": "Active respond: if an available tool can serve the request, emit the call "
+    "instead of only describing it.",
+    "state_aware": "State aware: re-read the most recent tool results before making a call that "
+    "changes state.",
+    "scope": "Scope: only act on items (files, ids, names) that appeared in the request or in "
+    "earlier results.",
     "format": "Format: give the answer in the format the user asked for.",
 }
 HINT_PREFIX = "\nHint: "
@@ -40,13 +44,23 @@ PLAIN_TEXT = "If no tool fits, answer in plain text."
 
 
 def annotate_docs(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """phi_schema: `[required]` on required parameters, `Allowed values: ...` where the docs list them."""
-    out = copy.deepcopy(docs)
-    for doc in out:
+    """phi_schema: `[required]` on required parameters, `Allowed values: ...` where the docs list them.
+
+    Copies only the dicts it changes (a deep copy of every doc per episode is measurably slow);
+    the input is never mutated.
+    """
+    out = []
+    for doc in docs:
         params = doc.get("parameters") or {}
+        props = params.get("properties") or {}
+        if not props:
+            out.append(copy.deepcopy(doc))
+            continue
         required = set(params.get("required") or [])
-        for name, prop in (params.get("properties") or {}).items():
+        new_props = {}
+        for name, prop in props.items():
             if not isinstance(prop, dict):
+                new_props[name] = copy.deepcopy(prop)
                 continue
             description = prop.get("description", "")
             values = allowed_values(prop)
@@ -54,7 +68,12 @@ def annotate_docs(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 description = f"{description.rstrip()} Allowed values: {', '.join(values)}.".strip()
             if name in required and not description.startswith(REQUIRED_MARK):
                 description = f"{REQUIRED_MARK} {description}".rstrip()
-            prop["description"] = description
+            new_props[name] = {**copy.deepcopy(prop), "description": description}
+        new_doc = {k: (v if k == "parameters" else copy.deepcopy(v)) for k, v in doc.items()}
+        new_doc["parameters"] = {
+            k: (new_props if k == "properties" else copy.deepcopy(v)) for k, v in params.items()
+        }
+        out.append(new_doc)
     return out
 
 

@@ -129,6 +129,8 @@ def test_failure_profile_by_hand():
     assert p.by_category == {"base": {"argument_mismatch": 1, "pass": 1}, "miss_param": {"argument_mismatch": 1, "correct_abstention": 1}}
     assert (p.num_trajectories, p.num_turns) == (3, 4)
     assert json.loads(json.dumps(p.to_dict()))["counts"] == p.counts
+    assert p.metrics() == {"diag/argument_mismatch": 0.5, "diag/pass": 0.25, "diag/correct_abstention": 0.25,
+                           "diag/num_turns": 4.0, "diag/mean_reward": pytest.approx(1 / 3)}
     empty = FailureProfile.from_round([], [], [])
     assert empty.num_turns == 0 and empty.prevalence == {} and empty.mean_reward == 0.0
     with pytest.raises(ValueError, match="one category and reward per trajectory"):

@@ -3,7 +3,7 @@
 import pytest
 
 from seal.diagnosis import LABELS, WEIGHTED_LABELS, diagnose
-from seal.diagnosis.validate import Step, gold_script, play
+from seal.diagnosis.injections import Step, gold_script, play
 from seal.env import Episode, parse_call, verify
 
 UNDECODABLE = ("<tool_call>{'name': ", "not valid JSON")

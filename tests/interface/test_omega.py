@@ -40,6 +40,7 @@ def test_round_trip_switches_and_equality():
         "cap/state_aware": False, "cap/scope": True, "cap/format": True,
     }
     assert list(omega.switches()) == list(SWITCHES)
+    assert omega.metrics()["iface/cap/scope"] == 1.0 and omega.metrics()["iface/version"] == 3.0
     assert omega != Omega(phi_schema=True, phi_cap=frozenset({"scope"}), version=3)
     with pytest.raises(ValueError, match="guidelines are cautious_call"):
         Omega(phi_cap=frozenset({"be_nice"}))
