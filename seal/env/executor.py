@@ -150,7 +150,9 @@ def execute(backends: Backends, call: ToolCall | str) -> CallRecord:
         )
     binds = _binds(method, call)
     try:
-        result = method(*call.args, **call.kwargs)
+        # backends keep argument objects in their state (post_tweet stores its `mentions` list):
+        # give them copies so the recorded call never changes after the fact
+        result = method(*copy.deepcopy(call.args), **copy.deepcopy(call.kwargs))
     except Exception as exc:  # the backend's own failure, reported as the official executor does
         return CallRecord(text, ERROR_PREFIX + str(exc), call, "exception" if binds else "bad_arguments")
     error = "backend_error" if isinstance(result, dict) and "error" in result else None

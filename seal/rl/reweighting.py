@@ -90,6 +90,9 @@ class Reweighting:
         if not 0 < self.w_min <= 1 <= self.w_max:
             raise ValueError(f"need 0 < w_min <= 1 <= w_max, got w_min={self.w_min}, w_max={self.w_max}")
         self.rho0 = {str(k): float(v) for k, v in dict(self.rho0).items()}
+        from seal.diagnosis import check_rho_keys
+
+        check_rho_keys(self.rho0)
         self.rho = dict(self.rho0)
         self._rng = random.Random(self.seed)
 

@@ -1,6 +1,7 @@
 """The episode protocol (BFCL's multi-turn inference loop) and isolation between episodes."""
 
 import copy
+import json
 import random
 
 import pytest
@@ -155,3 +156,19 @@ def test_keep_turn_step_counts_towards_the_limit_and_adds_nothing_to_the_result(
     outcome = episode.step([], raw="and again", keep_turn=True)
     assert outcome.turn_over and episode.ended == "force_terminated"
     assert len(episode.steps[0]) == 3 and episode.steps[0][0].parse_failures == [("{bad", "not JSON")]
+
+
+def test_a_recorded_call_does_not_change_when_the_backend_mutates_its_state():
+    from seal.env.benchmark import load_benchmark
+    from seal.env.executor import execute
+
+    entry = next(e for e in load_benchmark().values() if "TwitterAPI" in e.involved_classes)
+    backends = Backends(entry.involved_classes, entry.initial_config, entry.long_context)
+    account = entry.initial_config["TwitterAPI"]
+    login = execute(backends, f"authenticate_twitter(username={account['username']!r}, password={account['password']!r})")
+    assert "true" in login.observation
+    record = execute(backends, "post_tweet(content='hi', mentions=['@a'])")
+    tweet_id = json.loads(record.observation)["id"]
+    execute(backends, f"mention(tweet_id={tweet_id}, mentioned_usernames=['@b'])")
+    assert backends.instances["TwitterAPI"].tweets[tweet_id]["mentions"] == ["@a", "@b"]
+    assert record.call.kwargs["mentions"] == ["@a"]
