@@ -81,7 +81,8 @@ def grpo_config(cfg: DictConfig, out_dir: Path, num_train: int, dtype: str):
         max_steps=rounds * budget.steps_per_round,
         learning_rate=tr.learning_rate,
         lr_scheduler_type=tr.lr_scheduler_type,
-        warmup_ratio=tr.warmup_ratio,
+        # a float below 1 is a fraction of the training steps
+        warmup_steps=float(tr.warmup_ratio),
         beta=tr.beta,
         epsilon=tr.epsilon,
         max_grad_norm=tr.max_grad_norm,
@@ -92,7 +93,7 @@ def grpo_config(cfg: DictConfig, out_dir: Path, num_train: int, dtype: str):
         max_completion_length=budget.max_new_tokens,
         use_cpu=not cuda,
         bf16=cuda and dtype == "bfloat16",
-        gradient_checkpointing=tr.gradient_checkpointing,
+        activation_checkpointing=tr.gradient_checkpointing,
         disable_dropout=True,
         save_strategy="steps",
         save_steps=budget.steps_per_round * tr.save_every,

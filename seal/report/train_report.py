@@ -1,0 +1,100 @@
+"""report.md and curves.png of a training run, rebuilt from the round history after every round."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from seal.report.tables import markdown_table
+
+EVAL_KEYS = ("base", "miss_func", "miss_param", "long_context", "avg")
+
+
+def write_metrics_log(path: Path, history: list[Any]) -> None:
+    """metrics.jsonl: one line per completed round (rewritten whole, so a resumed run stays exact)."""
+    tmp = path.with_suffix(".tmp")
+    with tmp.open("w") as fh:
+        for record in history:
+            fh.write(json.dumps({"round": record.round, "global_step": record.global_step, **record.metrics}) + "\n")
+    tmp.replace(path)
+
+
+def _top_labels(counts: dict[str, int], k: int = 3) -> str:
+    total = sum(counts.values()) or 1
+    top = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:k]
+    return ", ".join(f"{label} {count / total:.0%}" for label, count in top) or "-"
+
+
+def _rho_changes(rho: dict[str, float], rho0: dict[str, float]) -> str:
+    moved = [f"{k} {v:.3f}" for k, v in sorted(rho.items()) if abs(v - rho0.get(k, v)) > 5e-4]
+    return ", ".join(moved) or "= rho0"
+
+
+def plot_curves(path: Path, history: list[Any]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rounds = [r.round for r in history]
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+    for key, label in [("train/reward_mean", "reward mean (pass rate)"), ("train/turn_pass_rate", "turn pass rate")]:
+        axes[0].plot(rounds, [r.metrics.get(key, float("nan")) for r in history], marker="o", label=label)
+    axes[0].set_title("verifier reward")
+    labels = sorted({k for r in history for k in r.metrics if k.startswith("diag/")})
+    for key in labels:
+        axes[1].plot(rounds, [r.metrics.get(key, 0.0) for r in history], marker=".", label=key.removeprefix("diag/"))
+    axes[1].set_title("label prevalence (C_t)")
+    for key in sorted({k for r in history for k in r.metrics if k.startswith("reweight/rho/")}):
+        axes[2].plot(rounds, [r.metrics.get(key, float("nan")) for r in history], label=key.removeprefix("reweight/rho/"))
+    if any("reweight/weight_mean" in r.metrics for r in history):
+        axes[2].plot(rounds, [r.metrics.get("reweight/weight_mean", float("nan")) for r in history],
+                     "k--", marker="o", label="mean weight")
+    axes[2].set_title("rho and trajectory weights")
+    for ax in axes:
+        ax.set_xlabel("round")
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def eval_rows(evals: dict[str, dict[str, Any]]) -> list[list[Any]]:
+    rows = []
+    for name, metrics in evals.items():
+        rows.append([name] + [metrics.get(f"eval/bfcl_v3/{k}", float("nan")) for k in EVAL_KEYS])
+    return rows
+
+
+def write_train_report(out_dir: Path, *, title: str, header: dict[str, Any], history: list[Any],
+                       rho0: dict[str, float], evals: dict[str, dict[str, Any]], timing: dict[str, float]) -> None:
+    lines = [f"# {title}", ""]
+    lines += [f"- {k}: {v}" for k, v in header.items()]
+    lines += ["", "## Rounds", ""]
+    rows = []
+    for r in history:
+        m = r.metrics
+        weight = (
+            f"{m['reweight/weight_mean']:.3f} [{m['reweight/weight_min']:.2f}, {m['reweight/weight_max']:.2f}]"
+            if "reweight/weight_mean" in m else "off"
+        )
+        change = r.interface_diff.replace("\n", "; ") if r.interface_diff else "-"
+        rows.append([r.round, r.global_step, m.get("train/reward_mean", 0.0), m.get("train/turn_pass_rate", 0.0),
+                     _top_labels(r.labels), _rho_changes(r.rho, rho0), weight, change])
+    lines.append(markdown_table(
+        ["round", "step", "reward mean", "turn pass rate", "labels (top 3)", "rho before update", "weight mean [min, max]",
+         "interface change"], rows))
+    if evals:
+        lines += ["", "## Held-out evaluation (greedy, plain benchmark interface)", ""]
+        lines.append(markdown_table(["model"] + list(EVAL_KEYS), eval_rows(evals)))
+    if timing:
+        total = sum(timing.values()) or 1.0
+        lines += ["", "## Where a round's time goes", ""]
+        lines.append(markdown_table(["part", "seconds", "share"],
+                                    [[k, round(v, 2), f"{v / total:.1%}"] for k, v in timing.items()]))
+    lines += ["", "![curves](curves.png)", ""]
+    (out_dir / "report.md").write_text("\n".join(lines))
+    if history:
+        plot_curves(out_dir / "curves.png", history)

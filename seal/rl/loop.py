@@ -1,0 +1,190 @@
+"""task=train: SEAL's co-evolution loop (paper Algorithm 1) on TRL's GRPOTrainer.
+
+    python run.py                                   # full SEAL, SmolLM2-135M, smoke budget
+    python run.py backbone=qwen2.5-3b reweighting=off
+    python run.py -m experiment=vanilla_rl,seal seed=0,1,2
+
+Reads top to bottom: build the pieces from the config, evaluate the initial model on a held-out
+slice, train (resuming from the run directory's last complete round if there is one), evaluate
+again, write the report.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import subprocess
+import time
+from pathlib import Path
+
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+
+from seal.errors import UserError
+from seal.report.tables import write_json
+
+log = logging.getLogger(__name__)
+
+
+def config_fingerprint(cfg: DictConfig) -> str:
+    """Hash of everything that changes the run's results (not logging or paths)."""
+    resolved = OmegaConf.to_container(cfg, resolve=True)
+    resolved.pop("logger", None)
+    return hashlib.sha256(json.dumps(resolved, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def code_version() -> str:
+    try:
+        repo = Path(__file__).resolve().parents[2]
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True, check=True).stdout
+        dirty = subprocess.run(["git", "status", "--porcelain"], cwd=repo, capture_output=True, text=True).stdout
+        return sha.strip() + ("+dirty" if dirty.strip() else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def _check_run_dir(out_dir: Path, fingerprint: str) -> None:
+    marker = out_dir / "fingerprint.txt"
+    if marker.exists() and marker.read_text().strip() != fingerprint:
+        raise UserError(
+            f"{out_dir} holds a run with a different configuration; resume it with its original settings, "
+            "or start this one elsewhere with hydra.run.dir=<new directory>"
+        )
+    marker.write_text(fingerprint + "\n")
+
+
+def train(cfg: DictConfig, out_dir: Path) -> None:
+    from transformers import set_seed
+
+    from seal.eval.evaluate import evaluate_entries, select_entries
+    from seal.interface import initial_interface
+    from seal.policy.rollout import RolloutEngine
+    from seal.rl.checkpoint import latest_complete_checkpoint, read_state
+    from seal.rl.coevolution import CoEvolution
+    from seal.rl.config import rounds_for
+    from seal.rl.trainer import make_trainer
+    from seal.report.train_report import write_metrics_log, write_train_report
+    from seal.report.wandb_run import WandbRun
+
+    started = time.perf_counter()
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    fingerprint = config_fingerprint(cfg)
+    _check_run_dir(out_dir, fingerprint)
+    set_seed(cfg.seed)
+
+    # -- the pieces, from the config -------------------------------------------------------------
+    split = instantiate(cfg.split)
+    write_json(out_dir / "leakage.json", split.leakage())
+    backbone = instantiate(cfg.backbone)
+    if not backbone.trainable:
+        raise UserError(f"backbone={backbone.name} is a scripted policy and cannot be trained; pick a model backbone")
+    diagnoser = instantiate(cfg.diagnoser)
+    reweighting = instantiate(cfg.reweighting)
+    interface_cfg = instantiate(cfg.env_interface)
+    policy = backbone.load()
+    engine = RolloutEngine.for_backbone(backbone, policy, cfg.budget)
+    train_entries = select_entries(engine, split.train, cfg.budget.train_entries, per_category=False)
+    # the before/after slice: the validation part when the split has one (model selection never
+    # touches test), else a few test entries (reported only; nothing is selected on them)
+    heldout_part = "val" if split.val else "test"
+    heldout = select_entries(engine, split.part(heldout_part), cfg.budget.heldout_entries_per_category)
+    if not train_entries:
+        raise UserError(f"no train entry of split={split.name} fits backbone {backbone.name}'s context")
+    coevolution = CoEvolution(
+        engine=engine, entries={e.id: e for e in train_entries}, omega=initial_interface(interface_cfg),
+        interface_cfg=interface_cfg, diagnoser=diagnoser, reweighting=reweighting,
+        temperature=cfg.budget.temperature, seed=cfg.seed,
+    )
+
+    run_config = {
+        **OmegaConf.to_container(cfg, resolve=True),
+        "base_checkpoint": backbone.describe(), "code_version": code_version(), "fingerprint": fingerprint,
+        "overrides": _overrides(), "train_ids": [e.id for e in train_entries],
+        "heldout_part": heldout_part, "heldout_ids": [e.id for e in heldout],
+    }
+    (out_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    write_json(out_dir / "run_config.json", run_config)
+    # under accelerate/torchrun only rank 0 logs to W&B and writes the per-round files
+    is_main = int(os.environ.get("RANK", "0")) == 0
+    logger_cfg = OmegaConf.to_container(cfg.logger, resolve=True)
+    if not is_main:
+        logger_cfg["mode"] = "disabled"
+    wandb = WandbRun(out_dir=out_dir, run_id=f"seal-{fingerprint}", name=out_dir.name or "seal",
+                     config=run_config, **logger_cfg)
+
+    def on_round_end(record) -> None:
+        if not is_main:
+            return
+        write_metrics_log(out_dir / "metrics.jsonl", coevolution.history)
+        wandb.log({**record.metrics, "round": record.round}, step=record.round)
+        wandb.table("diag/labels", ["label", "count"], sorted(record.labels.items()), step=record.round)
+        write_json(out_dir / "interface" / f"round_{record.round:04d}.json", record.interface)
+
+    coevolution.on_round_end = on_round_end
+
+    # -- before: the initial model on the held-out slice ------------------------------------------
+    evals = {}
+    before_path = out_dir / "eval_before.json"
+    if heldout and not before_path.exists():
+        metrics, _ = evaluate_entries(engine, heldout, out_dir / "eval_before")
+        write_json(before_path, metrics)
+    if heldout:
+        evals["before"] = json.loads(before_path.read_text())
+
+    # -- train, resuming from the last complete round ---------------------------------------------
+    trainer = make_trainer(
+        cfg, model=policy.model, tokenizer=policy.tokenizer, coevolution=coevolution,
+        train_ids=[e.id for e in train_entries], out_dir=out_dir, dtype=backbone.dtype,
+        peft_config=backbone.peft_config(),
+    )
+    # rollouts are generated by the model being trained (peft-wrapped when LoRA is on)
+    engine.model = trainer.model
+    checkpoint = latest_complete_checkpoint(Path(trainer.args.output_dir))
+    if checkpoint is not None:
+        coevolution.load_state_dict(read_state(checkpoint))
+        write_metrics_log(out_dir / "metrics.jsonl", coevolution.history)
+        log.info("resuming from %s (round %d done)", checkpoint, len(coevolution.history))
+    trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+    trainer.save_model(str(out_dir / "final_model"))
+
+    # -- after: the trained model on the same held-out slice --------------------------------------
+    if heldout:
+        metrics, _ = evaluate_entries(engine, heldout, out_dir / "eval_after")
+        write_json(out_dir / "eval_after.json", metrics)
+        evals["after"] = metrics
+
+    timing = _mean_round_timing(coevolution.history)
+    summary = {
+        "rounds": len(coevolution.history), "planned_rounds": rounds_for(cfg.budget, len(train_entries)),
+        "final_rho": coevolution.reweighting.rho, "final_interface": coevolution.omega.to_dict(),
+        "eval_before": evals.get("before"), "eval_after": evals.get("after"), "round_time_split": timing,
+        "wall_seconds": time.perf_counter() - started,
+    }
+    write_json(out_dir / "metrics.json", summary)
+    write_train_report(
+        out_dir, title=f"SEAL training run: {out_dir.name or 'default'}",
+        header={"backbone": backbone.describe(), "seed": cfg.seed, "interface": interface_cfg.name,
+                "diagnoser": diagnoser.name, "reweighting": reweighting.mode, "budget": cfg.budget.name,
+                "code version": run_config["code_version"], "rounds": len(coevolution.history)},
+        history=coevolution.history, rho0=reweighting.rho0, evals=evals, timing=timing,
+    )
+    wandb.summary({f"{k}/{m}": v for k in evals for m, v in evals[k].items() if m.startswith("eval/")})
+    wandb.save_files([out_dir / "report.md", out_dir / "curves.png", out_dir / "metrics.json"])
+    wandb.finish()
+    log.info("done: %d rounds; report in %s", len(coevolution.history), out_dir / "report.md")
+
+
+def _overrides() -> list[str]:
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        return list(HydraConfig.get().overrides.task)
+    except ValueError:
+        return []
+
+
+def _mean_round_timing(history) -> dict[str, float]:
+    keys = sorted({k for r in history for k in r.metrics if k.startswith("time/")})
+    return {k.removeprefix("time/"): sum(r.metrics.get(k, 0.0) for r in history) / len(history) for k in keys} if history else {}

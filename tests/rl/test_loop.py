@@ -1,0 +1,109 @@
+"""`python run.py` end to end on the tiny random backbone: outputs, every preset, kill and resume."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+
+from seal.tasks import run
+from tests.test_configs import CONF, choices
+
+ROOT = CONF.parent
+TINY = [
+    "backbone=tiny-random", "budget.train_entries=2", "budget.prompts_per_round=1", "budget.rollouts_per_prompt=2",
+    "budget.rounds=2", "budget.max_new_tokens=6", "budget.heldout_entries_per_category=1",
+]
+
+
+def train(out_dir, *overrides):
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=[*TINY, *overrides])
+    out_dir.mkdir(parents=True, exist_ok=True)
+    run(cfg, out_dir)
+    return json.loads((out_dir / "metrics.json").read_text())
+
+
+def rounds(out_dir):
+    lines = (out_dir / "metrics.jsonl").read_text().splitlines()
+    return [{k: v for k, v in json.loads(line).items() if not k.startswith("time/")} for line in lines]
+
+
+def test_the_main_job_leaves_its_outputs(tmp_path):
+    metrics = train(tmp_path)
+    assert metrics["rounds"] == 2 == len(rounds(tmp_path))
+    for name in ["config.yaml", "run_config.json", "leakage.json", "report.md", "curves.png",
+                 "eval_before/trajectories.jsonl", "eval_after/trajectories.jsonl", "interface/round_0001.json"]:
+        assert (tmp_path / name).is_file(), name
+    assert set(metrics["eval_after"]) >= {"eval/bfcl_v3/avg", "eval/bfcl_v3/base", "counts"}
+    assert sorted(metrics["round_time_split"]) == sorted(
+        ["generation", "execution", "verification", "rollout_other", "diagnosis", "weighting", "interface", "optimisation"])
+    report = (tmp_path / "report.md").read_text()
+    assert "## Rounds" in report and "## Held-out evaluation" in report
+    first = rounds(tmp_path)[0]
+    assert {"train/reward_mean", "reweight/weight_mean", "iface/version"} <= set(first)
+    assert any(k.startswith("diag/") for k in first) and any(k.startswith("reweight/rho/") for k in first)
+    run_config = json.loads((tmp_path / "run_config.json").read_text())
+    assert run_config["heldout_part"] == "test" and not set(run_config["heldout_ids"]) & set(run_config["train_ids"])
+    # W&B offline files in the run directory
+    assert list((tmp_path / "wandb").glob("offline-run-*"))
+    checkpoints = sorted((tmp_path / "checkpoints").glob("checkpoint-*"))
+    assert checkpoints and all((c / "seal_state.json").is_file() for c in checkpoints)
+    # the notebook reads the same run directory, top to bottom, without errors
+    import nbformat
+    from nbclient import NotebookClient
+
+    notebook = nbformat.read(ROOT / "notebooks" / "inspect_run.ipynb", as_version=4)
+    os.environ["SEAL_RUN_DIR"] = str(tmp_path)
+    try:
+        NotebookClient(notebook, timeout=120, resources={"metadata": {"path": str(ROOT / "notebooks")}}).execute()
+    finally:
+        del os.environ["SEAL_RUN_DIR"]
+    printed = "".join(o.get("text", "") for c in notebook.cells if c.cell_type == "code" for o in c.outputs)
+    assert "2 rounds" in printed and "after" in printed
+
+
+@pytest.mark.parametrize("experiment", choices("experiment"))
+def test_every_experiment_preset_trains(tmp_path, experiment):
+    metrics = train(tmp_path, f"experiment={experiment}", "logger.mode=disabled", "budget.rounds=1",
+                    "budget.heldout_entries_per_category=0")
+    assert metrics["rounds"] == 1
+    (record,) = rounds(tmp_path)
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=[f"experiment={experiment}"])
+    weighted = cfg.reweighting.mode != "off" and cfg.diagnoser.name != "none"
+    assert ("reweight/weight_mean" in record) == weighted
+
+
+def test_a_wrong_override_fails_at_once_naming_the_choices():
+    proc = subprocess.run([sys.executable, "run.py", "reweighting=sometimes"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0
+    assert "closed_loop" in proc.stderr and "shuffled" in proc.stderr
+
+
+def test_a_killed_run_resumes_to_the_same_rounds_and_model(tmp_path):
+    args = [sys.executable, "run.py", *TINY, "budget.rounds=3", "budget.heldout_entries_per_category=0", "logger.mode=disabled"]
+    full, killed = tmp_path / "full", tmp_path / "killed"
+    subprocess.run([*args, f"hydra.run.dir={full}"], cwd=ROOT, check=True, timeout=600, capture_output=True)
+
+    proc = subprocess.Popen([*args, f"hydra.run.dir={killed}"], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    marker = killed / "checkpoints" / "checkpoint-1" / "seal_state.json"
+    deadline = time.time() + 600
+    while not marker.exists() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.02)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert marker.exists() and not (killed / "metrics.json").exists(), "the run was not killed mid-training"
+
+    subprocess.run([*args, f"hydra.run.dir={killed}"], cwd=ROOT, check=True, timeout=600, capture_output=True)
+    assert rounds(killed) == rounds(full)
+    from safetensors.torch import load_file
+
+    a = load_file(full / "final_model" / "model.safetensors")
+    b = load_file(killed / "final_model" / "model.safetensors")
+    assert a.keys() == b.keys() and all((a[k] == b[k]).all() for k in a)
