@@ -84,8 +84,12 @@ def test_tiny_random_plays_complete_episodes(tiny_policy, short_entries, name, c
         check_accounting(eng, r)
 
 
-def test_logprobs_match_a_full_forward_pass(tiny_policy, short_entries):
-    """The cached, batched, padded generation scores every sampled token as one plain forward pass does."""
+@pytest.mark.parametrize("chunk", [1024, 97])
+def test_logprobs_match_a_full_forward_pass(tiny_policy, short_entries, monkeypatch, chunk):
+    """The cached, batched, padded, chunked generation scores every sampled token as one plain forward does."""
+    from seal.policy import rollout
+
+    monkeypatch.setattr(rollout, "PREFILL_CHUNK", chunk)
     eng = engine(tiny_policy, max_new_tokens=6, batch_size=4)
     temperature = 0.7
     rollouts = eng.play(short_entries[:3], temperature=temperature, generator=torch.Generator().manual_seed(3))
