@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from transformers import DynamicCache
+from transformers.cache_utils import DynamicLayer
 
 from seal.env.benchmark import Entry
 from seal.env.calls import parse_call
@@ -428,7 +430,7 @@ class RolloutEngine:
             valid[i, P + N - n :] = True
             input_ids[i, N - n :] = torch.tensor(pending)
             positions[i, N - n :] = torch.arange(L, L + n)
-        cache = _batched_cache([c for c, _ in rows], P)
+        cache = _batched_cache([c for c, _ in rows], P, capacity=P + N + self.max_new_tokens + 1)
         valid, input_ids, positions = valid.to(device), input_ids.to(device), positions.to(device)
         for start in range(0, N, PREFILL_CHUNK):
             end = min(N, start + PREFILL_CHUNK)
@@ -452,28 +454,72 @@ class RolloutEngine:
 def _row_cache(cache, row: int, valid_row: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """One row of a batched cache, its valid columns only, as per-layer (keys, values) [1, H, L, D]."""
     cols = valid_row.nonzero().squeeze(1)
-    return [(layer.keys[row : row + 1, :, cols].clone(), layer.values[row : row + 1, :, cols].clone()) for layer in cache.layers]
+    return [(layer.keys[row : row + 1, :, cols], layer.values[row : row + 1, :, cols]) for layer in cache.layers]
 
 
-def _batched_cache(caches: list[Any], P: int):
-    """Per-row caches left-padded to P columns, as one DynamicCache (empty when P == 0)."""
-    from transformers import DynamicCache
+class _BufferLayer(DynamicLayer):
+    """A dynamic cache layer that writes into a preallocated buffer instead of concatenating: a decode
+    step then costs no copy of the whole cache (DynamicLayer's torch.cat copies it every token)."""
 
+    def __init__(self, capacity: int):
+        super().__init__()
+        self.capacity, self.length = capacity, 0
+
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        self.dtype, self.device = key_states.dtype, key_states.device
+        b, h, _, d = key_states.shape
+        self._k = key_states.new_zeros(b, h, self.capacity, d)
+        self._v = value_states.new_zeros(b, value_states.shape[1], self.capacity, value_states.shape[3])
+        self.is_initialized = True
+        self._views()
+
+    def _views(self) -> None:
+        self.keys, self.values = self._k[:, :, : self.length], self._v[:, :, : self.length]
+
+    def _write(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        n = key_states.shape[2]
+        if self.length + n > self.capacity:
+            self.capacity = max(2 * self.capacity, self.length + n)
+            k, v = self._k[:, :, : self.length], self._v[:, :, : self.length]
+            self.lazy_initialization(k, v)
+            self._k[:, :, : self.length], self._v[:, :, : self.length] = k, v
+        self._k[:, :, self.length : self.length + n] = key_states
+        self._v[:, :, self.length : self.length + n] = value_states
+        self.length += n
+        self._views()
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        self._write(key_states, value_states)
+        return self.keys, self.values
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        self._k, self._v = self._k[indices], self._v[indices]
+        self._views()
+
+
+def _batched_cache(caches: list[Any], P: int, capacity: int) -> DynamicCache:
+    """Per-row caches left-padded to P columns, as one cache with room for `capacity` columns."""
+    cache = DynamicCache()
+    cache.layer_class_to_replicate = lambda: _BufferLayer(capacity)
     if P == 0:
-        return DynamicCache()
+        return cache
     layers = []
     template = next(c for c in caches if c is not None)
-    for layer, (k0, _) in enumerate(template):
-        _, heads, _, dim = k0.shape
-        keys = torch.zeros(len(caches), heads, P, dim, dtype=k0.dtype, device=k0.device)
-        values = torch.zeros_like(keys)
+    for layer, (k0, v0) in enumerate(template):
+        buffer = _BufferLayer(capacity)
+        buffer.lazy_initialization(k0.expand(len(caches), -1, -1, -1), v0.expand(len(caches), -1, -1, -1))
         for i, c in enumerate(caches):
             if c is not None:
                 k, v = c[layer]
-                keys[i, :, P - k.shape[2] :] = k[0]
-                values[i, :, P - v.shape[2] :] = v[0]
-        layers.append((keys, values))
-    return DynamicCache(ddp_cache_data=layers)
+                buffer._k[i, :, P - k.shape[2] : P] = k[0]
+                buffer._v[i, :, P - v.shape[2] : P] = v[0]
+        buffer.length = P
+        buffer._views()
+        layers.append(buffer)
+    cache.layers = layers
+    return cache
 
 
 def _mask(valid: torch.Tensor, q_start: int, q_len: int, dtype: torch.dtype) -> torch.Tensor:

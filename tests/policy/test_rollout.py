@@ -285,3 +285,15 @@ def test_for_backbone_builds_from_config(tiny_policy):
 
 def test_categories_are_covered(spread_entries):
     assert {e.category for e in spread_entries} == set(CATEGORIES)
+
+
+def test_buffer_cache_layer_grows_and_selects_rows():
+    from seal.policy.rollout import _BufferLayer
+
+    layer = _BufferLayer(capacity=2)
+    a, b = torch.randn(3, 2, 2, 4), torch.randn(3, 2, 3, 4)
+    layer.update(a, a + 1)
+    keys, values = layer.update(b, b + 1)
+    assert layer.capacity >= 5 and torch.equal(keys, torch.cat([a, b], 2)) and torch.equal(values, torch.cat([a, b], 2) + 1)
+    layer.batch_select_indices(torch.tensor([2, 0]))
+    assert torch.equal(layer.keys, torch.cat([a, b], 2)[[2, 0]]) and layer.get_seq_length() == 5
