@@ -144,8 +144,11 @@ class RolloutEngine:
     @classmethod
     def for_backbone(cls, backbone: Any, policy: Any, budget: Any) -> "RolloutEngine":
         """The engine for a configured backbone and budget (max_new_tokens, batch_size, max_steps_per_turn)."""
-        backend = budget.get("backend", None) if hasattr(budget, "get") else None
-        backend = backend or getattr(backbone, "backend", "hf")
+
+        def get(key: str, default: Any = None) -> Any:
+            return budget.get(key, default) if hasattr(budget, "get") else getattr(budget, key, default)
+
+        backend = get("backend") or getattr(backbone, "backend", "hf")
         if backend == "vllm":
             try:
                 import vllm  # noqa: F401
@@ -159,8 +162,8 @@ class RolloutEngine:
             raise UserError(f"unknown rollout backend {backend!r}: choose hf (or vllm on a GPU machine)")
         fmt = get_format(backbone.tool_format, chat=chat_for(policy.tokenizer))
         return cls(
-            policy, fmt, context_length=backbone.context_length, max_new_tokens=budget.max_new_tokens,
-            batch_size=budget.batch_size, max_steps_per_turn=budget.max_steps_per_turn,
+            policy, fmt, context_length=backbone.context_length, max_new_tokens=get("max_new_tokens"),
+            batch_size=get("batch_size"), max_steps_per_turn=get("max_steps_per_turn", 20),
             oracle=getattr(backbone, "oracle", False),
         )
 
