@@ -73,6 +73,11 @@ def executor() -> None:
         print(f"{name:28} {rate:10.0f} {total_rate:20.0f} {build:8.2f} {rate / base:10.2f}x")
 
 
+from experiments.bench_rollout import rollout  # noqa: E402
+
+section(rollout)
+
+
 def main(argv: list[str]) -> None:
     chosen = argv or list(SECTIONS)
     unknown = [s for s in chosen if s not in SECTIONS]

@@ -16,11 +16,13 @@ prompts (a GRPO group) are prefilled once and shared.
 from __future__ import annotations
 
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from transformers import DynamicCache
+from transformers.cache_utils import DynamicLayer
 
 from seal.env.benchmark import Entry
 from seal.env.calls import parse_call
@@ -32,6 +34,8 @@ from seal.policy.formats import ToolFormat, chat_for, get_format
 
 # What the scripted oracle says when it has no (more) calls to make in a turn.
 ORACLE_REPLY = "I have completed the requested operations."
+# query positions per prefill forward: bounds the attention and mask memory of long batched prompts
+PREFILL_CHUNK = 1024
 
 
 @dataclass
@@ -76,6 +80,7 @@ class _Run:
         self.entry, self.view = entry, view
         self.episode = Episode(entry, max_steps)
         self.prompt_ids: list[int] = []
+        self.system_len = 0
         self.ids: list[int] = []
         self.mask: list[int] = []
         self.logprobs: list[float] = []
@@ -126,6 +131,9 @@ class RolloutEngine:
         if not oracle and self.model is None:
             raise UserError("the rollout engine needs a model unless it plays the scripted oracle (oracle=True)")
         self._pieces: dict[str, list[int]] = {}
+        self._system_ids: dict[str, list[int]] = {}
+        # KV caches of system prompts, shared by the episodes of one play() (the weights may change between plays)
+        self._prefixes: OrderedDict[tuple[int, ...], list[tuple[torch.Tensor, torch.Tensor]]] = OrderedDict()
         self.eot_ids = self._encode(fmt.chat.end_of_turn)
         self.stops = [self.eot_ids]
         eos = self.tokenizer.eos_token_id
@@ -136,8 +144,11 @@ class RolloutEngine:
     @classmethod
     def for_backbone(cls, backbone: Any, policy: Any, budget: Any) -> "RolloutEngine":
         """The engine for a configured backbone and budget (max_new_tokens, batch_size, max_steps_per_turn)."""
-        backend = budget.get("backend", None) if hasattr(budget, "get") else None
-        backend = backend or getattr(backbone, "backend", "hf")
+
+        def get(key: str, default: Any = None) -> Any:
+            return budget.get(key, default) if hasattr(budget, "get") else getattr(budget, key, default)
+
+        backend = get("backend") or getattr(backbone, "backend", "hf")
         if backend == "vllm":
             try:
                 import vllm  # noqa: F401
@@ -151,8 +162,8 @@ class RolloutEngine:
             raise UserError(f"unknown rollout backend {backend!r}: choose hf (or vllm on a GPU machine)")
         fmt = get_format(backbone.tool_format, chat=chat_for(policy.tokenizer))
         return cls(
-            policy, fmt, context_length=backbone.context_length, max_new_tokens=budget.max_new_tokens,
-            batch_size=budget.batch_size, max_steps_per_turn=budget.max_steps_per_turn,
+            policy, fmt, context_length=backbone.context_length, max_new_tokens=get("max_new_tokens"),
+            batch_size=get("batch_size"), max_steps_per_turn=get("max_steps_per_turn", 20),
             oracle=getattr(backbone, "oracle", False),
         )
 
@@ -174,15 +185,23 @@ class RolloutEngine:
             return self.format.holdout_opening(view.tool_docs(turn.new_functions))
         return self.format.turn_opening(turn.messages)
 
-    def _prompt_text(self, entry: Entry, view: View, turn: TurnStart) -> str:
+    def _prompt(self, entry: Entry, view: View, turn: TurnStart) -> tuple[str, list[int], int]:
+        """The prompt's text and ids, and how many of them are the system message (shared by every
+        entry with the same tools, so its KV cache is computed once per play)."""
         chat = self.format.chat
-        system = self.format.system_prompt(view.tool_docs(entry.functions), view.system_extra())
-        return chat.begin + chat.message("system", system) + self._turn_text(turn, view)
+        system = chat.begin + chat.message("system", self.format.system_prompt(view.tool_docs(entry.functions), view.system_extra()))
+        opening = self._turn_text(turn, view)
+        system_ids = self._system_ids.get(system)
+        if system_ids is None:
+            system_ids = self._system_ids[system] = self.tokenizer(system, add_special_tokens=False)["input_ids"]
+            if len(self._system_ids) > 64:
+                self._system_ids.pop(next(iter(self._system_ids)))
+        return system + opening, list(system_ids) + self._encode(opening), len(system_ids)
 
     def prompt_tokens(self, entry: Entry, view: View = PLAIN) -> int:
         """Token length of the rendered initial prompt."""
         first = TurnStart(0, list(entry.turns[0]), list(entry.holdout.get(0, [])))
-        return len(self._encode(self._prompt_text(entry, view, first)))
+        return len(self._prompt(entry, view, first)[1])
 
     # ------------------------------------------------------------------------------------ playing
 
@@ -203,6 +222,7 @@ class RolloutEngine:
         bar = _progress(len(runs)) if progress else None
         if model is not None:
             model.eval()
+        self._prefixes.clear()
         try:
             with torch.no_grad():
                 while queue or active:
@@ -233,6 +253,7 @@ class RolloutEngine:
                             still.append(run)
                     active = still
         finally:
+            self._prefixes.clear()
             if model is not None and was_training:
                 model.train()
             if bar is not None:
@@ -241,8 +262,7 @@ class RolloutEngine:
 
     def _start(self, run: _Run) -> None:
         turn = run.episode.next_turn()
-        text = self._prompt_text(run.entry, run.view, turn)
-        run.prompt_ids = self._encode(text)
+        text, run.prompt_ids, run.system_len = self._prompt(run.entry, run.view, turn)
         run.pending = list(run.prompt_ids)
         run.segments.append(Segment(text, list(run.prompt_ids), False))
 
@@ -318,39 +338,21 @@ class RolloutEngine:
         if not self.kv_cache:
             for run in runs:
                 run.cache, run.pending = None, run.prompt_ids + run.ids
+        else:
+            self._attach_system_prefixes(runs)
 
-        # rows that share a fresh prompt (a GRPO group) are prefilled once
+        # rows with the same cache and the same new tokens (a GRPO group's prompt) are prefilled once
         unique: list[_Run] = []
         slot: dict[Any, int] = {}
         expand = []
         for run in runs:
-            key = ("prompt", tuple(run.pending)) if run.cache is None else ("run", id(run))
+            key = (None if run.cache is None else id(run.cache), tuple(run.pending))
             if key not in slot:
                 slot[key] = len(unique)
                 unique.append(run)
             expand.append(slot[key])
-
-        past = [r.cache_len for r in unique]
-        new = [len(r.pending) for r in unique]
-        P, N, U = max(past), max(new), len(unique)
-        valid = torch.zeros(U, P + N, dtype=torch.bool)
-        input_ids = torch.full((U, N), self.pad_id, dtype=torch.long)
-        positions = torch.zeros(U, N, dtype=torch.long)
-        for i, run in enumerate(unique):
-            L, n = past[i], new[i]
-            valid[i, P - L : P] = True
-            valid[i, P + N - n :] = True
-            input_ids[i, N - n :] = torch.tensor(run.pending)
-            positions[i, N - n :] = torch.arange(L, L + n)
-        cache = self._batched_cache(unique, P, device, dtype)
-        valid = valid.to(device)
-        out = model(
-            input_ids=input_ids.to(device), attention_mask=_mask(valid, P, N, dtype), position_ids=positions.to(device),
-            past_key_values=cache, use_cache=True, logits_to_keep=1,
-        )
-        cache, logits = out.past_key_values, out.logits[:, -1, :].float()
-        next_pos = torch.tensor([past[i] + new[i] for i in range(U)], device=device)
-        if U < len(runs):
+        cache, logits, valid, next_pos = self._prefill([(r.cache, r.pending) for r in unique], device, dtype)
+        if len(unique) < len(runs):
             index = torch.tensor(expand, device=device)
             cache.batch_select_indices(index)
             logits, valid, next_pos = logits[index], valid[index], next_pos[index]
@@ -392,24 +394,56 @@ class RolloutEngine:
             run.timings["generation"] += share
         return [(gen[b], lps[b], closed[b]) for b in range(len(runs))]
 
-    def _batched_cache(self, runs: list[_Run], P: int, device, dtype):
-        from transformers import DynamicCache
+    def _attach_system_prefixes(self, runs: list[_Run]) -> None:
+        """Fresh episodes start from the cached system prompt; missing ones are prefilled together."""
+        fresh = [r for r in runs if r.cache is None and r.system_len and len(r.pending) == len(r.prompt_ids)]
+        missing = {}
+        for run in fresh:
+            key = tuple(run.prompt_ids[: run.system_len])
+            if key not in self._prefixes:
+                missing.setdefault(key, run)
+        if missing:
+            model = self.model
+            device, dtype = next(model.parameters()).device, next(model.parameters()).dtype
+            keys = list(missing)
+            cache, _, valid, _ = self._prefill([(None, list(k)) for k in keys], device, dtype)
+            for row, key in enumerate(keys):
+                self._prefixes[key] = _row_cache(cache, row, valid[row])
+                while len(self._prefixes) > 8:
+                    self._prefixes.popitem(last=False)
+        for run in fresh:
+            key = tuple(run.prompt_ids[: run.system_len])
+            if key in self._prefixes:
+                run.cache, run.pending = self._prefixes[key], run.prompt_ids[run.system_len :]
 
-        if P == 0:
-            return DynamicCache()
-        layers = []
-        template = next(r.cache for r in runs if r.cache is not None)
-        for layer, (k0, _) in enumerate(template):
-            _, heads, _, dim = k0.shape
-            keys = torch.zeros(len(runs), heads, P, dim, dtype=k0.dtype, device=k0.device)
-            values = torch.zeros_like(keys)
-            for i, run in enumerate(runs):
-                if run.cache is not None:
-                    k, v = run.cache[layer]
-                    keys[i, :, P - k.shape[2] :] = k[0]
-                    values[i, :, P - v.shape[2] :] = v[0]
-            layers.append((keys, values))
-        return DynamicCache(ddp_cache_data=layers)
+    def _prefill(self, rows: list[tuple[Any, list[int]]], device, dtype):
+        """Forward the new tokens of every row on top of its cache, left-padded into one batch, in chunks.
+
+        Returns the batched cache, the last position's logits, the valid-column mask and next positions."""
+        model = self.model
+        past = [0 if c is None else c[0][0].shape[2] for c, _ in rows]
+        new = [len(p) for _, p in rows]
+        P, N, U = max(past), max(new), len(rows)
+        valid = torch.zeros(U, P + N, dtype=torch.bool)
+        input_ids = torch.full((U, N), self.pad_id, dtype=torch.long)
+        positions = torch.zeros(U, N, dtype=torch.long)
+        for i, (_, pending) in enumerate(rows):
+            L, n = past[i], new[i]
+            valid[i, P - L : P] = True
+            valid[i, P + N - n :] = True
+            input_ids[i, N - n :] = torch.tensor(pending)
+            positions[i, N - n :] = torch.arange(L, L + n)
+        cache = _batched_cache([c for c, _ in rows], P, capacity=P + N + self.max_new_tokens + 1)
+        valid, input_ids, positions = valid.to(device), input_ids.to(device), positions.to(device)
+        for start in range(0, N, PREFILL_CHUNK):
+            end = min(N, start + PREFILL_CHUNK)
+            out = model(
+                input_ids=input_ids[:, start:end], attention_mask=_mask(valid[:, : P + end], P + start, end - start, dtype),
+                position_ids=positions[:, start:end], past_key_values=cache, use_cache=True, logits_to_keep=1,
+            )
+            cache = out.past_key_values
+        next_pos = torch.tensor([past[i] + new[i] for i in range(U)], device=device)
+        return cache, out.logits[:, -1, :].float(), valid, next_pos
 
     def _store(self, run: _Run, cache, row: int, valid_row: torch.Tensor, last_token: int) -> None:
         """Keep the run's own cache (its valid columns only); the last sampled token is not in it yet."""
@@ -417,11 +451,78 @@ class RolloutEngine:
         if not self.kv_cache:
             run.cache = None
             return
-        cols = valid_row.nonzero().squeeze(1)
-        run.cache = [
-            (layer.keys[row : row + 1, :, cols].clone(), layer.values[row : row + 1, :, cols].clone())
-            for layer in cache.layers
-        ]
+        run.cache = _row_cache(cache, row, valid_row)
+
+
+def _row_cache(cache, row: int, valid_row: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """One row of a batched cache, its valid columns only, as per-layer (keys, values) [1, H, L, D]."""
+    cols = valid_row.nonzero().squeeze(1)
+    return [(layer.keys[row : row + 1, :, cols], layer.values[row : row + 1, :, cols]) for layer in cache.layers]
+
+
+class _BufferLayer(DynamicLayer):
+    """A dynamic cache layer that writes into a preallocated buffer instead of concatenating: a decode
+    step then costs no copy of the whole cache (DynamicLayer's torch.cat copies it every token)."""
+
+    def __init__(self, capacity: int):
+        super().__init__()
+        self.capacity, self.length = capacity, 0
+
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        self.dtype, self.device = key_states.dtype, key_states.device
+        b, h, _, d = key_states.shape
+        self._k = key_states.new_zeros(b, h, self.capacity, d)
+        self._v = value_states.new_zeros(b, value_states.shape[1], self.capacity, value_states.shape[3])
+        self.is_initialized = True
+        self._views()
+
+    def _views(self) -> None:
+        self.keys, self.values = self._k[:, :, : self.length], self._v[:, :, : self.length]
+
+    def _write(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        n = key_states.shape[2]
+        if self.length + n > self.capacity:
+            self.capacity = max(2 * self.capacity, self.length + n)
+            k, v = self._k[:, :, : self.length], self._v[:, :, : self.length]
+            self.lazy_initialization(k, v)
+            self._k[:, :, : self.length], self._v[:, :, : self.length] = k, v
+        self._k[:, :, self.length : self.length + n] = key_states
+        self._v[:, :, self.length : self.length + n] = value_states
+        self.length += n
+        self._views()
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        self._write(key_states, value_states)
+        return self.keys, self.values
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        self._k, self._v = self._k[indices], self._v[indices]
+        self._views()
+
+
+def _batched_cache(caches: list[Any], P: int, capacity: int) -> DynamicCache:
+    """Per-row caches left-padded to P columns, as one cache with room for `capacity` columns."""
+    cache = DynamicCache()
+    cache.layer_class_to_replicate = lambda: _BufferLayer(capacity)
+    if P == 0:
+        return cache
+    layers = []
+    template = next(c for c in caches if c is not None)
+    for layer, (k0, v0) in enumerate(template):
+        buffer = _BufferLayer(capacity)
+        buffer.lazy_initialization(k0.expand(len(caches), -1, -1, -1), v0.expand(len(caches), -1, -1, -1))
+        for i, c in enumerate(caches):
+            if c is not None:
+                k, v = c[layer]
+                buffer._k[i, :, P - k.shape[2] : P] = k[0]
+                buffer._v[i, :, P - v.shape[2] : P] = v[0]
+        buffer.length = P
+        buffer._views()
+        layers.append(buffer)
+    cache.layers = layers
+    return cache
 
 
 def _mask(valid: torch.Tensor, q_start: int, q_len: int, dtype: torch.dtype) -> torch.Tensor:

@@ -84,8 +84,12 @@ def test_tiny_random_plays_complete_episodes(tiny_policy, short_entries, name, c
         check_accounting(eng, r)
 
 
-def test_logprobs_match_a_full_forward_pass(tiny_policy, short_entries):
-    """The cached, batched, padded generation scores every sampled token as one plain forward pass does."""
+@pytest.mark.parametrize("chunk", [1024, 97])
+def test_logprobs_match_a_full_forward_pass(tiny_policy, short_entries, monkeypatch, chunk):
+    """The cached, batched, padded, chunked generation scores every sampled token as one plain forward does."""
+    from seal.policy import rollout
+
+    monkeypatch.setattr(rollout, "PREFILL_CHUNK", chunk)
     eng = engine(tiny_policy, max_new_tokens=6, batch_size=4)
     temperature = 0.7
     rollouts = eng.play(short_entries[:3], temperature=temperature, generator=torch.Generator().manual_seed(3))
@@ -281,3 +285,15 @@ def test_for_backbone_builds_from_config(tiny_policy):
 
 def test_categories_are_covered(spread_entries):
     assert {e.category for e in spread_entries} == set(CATEGORIES)
+
+
+def test_buffer_cache_layer_grows_and_selects_rows():
+    from seal.policy.rollout import _BufferLayer
+
+    layer = _BufferLayer(capacity=2)
+    a, b = torch.randn(3, 2, 2, 4), torch.randn(3, 2, 3, 4)
+    layer.update(a, a + 1)
+    keys, values = layer.update(b, b + 1)
+    assert layer.capacity >= 5 and torch.equal(keys, torch.cat([a, b], 2)) and torch.equal(values, torch.cat([a, b], 2) + 1)
+    layer.batch_select_indices(torch.tensor([2, 0]))
+    assert torch.equal(layer.keys, torch.cat([a, b], 2)[[2, 0]]) and layer.get_seq_length() == 5
