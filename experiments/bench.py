@@ -78,6 +78,38 @@ from experiments.bench_rollout import rollout  # noqa: E402
 section(rollout)
 
 
+@section
+def main_job() -> None:
+    """`python run.py` as `make run` runs it: wall time, peak memory and a round's time split."""
+    import json
+    import resource
+    import subprocess
+    import tempfile
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "run"
+        start = time.perf_counter()
+        proc = subprocess.run([sys.executable, "run.py", "logger.mode=offline", f"hydra.run.dir={out}"],
+                              cwd=root, capture_output=True, text=True)
+        wall = time.perf_counter() - start
+        if proc.returncode != 0:
+            print(proc.stderr[-3000:])
+            raise SystemExit(f"python run.py failed with exit code {proc.returncode}")
+        peak_gb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024**2  # KiB on Linux
+        metrics = json.loads((out / "metrics.json").read_text())
+    split = metrics["round_time_split"]
+    total = sum(split.values())
+    print(f"\n## main job: `python run.py` (defaults), {metrics['rounds']} rounds, 2-core CPU")
+    print(f"wall time {wall / 60:.1f} min (goal < 10), peak resident memory {peak_gb:.2f} GB (goal < 8)")
+    print(f"\n{'part of a round (mean)':28} {'seconds':>9} {'share':>7}")
+    for part, seconds in split.items():
+        print(f"{part:28} {seconds:9.2f} {seconds / total:7.1%}")
+    bookkeeping = sum(split.get(k, 0.0) for k in ("verification", "diagnosis", "interface", "weighting"))
+    print(f"{'verification+diagnosis+interface+weighting':44} {bookkeeping / total:7.2%} of a round (goal < 5%)")
+
+
 def main(argv: list[str]) -> None:
     chosen = argv or list(SECTIONS)
     unknown = [s for s in chosen if s not in SECTIONS]
