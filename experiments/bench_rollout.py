@@ -54,6 +54,10 @@ def rollout() -> None:
 
     from seal.policy.rollout import RolloutEngine
 
+    # On a shared machine, more torch threads than idle cores makes every small matmul wait for a time
+    # slice (measured here: 30x slower decoding with 2 threads while another process held one core).
+    busy = round(os.getloadavg()[0])
+    torch.set_num_threads(max(1, min(torch.get_num_threads(), (os.cpu_count() or 1) - busy)))
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         cfg = compose(config_name="config", overrides=["backbone=smollm2-135m", "budget=smoke"])
     backbone = instantiate(cfg.backbone)
