@@ -11,6 +11,7 @@ again, write the report.
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import json
 import logging
@@ -148,6 +149,12 @@ def train(cfg: DictConfig, out_dir: Path) -> None:
         log.info("resuming from %s (round %d done)", checkpoint, len(coevolution.history))
     trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
     trainer.save_model(str(out_dir / "final_model"))
+    # the optimizer state, gradients and reference model are not needed to evaluate: free them
+    # before the after-evaluation allocates its caches (it keeps the main job under 8 GB)
+    engine.model = trainer.model
+    trainer.accelerator.free_memory()
+    del trainer
+    gc.collect()
 
     # -- after: the trained model on the same held-out slice --------------------------------------
     if heldout:

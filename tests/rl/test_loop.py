@@ -107,3 +107,15 @@ def test_a_killed_run_resumes_to_the_same_rounds_and_model(tmp_path):
     a = load_file(full / "final_model" / "model.safetensors")
     b = load_file(killed / "final_model" / "model.safetensors")
     assert a.keys() == b.keys() and all((a[k] == b[k]).all() for k in a)
+
+
+@pytest.mark.slow
+def test_one_round_on_the_embedded_smollm2(tmp_path):
+    """The main job's own backbone and budget, cut to one round (about 3 minutes on two cores)."""
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=["budget.rounds=1", "logger.mode=disabled"])
+    run(cfg, tmp_path)
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    assert metrics["rounds"] == 1 and metrics["eval_after"]["num_entries"] == 4
+    (record,) = rounds(tmp_path)
+    assert record["train/model_tokens_mean"] > 0 and record["train/episode_tokens_mean"] > 1000

@@ -1,0 +1,50 @@
+"""task=eval: metrics, trajectories and report under the plain benchmark interface."""
+
+import json
+
+import pytest
+from hydra import compose, initialize_config_dir
+
+from seal.env.benchmark import CATEGORIES
+from seal.tasks import run
+from tests.test_configs import CONF
+
+
+def evaluate(out_dir, *overrides):
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=["task=eval", *overrides])
+    run(cfg, out_dir)
+    return json.loads((out_dir / "metrics.json").read_text())
+
+
+def test_the_oracle_scores_every_chosen_entry_and_is_labelled_as_such(tmp_path):
+    metrics = evaluate(tmp_path, "backbone=oracle", "budget.eval_entries_per_category=3")
+    assert metrics["num_entries"] == 12
+    assert {k: metrics[f"eval/bfcl_v3/{k}"] for k in (*CATEGORIES, "avg")} == {k: 1.0 for k in (*CATEGORIES, "avg")}
+    assert metrics["counts"]["base"] == {"passed": 3, "total": 3}
+    assert "not a model" in (tmp_path / "report.md").read_text()
+    lines = (tmp_path / "trajectories.jsonl").read_text().splitlines()
+    assert [json.loads(line)["id"] for line in lines] == metrics["ids"]
+
+
+def test_a_model_writes_raw_text_calls_and_verdicts_per_entry(tmp_path):
+    metrics = evaluate(tmp_path, "backbone=tiny-random", "budget.max_new_tokens=4")
+    records = [json.loads(line) for line in (tmp_path / "trajectories.jsonl").read_text().splitlines()]
+    assert len(records) == 4 == metrics["num_entries"]  # smoke: one entry per category
+    for record in records:
+        assert record["valid"] is False and record["turns"] and "raw" in record["turns"][0][0]
+        assert record["model_tokens"] == sum(s["model_tokens"] for t in record["turns"] for s in t)
+    report = (tmp_path / "report.md").read_text()
+    assert "| mean of categories |" in report and "episodes/min" in report
+
+
+def test_the_smoke_choice_is_deterministic_and_the_shortest_that_fit(tmp_path):
+    a = evaluate(tmp_path / "a", "backbone=oracle")
+    b = evaluate(tmp_path / "b", "backbone=oracle")
+    assert a["ids"] == b["ids"] and len(a["ids"]) == 4
+
+
+def test_an_empty_part_is_a_clear_error(tmp_path):
+    with pytest.raises(SystemExit) as exc:
+        evaluate(tmp_path, "backbone=oracle", "eval_part=val")
+    assert exc.value.code == 2
