@@ -97,12 +97,12 @@ def main_job() -> None:
         if proc.returncode != 0:
             print(proc.stderr[-3000:])
             raise SystemExit(f"python run.py failed with exit code {proc.returncode}")
-        peak_gb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024**2  # KiB on Linux
+        peak_gib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024**2  # KiB on Linux
         metrics = json.loads((out / "metrics.json").read_text())
     split = metrics["round_time_split"]
     total = sum(split.values())
     print(f"\n## main job: `python run.py` (defaults), {metrics['rounds']} rounds, 2-core CPU")
-    print(f"wall time {wall / 60:.1f} min (goal < 10), peak resident memory {peak_gb:.2f} GB (goal < 8)")
+    print(f"wall time {wall / 60:.1f} min (goal < 10), peak resident memory {peak_gib:.2f} GiB = {peak_gib * 1.073741824:.2f} GB (goal < 8 GB)")
     print(f"\n{'part of a round (mean)':28} {'seconds':>9} {'share':>7}")
     for part, seconds in split.items():
         print(f"{part:28} {seconds:9.2f} {seconds / total:7.1%}")
