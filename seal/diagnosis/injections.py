@@ -136,6 +136,12 @@ def _call_turns(entry: Entry) -> list[int]:
     return [t for t, turn in enumerate(entry.gold) if turn]
 
 
+def _multi_call_turn(entry: Entry, rng) -> int | None:
+    """A random turn whose gold answer has at least two calls (None when the entry has none)."""
+    turns = [t for t in _call_turns(entry) if len(entry.gold[t]) >= 2]
+    return rng.choice(turns) if turns else None
+
+
 def _empty_turns(entry: Entry) -> list[int]:
     return [t for t, turn in enumerate(entry.gold) if not turn]
 
@@ -341,10 +347,9 @@ def r_extra_call(entry, rng):
 
 
 def r_reorder(entry, rng):
-    turns = [t for t in _call_turns(entry) if len(entry.gold[t]) >= 2]
-    if not turns:
+    t = _multi_call_turn(entry, rng)
+    if t is None:
         return None
-    t = rng.choice(turns)
     script = gold_script(entry)
     calls = script[t][0].calls
     if rng.random() < 0.5:
@@ -408,10 +413,9 @@ def r_erroring_value(entry, rng):
 
 def r_read_out_of_order(entry, rng):
     """One call of the turn moved to another position: same calls, same values, results differ."""
-    turns = [t for t in _call_turns(entry) if len(entry.gold[t]) >= 2]
-    if not turns:
+    t = _multi_call_turn(entry, rng)
+    if t is None:
         return None
-    t = rng.choice(turns)
     script = gold_script(entry)
     calls = script[t][0].calls
     i, j = rng.sample(range(len(calls)), 2)
@@ -432,10 +436,9 @@ def r_answer_without_calls(entry, rng):
 
 
 def r_stop_early(entry, rng):
-    turns = [t for t in _call_turns(entry) if len(entry.gold[t]) >= 2]
-    if not turns:
+    t = _multi_call_turn(entry, rng)
+    if t is None:
         return None
-    t = rng.choice(turns)
     script = gold_script(entry)
     del script[t][0].calls[rng.randrange(1, len(entry.gold[t])) :]
 

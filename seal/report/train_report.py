@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from seal.diagnosis import LABELS
 from seal.report.tables import markdown_table
 
 EVAL_KEYS = ("base", "miss_func", "miss_param", "long_context", "avg")
@@ -42,7 +43,7 @@ def plot_curves(path: Path, history: list[Any]) -> None:
     for key, label in [("train/reward_mean", "reward mean (pass rate)"), ("train/turn_pass_rate", "turn pass rate")]:
         axes[0].plot(rounds, [r.metrics.get(key, float("nan")) for r in history], marker="o", label=label)
     axes[0].set_title("verifier reward")
-    labels = sorted({k for r in history for k in r.metrics if k.startswith("diag/")})
+    labels = sorted({k for r in history for k in r.metrics if k.startswith("diag/") and k[5:] in LABELS})
     for key in labels:
         axes[1].plot(rounds, [r.metrics.get(key, 0.0) for r in history], marker=".", label=key.removeprefix("diag/"))
     axes[1].set_title("label prevalence (C_t)")

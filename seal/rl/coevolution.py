@@ -145,13 +145,12 @@ class CoEvolution:
             "train/context_overflow_frac": sum(r.ended == "context_overflow" for r in rollouts) / n,
             "train/force_terminated_frac": sum(r.ended == "force_terminated" for r in rollouts) / n,
         }
-        metrics.update({f"diag/{label}": share for label, share in profile.prevalence.items()})
+        metrics.update(profile.metrics())
         metrics.update({f"reweight/rho/{label}": v for label, v in self.reweighting.rho.items()})
         if weights is not None:
             stats = weight_stats(weights, self.reweighting.w_min, self.reweighting.w_max)
             metrics.update({f"reweight/weight_{k}": v for k, v in stats.items()})
-        metrics.update({f"iface/{k}": float(v) for k, v in self.omega.switches().items()})
-        metrics["iface/version"] = float(self.omega.version)
+        metrics.update(self.omega.metrics())
         return metrics
 
     # -- checkpoint state -------------------------------------------------------------------------
