@@ -36,12 +36,12 @@ def _short_entries(engine, n: int):
 
 def _timed(engine, entries, separately: bool = False, seed: int = 0):
     """Seconds and model tokens to play `entries` (in one play() call, or one call per entry)."""
-    import torch
+    from seal.policy.generation import derive_seed
 
-    generator = torch.Generator().manual_seed(seed)
     start = time.perf_counter()
     batches = [[e] for e in entries] if separately else [entries]
-    rollouts = [r for batch in batches for r in engine.play(batch, temperature=1.0, generator=generator)]
+    rollouts = [r for i, batch in enumerate(batches)
+                for r in engine.play(batch, temperature=1.0, seeds=[derive_seed(seed, i, j) for j in range(len(batch))])]
     return time.perf_counter() - start, sum(r.num_model_tokens for r in rollouts)
 
 
@@ -66,7 +66,7 @@ def rollout() -> None:
     def engine(batch_size: int, kv_cache: bool = True) -> RolloutEngine:
         budget = OmegaConf.merge(cfg.budget, {"max_new_tokens": MAX_NEW_TOKENS, "batch_size": batch_size})
         eng = RolloutEngine.for_backbone(backbone, policy, budget)
-        eng.kv_cache = kv_cache
+        eng.generator.kv_cache = kv_cache
         return eng
 
     probe = engine(1)

@@ -55,6 +55,10 @@ class Chat:
     name: str
     begin: str = ""
     end_of_turn: str
+    # special tokens that end an assistant message as the family's template does (stop and close it)
+    message_ends: tuple[str, ...] = ()
+    # the family's end-of-text tokens: they stop generation, then the engine closes the message
+    end_of_text: tuple[str, ...] = ()
     # text the template puts after a closed assistant message
     after_assistant: str = ""
 
@@ -71,6 +75,9 @@ class Chat:
 class ChatML(Chat):
     name = "chatml"
     end_of_turn = "<|im_end|>"
+    message_ends = ("<|im_end|>",)
+    # Qwen's base-model eos
+    end_of_text = ("<|endoftext|>",)
     after_assistant = "\n"
 
     def message(self, role: str, content: str) -> str:
@@ -89,6 +96,9 @@ class Llama3(Chat):
     name = "llama3"
     begin = "<|begin_of_text|>"
     end_of_turn = "<|eot_id|>"
+    # Llama-3.1 ends a tool call with <|eom_id|> when the system prompt says "Environment: ipython"
+    message_ends = ("<|eot_id|>", "<|eom_id|>")
+    end_of_text = ("<|end_of_text|>",)
 
     def message(self, role: str, content: str) -> str:
         return f"<|start_header_id|>{role}<|end_header_id|>\n\n{content}<|eot_id|>"

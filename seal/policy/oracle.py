@@ -10,7 +10,19 @@ from __future__ import annotations
 
 from typing import Any
 
+from seal.env.calls import parse_call
 from seal.policy.backbones import Policy, embedded_tokenizer
+
+# What the scripted oracle says when it has no (more) calls to make in a turn.
+ORACLE_REPLY = "I have completed the requested operations."
+
+
+def oracle_message(episode: Any, entry: Any, fmt: Any) -> str:
+    """The scripted step: the turn's gold calls first, then a plain-text reply that ends the turn."""
+    gold = entry.gold[episode.turn]
+    if gold and not episode.steps[-1]:
+        return fmt.render_calls([parse_call(c) for c in gold], entry.docs_by_name())
+    return ORACLE_REPLY
 
 
 class OracleBackbone:
@@ -24,11 +36,10 @@ class OracleBackbone:
         context_length: int = 1_000_000,
         params_b: float = 0.0,
         lora: Any = None,
-        backend: str = "hf",
         **extra: Any,
     ):
         self.name, self.tool_format, self.context_length = name, tool_format, int(context_length)
-        self.params_b, self.lora, self.backend, self.extra = float(params_b), lora, backend, extra
+        self.params_b, self.lora, self.extra = float(params_b), lora, extra
         self.dtype = None
 
     def load(self) -> Policy:

@@ -6,11 +6,16 @@ import torch
 from seal.env.benchmark import CATEGORIES
 from seal.interface.view import PLAIN, PlainView
 from seal.policy.formats import FORMATS, get_format
+from seal.policy.generation import Generated, derive_seed
 from seal.policy.rollout import ORACLE_REPLY, RolloutEngine
 
 NAMES = sorted(FORMATS)
 # every format under its default chat wrapper, and the JSON/Python formats under the other wrapper
 SETUPS = [(n, None) for n in NAMES] + [("qwen_xml", "llama3"), ("llama3_json", "chatml"), ("bfcl_python", "llama3")]
+
+
+def seeds(n, base):
+    return [derive_seed(base, i) for i in range(n)]
 
 
 def engine(policy, name="qwen_xml", chat=None, **kw):
@@ -77,7 +82,7 @@ def test_oracle_script_and_holdout_delivery(oracle_policy, bench):
 @pytest.mark.parametrize("name, chat", SETUPS)
 def test_tiny_random_plays_complete_episodes(tiny_policy, short_entries, name, chat):
     eng = engine(tiny_policy, name, chat, batch_size=3)
-    rollouts = eng.play(short_entries[::2], temperature=1.0, generator=torch.Generator().manual_seed(0))
+    rollouts = eng.play(short_entries[::2], temperature=1.0, seeds=seeds(len(short_entries[::2]), 0))
     for r, e in zip(rollouts, short_entries[::2]):
         assert r.entry is e and r.ended in ("completed", "force_terminated") and r.verdict is not None
         assert len(r.episode.steps) >= 1 and r.timings["generation"] > 0
@@ -87,12 +92,12 @@ def test_tiny_random_plays_complete_episodes(tiny_policy, short_entries, name, c
 @pytest.mark.parametrize("chunk", [1024, 97])
 def test_logprobs_match_a_full_forward_pass(tiny_policy, short_entries, monkeypatch, chunk):
     """The cached, batched, padded, chunked generation scores every sampled token as one plain forward does."""
-    from seal.policy import rollout
+    from seal.policy import generation_hf
 
-    monkeypatch.setattr(rollout, "PREFILL_CHUNK", chunk)
+    monkeypatch.setattr(generation_hf, "PREFILL_CHUNK", chunk)
     eng = engine(tiny_policy, max_new_tokens=6, batch_size=4)
     temperature = 0.7
-    rollouts = eng.play(short_entries[:3], temperature=temperature, generator=torch.Generator().manual_seed(3))
+    rollouts = eng.play(short_entries[:3], temperature=temperature, seeds=seeds(3, 3))
     model = tiny_policy.model
     for r in rollouts:
         ids = torch.tensor([r.prompt_ids + r.completion_ids])
@@ -131,7 +136,7 @@ def test_same_seed_same_rollouts(tiny_policy, short_entries):
     entries = [short_entries[0]] * 4
 
     def ids(seed):
-        return [r.completion_ids for r in eng.play(entries, temperature=1.0, generator=torch.Generator().manual_seed(seed))]
+        return [r.completion_ids for r in eng.play(entries, temperature=1.0, seeds=seeds(4, seed))]
 
     first = ids(7)
     assert ids(7) == first and ids(8) != first
@@ -149,7 +154,7 @@ def test_training_mode_is_restored_and_peft_models_work(tiny_policy, short_entri
     eng = engine(tiny_policy, max_new_tokens=4)
     eng.model = model
     model.train()
-    (r,) = eng.play(short_entries[:1], temperature=1.0, generator=torch.Generator().manual_seed(0))
+    (r,) = eng.play(short_entries[:1], temperature=1.0, seeds=[0])
     assert model.training and r.num_model_tokens > 0
     model.eval()
     eng.play(short_entries[:1], temperature=0.0)
@@ -171,7 +176,7 @@ class Scripted(RolloutEngine):
     def _oracle_output(self, run):
         text = self.texts.pop(0) if self.texts else "Done."
         ids = self._encode(text) + self.eot_ids
-        return ids, [0.0] * len(ids), True
+        return Generated(ids, [0.0] * len(ids), tuple(self.eot_ids))
 
 
 BAD = {
@@ -276,11 +281,8 @@ def test_for_backbone_builds_from_config(tiny_policy):
     budget = OmegaConf.create({"max_new_tokens": 16, "batch_size": 2, "max_steps_per_turn": 5})
     eng = RolloutEngine.for_backbone(TinyRandomBackbone(tool_format="bfcl_python"), tiny_policy, budget)
     assert (eng.format.name, eng.format.chat.name, eng.max_new_tokens, eng.batch_size) == ("bfcl_python", "chatml", 16, 2)
-    try:
-        import vllm  # noqa: F401
-    except ImportError:
-        with pytest.raises(UserError, match="vllm"):
-            RolloutEngine.for_backbone(TinyRandomBackbone(backend="vllm"), tiny_policy, budget)
+    with pytest.raises(UserError, match="backbone.generation"):
+        RolloutEngine.for_backbone(TinyRandomBackbone(generation="bogus"), tiny_policy, budget)
 
 
 def test_categories_are_covered(spread_entries):
@@ -288,7 +290,7 @@ def test_categories_are_covered(spread_entries):
 
 
 def test_buffer_cache_layer_grows_and_selects_rows():
-    from seal.policy.rollout import _BufferLayer
+    from seal.policy.generation_hf import _BufferLayer
 
     layer = _BufferLayer(capacity=2)
     a, b = torch.randn(3, 2, 2, 4), torch.randn(3, 2, 3, 4)

@@ -1,0 +1,155 @@
+"""Generation backends' shared pieces: keyed sampling, stop sequences, the transformers backend's memory plan."""
+
+import math
+
+import pytest
+import torch
+
+from seal.policy.generation import derive_seed, sample, stop_sequences, uniform
+from seal.policy.formats import ChatML, Llama3, get_format
+from seal.policy.rollout import RolloutEngine
+
+
+# ---------------------------------------------------------------------------------------- keyed sampling
+
+
+def test_keyed_draws_are_pure_functions_of_seed_and_position_and_look_uniform():
+    assert uniform(7, 100) == uniform(7, 100)
+    draws = [uniform(derive_seed(1, i), p) for i in range(50) for p in range(200)]
+    assert all(0.0 <= u < 1.0 for u in draws) and len(set(draws)) == len(draws)
+    # 10,000 draws in 10 equal bins: each bin expects 1,000 with sd 30; allow 5 sd
+    counts = [0] * 10
+    for u in draws:
+        counts[int(u * 10)] += 1
+    assert all(abs(c - 1000) < 150 for c in counts), counts
+    assert derive_seed(1, 2) != derive_seed(2, 1)
+
+
+def test_sampling_draws_from_the_tempered_softmax():
+    # by hand: logits (2, 1, 0, -inf) at T = 0.5 -> weights e^4, e^2, e^0, 0
+    weights = [math.exp(4), math.exp(2), 1.0, 0.0]
+    p = [w / sum(weights) for w in weights]
+    n = 20000
+    logits = torch.tensor([[2.0, 1.0, 0.0, float("-inf")]]).repeat(n, 1)
+    tokens, logprobs = sample(logits, 0.5, [derive_seed(3, i) for i in range(n)], [5] * n)
+    for k in range(3):
+        freq = (tokens == k).float().mean().item()
+        assert abs(freq - p[k]) < 5 * math.sqrt(p[k] * (1 - p[k]) / n), (k, freq, p[k])
+    assert not (tokens == 3).any()
+    assert torch.allclose(logprobs, torch.tensor([math.log(p[t]) for t in tokens.tolist()]), atol=1e-5)
+
+
+def test_greedy_takes_the_argmax_with_its_raw_logprob():
+    logits = torch.tensor([[0.0, 3.0, 1.0], [2.0, -1.0, 0.5]])
+    tokens, logprobs = sample(logits, 0.0, [1, 2], [0, 0])
+    assert tokens.tolist() == [1, 0]
+    expected = [3.0 - math.log(1 + math.exp(3) + math.exp(1)), 2.0 - math.log(math.exp(2) + math.exp(-1) + math.exp(0.5))]
+    assert logprobs.tolist() == pytest.approx(expected, abs=1e-6)
+
+
+def test_a_row_draws_the_same_token_whatever_else_is_in_the_batch():
+    torch.manual_seed(0)
+    logits = torch.randn(6, 50)
+    seeds, positions = [derive_seed(9, i) for i in range(6)], [10 * i for i in range(6)]
+    together, _ = sample(logits, 1.0, seeds, positions)
+    alone = [sample(logits[i : i + 1], 1.0, seeds[i : i + 1], positions[i : i + 1])[0].item() for i in range(6)]
+    reordered, _ = sample(logits[[5, 3, 1]], 1.0, [seeds[5], seeds[3], seeds[1]], [positions[5], positions[3], positions[1]])
+    assert together.tolist() == alone and reordered.tolist() == [alone[5], alone[3], alone[1]]
+
+
+# ---------------------------------------------------------------------------------------- stop sequences
+
+
+def _word_tokenizer(specials, eos):
+    """A tiny word-level tokenizer carrying a model family's special tokens."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {w: i for i, w in enumerate(["[UNK]", "hello", "world", *specials])}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", eos_token=eos)
+    fast.add_special_tokens({"additional_special_tokens": list(specials)})
+    return fast
+
+
+def test_llama31_stops_at_eom_and_eot_and_closes_with_either():
+    tok = _word_tokenizer(["<|begin_of_text|>", "<|end_of_text|>", "<|eot_id|>", "<|eom_id|>",
+                           "<|start_header_id|>", "<|end_header_id|>"], eos="<|eot_id|>")
+    v = tok.get_vocab()
+    # Llama-3.1-Instruct's generation config lists end_of_text, eom and eot
+    stops, closing = stop_sequences(tok, Llama3(), [v["<|end_of_text|>"], v["<|eom_id|>"], v["<|eot_id|>"]])
+    assert set(stops) == {(v["<|eot_id|>"],), (v["<|eom_id|>"],), (v["<|end_of_text|>"],)}
+    assert closing == {(v["<|eot_id|>"],), (v["<|eom_id|>"],)}
+
+
+def test_qwen_stops_at_endoftext_but_closes_only_with_im_end():
+    tok = _word_tokenizer(["<|im_start|>", "<|im_end|>", "<|endoftext|>"], eos="<|im_end|>")
+    v = tok.get_vocab()
+    stops, closing = stop_sequences(tok, ChatML(), None)
+    assert set(stops) == {(v["<|im_end|>"],), (v["<|endoftext|>"],)} and closing == {(v["<|im_end|>"],)}
+
+
+def _scripted_tokens(monkeypatch, script):
+    """Make the transformers backend 'sample' a scripted token sequence (one per decode step)."""
+    from seal.policy import generation_hf
+
+    queue = list(script)
+
+    def fake_sample(logits, temperature, seeds, positions):
+        tokens = torch.tensor([queue.pop(0) if queue else 3] * logits.shape[0])
+        return tokens, torch.zeros(logits.shape[0])
+
+    monkeypatch.setattr(generation_hf, "sample", fake_sample)
+
+
+@pytest.mark.parametrize("stop_token, closes", [("<|im_end|>", True), ("<|endoftext|>", False)])
+def test_the_engine_stops_at_end_of_text_and_closes_the_message_itself(tiny_policy, short_entries, monkeypatch,
+                                                                      stop_token, closes):
+    tok = tiny_policy.tokenizer
+    stop_id = tok.convert_tokens_to_ids(stop_token)
+    hello = tok("hello", add_special_tokens=False)["input_ids"]
+    _scripted_tokens(monkeypatch, [*hello, stop_id])
+    eng = RolloutEngine(tiny_policy, get_format("qwen_xml"), context_length=16384, max_new_tokens=20, batch_size=1)
+    (r,) = eng.play(short_entries[:1], temperature=1.0)
+    first = r.transcript[1]
+    assert first.model and first.ids == [*hello, stop_id]
+    env = r.transcript[2].text
+    assert env.startswith("\n<|im_start|>user") if closes else env.startswith("<|im_end|>\n<|im_start|>user")
+    assert r.episode.steps[0][0].raw == "hello"
+
+
+# ---------------------------------------------------------------------------------------- memory plan
+
+
+def _play(policy, entries, temperature, memory_bytes=None):
+    eng = RolloutEngine(policy, get_format("qwen_xml"), context_length=16384, max_new_tokens=12, batch_size=8,
+                        memory_bytes=memory_bytes)
+    seeds = [derive_seed(5, i) for i in range(len(entries))]
+    return eng, eng.play(entries, temperature=temperature, seeds=seeds)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_a_small_kv_budget_gives_identical_trajectories_in_more_chunks(tiny_policy, short_entries, temperature):
+    entries = short_entries[:4] + short_entries[:2]
+    big, a = _play(tiny_policy, entries, temperature)
+    kvb = big.generator.kv_bytes_per_token()
+    # 2 layers x 2 kv heads x 16 dims x (k, v) x 4 bytes
+    assert kvb == 2 * 2 * 16 * 2 * 4
+    longest = max(len(r.prompt_ids) + len(r.completion_ids) for r in a)
+    # room for about two episodes at a time
+    budget = 5 * longest * kvb
+    small, b = _play(tiny_policy, entries, temperature, memory_bytes=budget)
+    assert small.generator.stats["chunks"] > big.generator.stats["chunks"]
+    assert small.generator.stats["peak_kv_bytes"] <= budget < big.generator.stats["peak_kv_bytes"]
+    for x, y in zip(a, b):
+        assert x.completion_ids == y.completion_ids and x.completion_mask == y.completion_mask
+        assert x.logprobs == pytest.approx(y.logprobs, abs=1e-4)
+        assert x.verdict.valid == y.verdict.valid
+
+
+def test_a_budget_below_one_episode_is_one_clear_error(tiny_policy, short_entries):
+    from seal.errors import UserError
+
+    with pytest.raises(UserError, match="rollout_memory_gb"):
+        _play(tiny_policy, short_entries[:1], 0.0, memory_bytes=1000)
