@@ -3,8 +3,14 @@
 Every trainable backbone resolves to a directory of plain Hugging Face safetensors weights plus a
 tokenizer (`model_path()`), and `load()` reads from that directory, so `model.config._name_or_path`
 is a real directory (TRL builds its reference model from it). Weights shipped as GGUF (the embedded
-SmolLM2) are dequantised once into a cache directory; hub ids are only read from the local hub cache,
-never downloaded.
+SmolLM2) are dequantised once into a cache directory. Hub ids come from the local hub cache when
+they are there, else they are downloaded on first use, as transformers does (HF_HUB_OFFLINE=1 forbids
+that); only when the hub cannot be reached does loading stop, with one sentence.
+
+Precision: `backbone.dtype` is the compute dtype (activations, KV cache, reference model). A model
+loaded for full fine-tuning keeps fp32 master weights whatever the compute dtype, because AdamW
+updates at the paper's learning rate (1e-6) are far below a bf16 weight's resolution (a bf16 weight
+of 0.02 moves in steps of 1.2e-4) and would round away; forward passes run under autocast instead.
 """
 
 from __future__ import annotations
@@ -36,6 +42,9 @@ class Policy:
     model: Any
     tokenizer: Any
     device: Any
+    # dtype of activations and the KV cache (None: the weights' own); differs from the weights' dtype
+    # when fp32 master weights train a bf16 backbone
+    compute_dtype: Any = None
 
 
 def cache_root() -> Path:
@@ -83,17 +92,22 @@ def _torch_dtype(name: str):
 
 
 def _device():
+    """This process's device: under accelerate/torchrun each rank owns the GPU of its local rank."""
     import torch
 
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if not torch.cuda.is_available():
+        return torch.device("cpu")
+    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+    torch.cuda.set_device(device)
+    return device
 
 
 def available_memory_bytes() -> tuple[int, str]:
-    """Memory the model would live in: free GPU memory with CUDA, else available host memory."""
+    """Memory the model would live in: free memory of this rank's GPU with CUDA, else available host memory."""
     import torch
 
     if torch.cuda.is_available():
-        free, _ = torch.cuda.mem_get_info()
+        free, _ = torch.cuda.mem_get_info(_device())
         return free, "GPU"
     try:
         import psutil
@@ -117,6 +131,34 @@ def check_fits(name: str, params_b: float, dtype: str, available: int | None = N
             f"{available / 2**30:.1f} GiB of {where} memory is available: choose a smaller backbone "
             f"(e.g. backbone=smollm2-135m) or run on a machine with more memory"
         )
+
+
+def check_training_fits(backbone: Any, *, episode_tokens: int, micro_batch: int, reference: bool,
+                        gradient_checkpointing: bool, available: int | None = None, where: str = "host") -> Any:
+    """Refuse, in one sentence and before loading, a training run whose weights, gradients, optimizer state,
+    reference model and activations cannot fit one device (data parallelism replicates them per rank).
+    Returns the estimate (seal.policy.memory.TrainingMemory), or None when the architecture is unknown."""
+    from seal.policy.memory import GiB, lora_param_count, training_memory
+
+    config = backbone.model_config()
+    if not config:
+        return None
+    lora = dict(backbone.lora) if backbone.lora else None
+    need = training_memory(
+        config, compute_dtype=backbone.dtype, reference=reference, episode_tokens=episode_tokens,
+        micro_batch=micro_batch, gradient_checkpointing=gradient_checkpointing,
+        lora_params=lora_param_count(config, int(lora.get("r", 16)), lora.get("target_modules", "all-linear")) if lora else 0,
+    )
+    if available is None:
+        available, where = available_memory_bytes()
+    if need.total > available:
+        parts = ", ".join(f"{name} {gib:.0f}" for name, gib in need.table()[:-1] if gib >= 0.5)
+        raise UserError(
+            f"training backbone {backbone.name} needs about {need.total / GiB:.0f} GiB per device ({parts} GiB) but "
+            f"only {available / GiB:.0f} GiB of {where} memory is free: train LoRA adapters "
+            f"(backbone.lora='{{r: 16, alpha: 32}}'), lower budget.micro_batch_size, or use a larger device"
+        )
+    return need
 
 
 def lora_config(lora: Any):
@@ -196,19 +238,32 @@ def _prepare_tokenizer(tokenizer):
     return tokenizer
 
 
-def _load_policy(path: Path, dtype: str) -> Policy:
+def param_dtype(dtype: str, *, training: bool, lora: bool) -> str:
+    """The dtype weights are loaded in: fp32 masters for full fine-tuning of a 16-bit backbone; the
+    backbone's own dtype otherwise (inference, or a frozen LoRA base whose adapters peft keeps in fp32)."""
+    _torch_dtype(dtype)
+    return "float32" if training and not lora and _BYTES_PER_PARAM[dtype] < 4 else dtype
+
+
+def _load_policy(path: Path, dtype: str, *, training: bool = False, lora: bool = False) -> Policy:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     device = _device()
     tokenizer = _prepare_tokenizer(AutoTokenizer.from_pretrained(path))
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=_torch_dtype(dtype)).to(device)
+    weights = param_dtype(dtype, training=training, lora=lora)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=_torch_dtype(weights)).to(device)
     model.eval()
-    return Policy(model, tokenizer, device)
+    return Policy(model, tokenizer, device, compute_dtype=_torch_dtype(dtype))
+
+
+# what a checkpoint download needs: configs, safetensors shards, tokenizer files (not the duplicate
+# PyTorch .bin/.pth copies some repositories carry, e.g. Llama's original/ consolidated checkpoint)
+DOWNLOAD_PATTERNS = ["*.json", "*.safetensors", "*.model", "*.tiktoken", "*.txt", "*.jinja"]
 
 
 class HFBackbone:
-    """A Hugging Face causal LM: a hub id (read from the local hub cache only), a local directory, or
-    weights shipped inside a Python package (`source: pkg:<package>`, possibly as GGUF)."""
+    """A Hugging Face causal LM: a hub id (the local hub cache, else downloaded on first use), a local
+    directory, or weights shipped inside a Python package (`source: pkg:<package>`, possibly as GGUF)."""
 
     trainable = True
 
@@ -224,12 +279,15 @@ class HFBackbone:
         params_b: float = 0.0,
         lora: Any = None,
         upstream: str | None = None,
-        backend: str = "hf",
+        generation: str = "transformers",
+        arch: Any = None,
         **extra: Any,
     ):
         self.name, self.source, self.local_path, self.gguf_file = name, source, local_path, gguf_file
         self.dtype, self.context_length, self.tool_format = dtype, int(context_length), tool_format
-        self.params_b, self.lora, self.upstream, self.backend = float(params_b), lora, upstream, backend
+        self.params_b, self.lora, self.upstream, self.generation = float(params_b), lora, upstream, generation
+        # the architecture from the model's published config.json: memory plans without the weights
+        self.arch = dict(arch) if arch else None
         self.extra = extra
         self._path: Path | None = None
 
@@ -246,16 +304,25 @@ class HFBackbone:
             return _package_dir(self.source[4:])
         if Path(self.source).expanduser().is_dir():
             return Path(self.source).expanduser()
-        try:
-            from huggingface_hub import snapshot_download
+        from huggingface_hub import snapshot_download
 
-            return Path(snapshot_download(self.source, local_files_only=True))
+        try:
+            return Path(snapshot_download(self.source, local_files_only=True, allow_patterns=DOWNLOAD_PATTERNS))
         except Exception:
-            raise UserError(
-                f"backbone {self.name}: the weights of {self.source} are not on this machine (nothing is "
-                f"downloaded here); download them first (`hf download {self.source}`) or set "
-                f"backbone.local_path=/path/to/weights"
-            ) from None
+            pass
+        offline = os.environ.get("HF_HUB_OFFLINE", "0").lower() not in ("", "0", "false", "no")
+        if not offline:
+            try:
+                return Path(snapshot_download(self.source, allow_patterns=DOWNLOAD_PATTERNS))
+            except Exception as exc:
+                reason = f"the hub could not be reached ({type(exc).__name__})"
+        else:
+            reason = "HF_HUB_OFFLINE is set"
+        raise UserError(
+            f"backbone {self.name}: the weights of {self.source} are not on this machine and {reason}; "
+            f"download them where the hub is reachable (`hf download {self.source}`) or set "
+            f"backbone.local_path=/path/to/weights"
+        )
 
     def model_path(self) -> str:
         if self._path is None:
@@ -271,9 +338,21 @@ class HFBackbone:
                 self._path = source
         return str(self._path)
 
-    def load(self) -> Policy:
-        check_fits(self.name, self.params_b, self.dtype)
-        return _load_policy(Path(self.model_path()), self.dtype)
+    def model_config(self) -> Any:
+        """The architecture: the checkpoint's config.json when the weights are on this machine, else `arch`
+        (from the published config: nothing is downloaded to plan memory)."""
+        if self._path is None and (self.local_path or self.source.startswith("pkg:")):
+            self.model_path()
+        path = self._path
+        if path is not None and (path / "config.json").is_file():
+            return json.loads((path / "config.json").read_text())
+        return self.arch
+
+    def load(self, training: bool = False) -> Policy:
+        """The model in this process's device; `training=True` keeps fp32 master weights (see above)."""
+        # before any download: a model that cannot fit is refused at once
+        check_fits(self.name, self.params_b, param_dtype(self.dtype, training=training, lora=bool(self.lora)))
+        return _load_policy(Path(self.model_path()), self.dtype, training=training, lora=bool(self.lora))
 
     def describe(self) -> str:
         what = self.upstream or self.source
@@ -282,7 +361,7 @@ class HFBackbone:
         elif self.source.startswith("pkg:"):
             where = f"via {self.source[4:].replace('_', '-')}" + (" GGUF" if self.gguf_file else "")
         else:
-            where = "from the local hub cache"
+            where = "from the hub (cached after the first download)"
         return f"{what} {where} ({self.dtype})"
 
     def peft_config(self):
@@ -308,7 +387,7 @@ class TinyRandomBackbone:
         tool_format: str = "qwen_xml",
         params_b: float = 0.004,
         lora: Any = None,
-        backend: str = "hf",
+        generation: str = "transformers",
         **extra: Any,
     ):
         self.name = name
@@ -317,7 +396,7 @@ class TinyRandomBackbone:
             num_key_value_heads=int(num_kv_heads), intermediate_size=int(intermediate_size),
         )
         self.init_seed, self.dtype, self.context_length = int(init_seed), dtype, int(context_length)
-        self.tool_format, self.params_b, self.lora, self.backend = tool_format, float(params_b), lora, backend
+        self.tool_format, self.params_b, self.lora, self.generation = tool_format, float(params_b), lora, generation
         self.extra = extra
 
     def model_path(self) -> str:
@@ -342,8 +421,11 @@ class TinyRandomBackbone:
 
         return str(_write_atomically(cache_root() / "models" / f"{self.name}-{key}", build))
 
-    def load(self) -> Policy:
-        return _load_policy(Path(self.model_path()), self.dtype)
+    def model_config(self) -> Any:
+        return json.loads((Path(self.model_path()) / "config.json").read_text())
+
+    def load(self, training: bool = False) -> Policy:
+        return _load_policy(Path(self.model_path()), self.dtype, training=training, lora=bool(self.lora))
 
     def describe(self) -> str:
         s = self.shape

@@ -38,7 +38,47 @@ def test_missing_hub_weights_give_one_clear_sentence(monkeypatch, tmp_path):
         instantiate(cfg).model_path()
     message = str(err.value)
     assert "qwen2.5-3b" in message and cfg.source in message and "backbone.local_path" in message
-    assert "\n" not in message and message.count(". ") == 0
+    assert "HF_HUB_OFFLINE" in message and "\n" not in message and message.count(". ") == 0
+
+
+def test_hub_weights_download_on_first_use_when_the_hub_is_reachable(monkeypatch, tmp_path):
+    import huggingface_hub
+
+    calls = []
+
+    def fake_snapshot(repo_id, local_files_only=False, allow_patterns=None, **kw):
+        calls.append(local_files_only)
+        if local_files_only:
+            raise FileNotFoundError("not cached")
+        assert "*.safetensors" in allow_patterns and not any(p.endswith(".pth") for p in allow_patterns)
+        return str(tmp_path)
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", fake_snapshot)
+    assert instantiate(OmegaConf.load(CONF / "qwen2.5-3b.yaml")).model_path() == str(tmp_path)
+    assert calls == [True, False]  # the cache first, then the download
+
+
+def test_an_unreachable_hub_gives_one_clear_sentence(monkeypatch, tmp_path):
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
+    # nothing listens on the discard port of the loopback interface: the connection is refused at once
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")
+    import importlib
+
+    import huggingface_hub.constants
+
+    importlib.reload(huggingface_hub.constants)
+    try:
+        cfg = OmegaConf.load(CONF / "qwen2.5-3b.yaml")
+        cfg.source = "seal-tests/never-downloaded-7b"
+        with pytest.raises(UserError) as err:
+            instantiate(cfg).model_path()
+    finally:
+        monkeypatch.delenv("HF_ENDPOINT")
+        importlib.reload(huggingface_hub.constants)
+    message = str(err.value)
+    assert "could not be reached" in message and "backbone.local_path" in message and "\n" not in message
 
 
 def test_a_missing_local_path_is_a_user_error(tmp_path):
@@ -55,6 +95,30 @@ def test_a_model_that_cannot_fit_is_refused_before_loading():
     with pytest.raises(UserError, match="needs about .* GiB .* smaller backbone"):
         check_fits("qwen2.5-7b", 7.62, "bfloat16", available=8 * 2**30)
     check_fits("smollm2-135m", 0.135, "float32", available=8 * 2**30)
+
+
+@pytest.mark.parametrize("name", ["qwen2.5-3b", "qwen2.5-7b", "llama-3.1-8b", "toolace-2-8b", "qwen3-4b"])
+def test_the_architecture_blocks_give_the_published_model_sizes(name):
+    from seal.policy.memory import param_count
+
+    cfg = OmegaConf.load(CONF / f"{name}.yaml")
+    # the published sizes: Qwen2.5-3B 3.09B, Qwen2.5-7B 7.62B, Llama-3.1-8B 8.03B, Qwen3-4B 4.02B
+    published = {"qwen2.5-3b": 3.09e9, "qwen2.5-7b": 7.62e9, "llama-3.1-8b": 8.03e9, "toolace-2-8b": 8.03e9,
+                 "qwen3-4b": 4.02e9}[name]
+    assert abs(param_count(cfg.arch) - published) / published < 0.005
+
+
+def test_training_memory_of_qwen25_3b_by_hand():
+    from seal.policy.memory import GiB, kv_bytes_per_token, training_memory
+
+    arch = OmegaConf.load(CONF / "qwen2.5-3b.yaml").arch
+    # 36 layers x 2 KV heads x 128 dims x (k, v) x 2 bytes
+    assert kv_bytes_per_token(arch, "bfloat16") == 36 * 2 * 128 * 2 * 2 == 36864
+    m = training_memory(arch, compute_dtype="bfloat16", episode_tokens=16384)
+    n = 3_085_938_688
+    # fp32 masters, fp32 gradients, two fp32 Adam moments, a bf16 reference and a bf16 autocast copy
+    assert (m.weights, m.gradients, m.optimizer, m.reference, m.autocast_copies) == (4 * n, 4 * n, 8 * n, 2 * n, 2 * n)
+    assert 57 < (m.total - m.activations) / GiB < 58
 
 
 def test_lora_mapping_becomes_a_peft_config():
