@@ -1,8 +1,19 @@
-"""The one subclass of TRL's GRPOTrainer: group advantages, then SEAL's trajectory weights.
+"""The one subclass of TRL's GRPOTrainer, and where TRL's call order meets SEAL's round.
 
-Everything SEAL-specific is a plain method of the co-evolution state (seal.rl.coevolution) that
-this class calls at TRL's advantage hook; the GRPO loss, KL term, clipping and optimisation are
-TRL's own.
+Per round (one TRL generation batch), TRL calls, in this order:
+
+    _generate_and_score_completions    rollout_func = CoEvolution.play_round (this rank's episodes);
+                                       verifier rewards; group-relative advantages A_j;
+                                       then here: CoEvolution.close_round -> A~_j = w_j A_j
+    _get_per_token_logps_and_entropies old-policy and reference log-probs (trimmed per micro-batch here)
+    _compute_loss, steps_per_round x   the clipped GRPO objective (TRL) + the KL term (here, as verl's
+                                       low_var_kl), one optimizer step per mini-batch
+    SealStateCallback.on_step_end      at the round's last step: CoEvolution.finish_round, with the
+                                       optimizer's signals (KL, clip ratios, entropy, grad norm)
+    on_save                            seal_state.json into the checkpoint TRL has just written
+
+Everything SEAL-specific is a plain function or a CoEvolution method; the GRPO loss, clipping and
+optimisation are TRL's own.
 """
 
 from __future__ import annotations
@@ -11,25 +22,98 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from omegaconf import DictConfig
 from trl import GRPOTrainer
+
+
+def low_var_kl(logps: torch.Tensor, ref_logps: torch.Tensor) -> torch.Tensor:
+    """verl's `low_var_kl` per token: the k3 estimator exp(r) - r - 1 of KL(pi || pi_ref), r = log
+    pi_ref - log pi (log-ratio clamped to [-20, 20] against overflow), clamped to [-10, 10]. No
+    importance-ratio factor (TRL's `use_bias_correction_kl` would multiply one in)."""
+    r = torch.clamp(ref_logps - logps, -20.0, 20.0)
+    return torch.clamp(torch.exp(r) - r - 1.0, -10.0, 10.0)
+
+
+def aggregate(per_token: torch.Tensor, mask: torch.Tensor, loss_type: str) -> torch.Tensor:
+    """A per-token term reduced the way TRL reduces the policy loss of `loss_type` (before the
+    gradient-accumulation normaliser): `grpo` averages each episode's tokens, then the episodes
+    (verl's token-mean over micro-batches of one episode); `bnpo` averages all tokens of the micro-batch."""
+    if loss_type == "grpo":
+        return ((per_token * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).mean()
+    if loss_type == "bnpo":
+        return (per_token * mask).sum() / mask.sum().clamp(min=1.0)
+    raise ValueError(f"loss_type {loss_type!r} is not supported with the KL term; use grpo or bnpo")
+
+
+def trim_bounds(attention_mask: torch.Tensor, completion_width: int) -> tuple[int, int]:
+    """Columns [left, right) of a left-padded prompt + right-padded completion batch that any row uses."""
+    used = attention_mask.bool().any(0)
+    prompt_width = attention_mask.shape[1] - completion_width
+    left = int(used[:prompt_width].nonzero()[0]) if used[:prompt_width].any() else prompt_width
+    tail = used[prompt_width:].nonzero()
+    right = prompt_width + (int(tail[-1]) + 1 if len(tail) else 1)
+    return left, right
 
 
 class SealGRPOTrainer(GRPOTrainer):
     def __init__(self, *args: Any, coevolution: Any, **kwargs: Any):
         self.coevolution = coevolution
+        self._capture: dict[str, torch.Tensor] | None = None
         super().__init__(*args, **kwargs)
 
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
-        # TRL calls the rollout function (episodes under Omega_t, verification, diagnosis) and
-        # computes group-relative advantages A_j; SEAL scales them by w_j and closes the round.
         out = super()._generate_and_score_completions(inputs)
-        weights = self.coevolution.end_round(self.state.global_step)
+        weights = self.coevolution.close_round(self.state.global_step)
         if weights is not None:
             out["advantages"] = scale_advantages(out["advantages"], weights)
-        for name, value in self.coevolution.last_round_metrics().items():
-            self._metrics["train"][name].append(value)
         return out
+
+    def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, batch_size=None,
+                                           compute_entropy=False, **kwargs):
+        """TRL's scoring, with each micro-batch cut to the columns its own rows use: the rounds' episodes
+        are padded to the round's longest, and a short episode must not pay for the longest one."""
+        if any(v is not None for k, v in kwargs.items() if k != "compute_aux_loss"):
+            return super()._get_per_token_logps_and_entropies(
+                model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy, **kwargs)
+        batch_size = batch_size or input_ids.size(0)
+        logps, entropies, aux = [], [], []
+        for start in range(0, input_ids.size(0), batch_size):
+            ids, mask = input_ids[start : start + batch_size], attention_mask[start : start + batch_size]
+            left, right = trim_bounds(mask, logits_to_keep)
+            keep = right - (mask.shape[1] - logits_to_keep)
+            lp, ent, a = super()._get_per_token_logps_and_entropies(
+                model, ids[:, left:right], mask[:, left:right], keep, batch_size=ids.size(0),
+                compute_entropy=compute_entropy, **kwargs)
+            logps.append(F.pad(lp, (0, logits_to_keep - keep)))
+            if ent is not None:
+                entropies.append(F.pad(ent, (0, logits_to_keep - keep)))
+            if a is not None:
+                aux.append(a)
+        logps = torch.cat(logps)
+        if self._capture is not None and compute_entropy:
+            self._capture["logps"] = logps
+        return logps, torch.cat(entropies) if entropies else None, torch.stack(aux).mean() if aux else None
+
+    def _compute_loss(self, model, inputs):
+        """TRL's clipped objective with its own KL term switched off, plus the paper's KL term."""
+        beta, self.beta = self.beta, 0.0
+        self._capture = {}
+        try:
+            loss = super()._compute_loss(model, inputs)
+            logps = self._capture.get("logps")
+        finally:
+            self.beta, self._capture = beta, None
+        if beta == 0.0:
+            return loss
+        mask = inputs["completion_mask"] * inputs["tool_mask"] if "tool_mask" in inputs else inputs["completion_mask"]
+        kl = low_var_kl(logps, inputs["ref_per_token_logps"])
+        mode = "train" if self.model.training else "eval"
+        normalizer = self.current_gradient_accumulation_steps if mode == "train" else 1.0
+        loss = loss + beta * aggregate(kl, mask, self.loss_type) / normalizer
+        totals = self.accelerator.reduce(torch.stack([(kl * mask).sum(), mask.sum().float()]).detach(), reduction="sum")
+        self._metrics[mode]["kl"].append((totals[0] / totals[1].clamp(min=1.0)).item())
+        return loss
 
 
 def scale_advantages(advantages: torch.Tensor, weights: list[float]) -> torch.Tensor:
@@ -53,8 +137,9 @@ def make_trainer(
     coevolution: Any,
     train_ids: list[str],
     out_dir: Path,
-    dtype: str = "float32",
+    compute_dtype: str = "float32",
     peft_config: Any = None,
+    world: int = 1,
 ) -> SealGRPOTrainer:
     """TRL's trainer for one run: prompts are entry ids, the rollout function plays them."""
     import os
@@ -64,7 +149,7 @@ def make_trainer(
     from seal.rl.checkpoint import SealStateCallback
     from seal.rl.config import grpo_config
 
-    args = grpo_config(cfg, out_dir, len(train_ids), dtype)
+    args = grpo_config(cfg, out_dir, len(train_ids), compute_dtype, world=world)
     # rollout_func is marked experimental in TRL 1.16; it is the documented multi-turn hook
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     return SealGRPOTrainer(
@@ -73,7 +158,7 @@ def make_trainer(
         args=args,
         train_dataset=Dataset.from_dict({"prompt": list(train_ids)}),
         processing_class=tokenizer,
-        rollout_func=coevolution.rollout,
+        rollout_func=coevolution.play_round,
         peft_config=peft_config,
         callbacks=[SealStateCallback(coevolution, cfg.budget.steps_per_round)],
         coevolution=coevolution,

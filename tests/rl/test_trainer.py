@@ -1,4 +1,6 @@
-"""The TRL side of the loop: the advantage hook, the environment mask, checkpoints of SEAL state."""
+"""The TRL side of the loop: the advantage hook, the environment mask, the KL term, padding, precision."""
+
+import math
 
 import pytest
 import torch
@@ -113,3 +115,136 @@ def test_environment_tokens_get_zero_gradient(tmp_path, monkeypatch):
     mask = torch.tensor([MASK] * 4, dtype=torch.bool)
     assert torch.all(per_token[~mask] == 0)
     assert torch.all(per_token[mask] > 0)
+
+
+# ---------------------------------------------------------------------------------------- the KL term
+
+
+def test_low_var_kl_is_the_clamped_k3_estimator():
+    from seal.rl.trainer import low_var_kl
+
+    logps = torch.log(torch.tensor([0.5, 0.5, 0.5, 0.5]))
+    ref = torch.log(torch.tensor([0.25, 0.5, 1.0, 1e-30])) + torch.tensor([0.0, 0.0, 5.0, 0.0])
+    # by hand, r = log pi_ref - log pi: k3 = e^r - r - 1
+    r1 = math.log(0.5)
+    expected = [0.5 - r1 - 1, 0.0, 10.0, 10.0]  # r = ln 2 + 5 -> e^r - r - 1 = 289 > 10; r << -20 -> 19 > 10
+    assert low_var_kl(logps, ref).tolist() == pytest.approx(expected, abs=1e-6)
+
+
+def test_the_loss_adds_the_papers_kl_without_the_importance_ratio(tmp_path, monkeypatch):
+    co, trainer = build(config("trainer.beta=0.5"), tmp_path)
+    out, _ = one_generation_batch(co, trainer, monkeypatch)
+    model = trainer.model
+    trainer.current_gradient_accumulation_steps = 1
+    mask = (out["completion_mask"] * out["tool_mask"]).float()
+    ids = torch.cat([out["prompt_ids"], out["completion_ids"]], 1)
+    attention = torch.cat([out["prompt_mask"], out["completion_mask"]], 1)
+    with torch.no_grad():
+        logps, _, _ = trainer._get_per_token_logps_and_entropies(model, ids, attention, out["completion_ids"].shape[1])
+    # old policy 0.05 nats below the current one: ratio e^0.05 inside the clip range [0.8, 1.2];
+    # reference 0.1 nats below: r = -0.1 (and 6 nats above on one token: k3 clamped to 10)
+    out["old_per_token_logps"] = logps - 0.05
+    out["ref_per_token_logps"] = logps - 0.1
+    first = mask[0].nonzero()[0].item()
+    out["ref_per_token_logps"][0, first] = logps[0, first] + 6.0
+    ratio, k3 = math.exp(0.05), math.exp(-0.1) + 0.1 - 1
+    kl = torch.full_like(logps, k3)
+    kl[0, first] = 10.0
+    per_token = -ratio * out["advantages"][:, None] + 0.5 * kl
+    expected = ((per_token * mask).sum(1) / mask.sum(1)).mean()
+    model.train()
+    loss = trainer.compute_loss(model, out)
+    assert loss.item() == pytest.approx(expected.item(), rel=1e-4)
+    # TRL's default would have multiplied the KL by the ratio
+    biased = ((((-ratio * out["advantages"][:, None]) + 0.5 * kl * ratio) * mask).sum(1) / mask.sum(1)).mean()
+    assert abs(loss.item() - biased.item()) > 1e-4
+
+
+# ---------------------------------------------------------------------------------------- padding
+
+
+def test_each_micro_batch_is_scored_on_its_own_columns_only(tmp_path, monkeypatch):
+    co, trainer = build(config(), tmp_path)
+    out, _ = one_generation_batch(co, trainer, monkeypatch)
+    model = trainer.model
+    # pad the batch further, as a round with a much longer episode would: 7 more prompt columns on the
+    # left, 11 more completion columns on the right
+    pad = trainer.processing_class.pad_token_id
+    ids = torch.cat([torch.full((4, 7), pad), out["prompt_ids"], out["completion_ids"], torch.full((4, 11), pad)], 1)
+    attention = torch.cat([torch.zeros(4, 7, dtype=torch.long), out["prompt_mask"], out["completion_mask"],
+                           torch.zeros(4, 11, dtype=torch.long)], 1)
+    width = out["completion_ids"].shape[1] + 11
+    seen = []
+    handle = model.register_forward_pre_hook(lambda m, args, kwargs: seen.append(kwargs["input_ids"].shape[1]),
+                                             with_kwargs=True)
+    try:
+        with torch.no_grad():
+            trimmed, _, _ = trainer._get_per_token_logps_and_entropies(model, ids, attention, width, batch_size=2)
+            full, _, _ = trl.GRPOTrainer._get_per_token_logps_and_entropies(trainer, model, ids, attention, width,
+                                                                             batch_size=2)
+    finally:
+        handle.remove()
+    assert seen[:2] == [ids.shape[1] - 18] * 2 and seen[2:] == [ids.shape[1]] * 2
+    mask = torch.cat([out["completion_mask"] * out["tool_mask"], torch.zeros(4, 11, dtype=torch.long)], 1).bool()
+    assert torch.allclose(trimmed[mask], full[mask], atol=1e-5)
+    assert torch.all(trimmed[:, -11:] == 0)
+
+
+# ---------------------------------------------------------------------------------------- precision
+
+
+def test_a_bf16_backbone_trains_fp32_master_weights(tmp_path):
+    from seal.policy.backbones import TinyRandomBackbone
+
+    bf16 = TinyRandomBackbone(dtype="bfloat16")
+    trained, served = bf16.load(training=True), bf16.load()
+    assert {p.dtype for p in trained.model.parameters()} == {torch.float32}
+    assert trained.compute_dtype == torch.bfloat16
+    assert {p.dtype for p in served.model.parameters()} == {torch.bfloat16}
+    lora = TinyRandomBackbone(dtype="bfloat16", lora={"r": 4, "target_modules": ["q_proj"]}).load(training=True)
+    assert {p.dtype for p in lora.model.parameters()} == {torch.bfloat16}  # the frozen base (peft adds fp32 adapters)
+
+
+def test_weights_move_at_the_papers_learning_rate_and_the_kv_cache_stays_bf16(tmp_path, monkeypatch):
+    from seal.policy import generation_hf
+    from seal.policy.formats import get_format
+    from seal.policy.rollout import RolloutEngine
+
+    cfg = config("backbone.dtype=bfloat16", "budget.rounds=2")
+    policy = instantiate(cfg.backbone).load(training=True)
+    entries = get_entries(IDS)
+    icfg = instantiate(cfg.env_interface)
+    co = CoEvolution(
+        engine=ScriptedEngine(policy.model.config.vocab_size), entries={e.id: e for e in entries},
+        omega=initial_interface(icfg), interface_cfg=icfg, diagnoser=instantiate(cfg.diagnoser),
+        reweighting=instantiate(cfg.reweighting), temperature=1.0, seed=0, group_size=2,
+    )
+    trainer = make_trainer(cfg, model=policy.model, tokenizer=policy.tokenizer, coevolution=co, train_ids=IDS,
+                           out_dir=tmp_path, compute_dtype="bfloat16")
+    assert trainer.args.bf16 and trainer.ref_model.dtype == torch.bfloat16
+    before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
+    trainer.train()
+    assert trainer.state.global_step == 2
+    # AdamW's first steps move every weight with a gradient by about lr (m / sqrt(v) = +-1 at step 1), so
+    # after 2 steps at lr 1e-6 a weight moved by at most 2e-6; in bf16 a weight near 0.02 moves in steps of
+    # 1.2e-4 and those updates would round away
+    for name in ["model.layers.0.self_attn.q_proj.weight", "model.layers.1.mlp.down_proj.weight"]:
+        delta = (trainer.model.get_parameter(name).detach() - before[name]).abs()
+        assert (delta > 0).float().mean() > 0.9, name
+        assert delta.max() <= 2.2e-6, name
+        assert ((before[name] + delta).bfloat16() == before[name].bfloat16()).float().mean() > 0.9
+    # rollouts with the fp32 masters keep their KV cache in bf16
+    kept = []
+    real = generation_hf._row_cache
+
+    def spy(cache, row, valid_row):
+        rows = real(cache, row, valid_row)
+        kept.append(rows[0][0].dtype)
+        return rows
+
+    monkeypatch.setattr(generation_hf, "_row_cache", spy)
+    engine = RolloutEngine(policy, get_format("qwen_xml"), context_length=16384, max_new_tokens=4, batch_size=2,
+                           compute_dtype=torch.bfloat16)
+    engine.model = trainer.model
+    engine.play(entries, temperature=1.0)
+    assert kept and set(kept) == {torch.bfloat16}
