@@ -40,22 +40,27 @@ def prompt_tokens(engine: Any, entry: Entry) -> int:
     return _PROMPT_TOKENS[key]
 
 
-def select_entries(engine: Any, ids: list[str], n: int | None, *, per_category: bool = True) -> list[Entry]:
+def fits(engine: Any, entry: Entry, view: Any = PLAIN) -> bool:
+    """Whether the entry's first prompt, under `view`, leaves room for one generation in the context."""
+    length = prompt_tokens(engine, entry) if view is PLAIN else engine.prompt_tokens(entry, view)
+    return length + engine.max_new_tokens <= engine.context_length
+
+
+def select_entries(engine: Any, ids: list[str], n: int | None, *, per_category: bool = True,
+                   keep_unfit: bool = True) -> list[Entry]:
     """A deterministic choice of `n` entries per category (or `n` in all, spread over categories)
     among those whose rendered prompt leaves room in the context: the shortest prompts first, ties
-    broken by id. `n=None` keeps every entry (those that do not fit then fail as context overflow,
-    which is what the benchmark would score)."""
+    broken by id. `n=None` keeps every entry, in order; those that do not fit then fail as context
+    overflow, which is what the benchmark would score, unless `keep_unfit=False` drops them."""
     entries = get_entries(ids)
     if n is None:
-        return entries
+        return entries if keep_unfit else [e for e in entries if fits(engine, e)]
     if n <= 0:
         return []
-    room = engine.context_length - engine.max_new_tokens
     by_cat: dict[str, list[tuple[int, str, Entry]]] = defaultdict(list)
     for entry in entries:
-        length = prompt_tokens(engine, entry)
-        if length < room:
-            by_cat[entry.category].append((length, entry.id, entry))
+        if fits(engine, entry):
+            by_cat[entry.category].append((prompt_tokens(engine, entry), entry.id, entry))
     ranked = {c: [e for _, _, e in sorted(by_cat[c], key=lambda x: x[:2])] for c in CATEGORIES if by_cat[c]}
     if per_category:
         return [e for c in ranked for e in ranked[c][:n]]
@@ -68,9 +73,9 @@ def select_entries(engine: Any, ids: list[str], n: int | None, *, per_category: 
     return chosen
 
 
-def metrics_of(rollouts: list[Any]) -> dict[str, Any]:
+def metrics_of(records: list[dict[str, Any]]) -> dict[str, Any]:
     """`eval/bfcl_v3/<category>` accuracies, their mean `.../avg`, and the counts behind them."""
-    summary = category_summary([(r.entry.id, r.verdict.valid) for r in rollouts])
+    summary = category_summary([(r["id"], r["valid"]) for r in records])
     metrics: dict[str, Any] = {f"{PREFIX}/{c}": s["accuracy"] for c, s in summary["by_category"].items()}
     metrics[f"{PREFIX}/avg"] = summary["accuracy_mean"]
     metrics["counts"] = {c: {"passed": s["passed"], "total": s["total"]} for c, s in summary["by_category"].items()}
@@ -107,27 +112,36 @@ def trajectory_record(rollout: Any) -> dict[str, Any]:
     }
 
 
-def evaluate_entries(engine: Any, entries: list[Entry], out_dir: Path | None = None, *, progress: bool = False):
-    """Greedy episodes under the plain interface; returns (metrics, rollouts). With `out_dir`, also
-    writes `trajectories.jsonl` there."""
+def evaluate_entries(engine: Any, entries: list[Entry], out_dir: Path | None = None, *, progress: bool = False,
+                     dist: Any = None):
+    """Greedy episodes under the plain interface; returns (metrics, trajectory records) of all entries.
+
+    With several data-parallel ranks (`dist`), each plays its share and the records are gathered, so
+    no entry is played twice. With `out_dir`, the main rank writes `trajectories.jsonl` there."""
+    shard = entries if dist is None else dist.shard(entries)
     start = time.perf_counter()
-    rollouts = engine.play(entries, PLAIN, temperature=0.0, progress=progress)
+    rollouts = engine.play(shard, PLAIN, temperature=0.0, progress=progress)
     seconds = time.perf_counter() - start
-    metrics = metrics_of(rollouts)
-    model_tokens = sum(r.num_model_tokens for r in rollouts)
+    records = [trajectory_record(r) for r in rollouts]
+    if dist is not None and dist.world > 1:
+        order = {e.id: i for i, e in enumerate(entries)}
+        records = sorted(dist.gather(records), key=lambda r: order[r["id"]])
+        seconds = max(dist.gather([seconds]))
+    metrics = metrics_of(records)
+    model_tokens = sum(r["model_tokens"] for r in records)
     metrics["timing"] = {
         "seconds": seconds,
-        "episodes_per_minute": 60.0 * len(rollouts) / seconds if seconds else 0.0,
+        "episodes_per_minute": 60.0 * len(records) / seconds if seconds else 0.0,
         "model_tokens_per_second": model_tokens / seconds if seconds else 0.0,
         "model_tokens": model_tokens,
-        "context_overflows": sum(r.ended == "context_overflow" for r in rollouts),
+        "context_overflows": sum(r["ended"] == "context_overflow" for r in records),
     }
-    if out_dir is not None:
+    if out_dir is not None and (dist is None or dist.main):
         out_dir.mkdir(parents=True, exist_ok=True)
         with (out_dir / "trajectories.jsonl").open("w") as fh:
-            for r in rollouts:
-                fh.write(json.dumps(trajectory_record(r), default=str) + "\n")
-    return metrics, rollouts
+            for r in records:
+                fh.write(json.dumps(r, default=str) + "\n")
+    return metrics, records
 
 
 def evaluate(cfg: DictConfig, out_dir: Path) -> None:
@@ -148,16 +162,16 @@ def evaluate(cfg: DictConfig, out_dir: Path) -> None:
         raise UserError(f"no entry of split={split.name} part {cfg.eval_part} fits backbone {backbone.name}'s context")
     write_json(out_dir / "leakage.json", split.leakage())
     log.info("evaluating %s on %d entries of %s/%s", backbone.describe(), len(entries), split.name, cfg.eval_part)
-    metrics, rollouts = evaluate_entries(engine, entries, out_dir, progress=True)
+    metrics, records = evaluate_entries(engine, entries, out_dir, progress=True)
     metrics.update({"backbone": backbone.describe(), "split": split.name, "part": cfg.eval_part,
                     "ids": [e.id for e in entries]})
     write_json(out_dir / "metrics.json", metrics)
-    summary = category_summary([(r.entry.id, r.verdict.valid) for r in rollouts])
+    summary = category_summary([(r["id"], r["valid"]) for r in records])
     table = summary_table(summary)
     t = metrics["timing"]
     errors: dict[str, int] = defaultdict(int)
-    for r in rollouts:
-        errors[r.verdict.error_type or "pass"] += 1
+    for r in records:
+        errors[r["error_type"] or "pass"] += 1
     oracle_note = (
         "\n> **Scripted oracle, not a model**: it replays the gold calls; this is a harness self-check "
         "and an upper bound.\n" if not getattr(backbone, "trainable", True) else ""

@@ -13,6 +13,7 @@ from seal.interface.omega import (
     initial_interface,
     omega_diff,
     signals,
+    widest_interface,
 )
 from seal.interface.render import InterfaceView, apply, error_hint
 from seal.interface.view import PLAIN, PlainView, View
@@ -33,4 +34,5 @@ __all__ = [
     "initial_interface",
     "omega_diff",
     "signals",
+    "widest_interface",
 ]

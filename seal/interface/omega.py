@@ -179,6 +179,11 @@ def initial_interface(cfg: InterfaceConfig) -> Omega:
     return Omega.from_switches(switches, version=0)
 
 
+def widest_interface(cfg: InterfaceConfig) -> Omega:
+    """Every component the config can ever switch on, on: the longest prompts a run can show."""
+    return Omega.from_switches({s: cfg.mode_of(s) != "off" for s in SWITCHES}, version=0)
+
+
 def signals(profile: FailureProfile, cfg: InterfaceConfig) -> dict[str, float]:
     """Each switch's evidence: the summed prevalence of its trigger labels (logged as iface/...)."""
     return {s: sum(profile.prevalence.get(label, 0.0) for label in cfg.triggers[s]) for s in SWITCHES}

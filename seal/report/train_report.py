@@ -32,6 +32,10 @@ def _rho_changes(rho: dict[str, float], rho0: dict[str, float]) -> str:
     return ", ".join(moved) or "= rho0"
 
 
+def _num(metrics: dict[str, Any], key: str, fmt: str = ".3f") -> str:
+    return format(metrics[key], fmt) if metrics.get(key) is not None else "-"
+
+
 def plot_curves(path: Path, history: list[Any]) -> None:
     import matplotlib
 
@@ -87,6 +91,19 @@ def write_train_report(out_dir: Path, *, title: str, header: dict[str, Any], his
     lines.append(markdown_table(
         ["round", "step", "reward mean", "turn pass rate", "labels (top 3)", "rho before update", "weight mean [min, max]",
          "interface change"], rows))
+    lines += ["", "## Optimisation signals", "",
+              "Zero-spread groups have equal rewards and so zero advantages: their weights change nothing. The "
+              "effective weights are those of the other trajectories. KL is the paper's low-variance KL to the "
+              "reference model; clip is the share of tokens whose ratio was clipped; means over the round's steps.",
+              ""]
+    lines.append(markdown_table(
+        ["round", "zero-spread groups", "effective weight mean (n)", "KL", "clip ratio", "entropy", "grad norm", "loss"],
+        [[r.round, _num(r.metrics, "train/zero_spread_groups_frac"),
+          f"{r.metrics['reweight/effective_mean']:.3f} ({int(r.metrics['reweight/effective_count'])})"
+          if "reweight/effective_mean" in r.metrics else "-",
+          _num(r.metrics, "train/kl", ".2e"), _num(r.metrics, "train/clip_ratio/region_mean"),
+          _num(r.metrics, "train/entropy"), _num(r.metrics, "train/grad_norm"), _num(r.metrics, "train/loss", ".2e")]
+         for r in history]))
     if evals:
         lines += ["", "## Held-out evaluation (greedy, plain benchmark interface)", ""]
         lines.append(markdown_table(["model"] + list(EVAL_KEYS), eval_rows(evals)))

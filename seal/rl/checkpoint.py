@@ -33,17 +33,34 @@ def read_state(checkpoint: Path) -> dict[str, Any]:
     return json.loads((checkpoint / SEAL_STATE).read_text())
 
 
+# what the optimizer steps report (TRL's names), kept per round as train/<name>
+OPTIMIZER_SIGNALS = ("loss", "grad_norm", "learning_rate", "kl", "entropy", "clip_ratio/low_mean",
+                     "clip_ratio/high_mean", "clip_ratio/region_mean")
+
+
 class SealStateCallback(TrainerCallback):
-    """Closes each round after its optimizer steps and writes the co-evolution state into each
-    checkpoint TRL has just saved (TRL calls on_step_end before it saves)."""
+    """Closes each round after its optimizer steps, with their averaged signals, and writes the
+    co-evolution state into each checkpoint. The Trainer logs every step (logging_steps=1), after
+    on_step_end and before it saves, so the round closes at its last step's log."""
 
     def __init__(self, coevolution: Any, steps_per_round: int):
         self.coevolution = coevolution
         self.steps_per_round = steps_per_round
+        self._signals: dict[str, list[float]] = {}
 
-    def on_step_end(self, args, state, control, **kwargs):
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        logs = logs or {}
+        if "grad_norm" not in logs and "loss" not in logs:
+            return control  # the end-of-training summary, not a step
+        for name in OPTIMIZER_SIGNALS:
+            if logs.get(name) is not None:
+                self._signals.setdefault(name, []).append(float(logs[name]))
         if state.global_step % self.steps_per_round == 0:
-            self.coevolution.finish_round(state.global_step)
+            means = {f"train/{k}": sum(v) / len(v) for k, v in self._signals.items()}
+            if "grad_norm" in self._signals:
+                means["train/grad_norm_max"] = max(self._signals["grad_norm"])
+            self._signals = {}
+            self.coevolution.finish_round(state.global_step, means)
         return control
 
     def on_save(self, args, state, control, **kwargs):

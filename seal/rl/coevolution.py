@@ -1,13 +1,18 @@
-"""One SEAL round (paper Algorithm 1) around TRL's GRPO step.
+"""One SEAL round (paper Algorithm 1) around TRL's GRPO step, and the state that survives it.
 
-    roll out G episodes per prompt under Omega_t          rollout()      (TRL's rollout_func)
-    verify (reward) and diagnose (labels) each episode    rollout()
-    aggregate C_t; weights w_j; A~_j = w_j A_j            end_round()    (TRL's advantage hook)
-    rho_{t+1} (closed loop); Omega_{t+1} = Evolve(Omega_t, C_t)
-    one GRPO update with KL regularisation                TRL
+TRL calls the three stages in this order (seal.rl.trainer wires them):
 
-The state that must survive a crash (Omega, rho, RNG states, round history) is `state_dict()`,
-written next to every TRL checkpoint by seal.rl.checkpoint.
+    play_round()    TRL's rollout_func: this rank's episodes under Omega_t, verified (reward)
+    close_round()   TRL's advantage hook: gather every rank's episodes, diagnose them (labels),
+                    C_t, weights w_j (A~_j = w_j A_j), rho_{t+1}, Omega_{t+1} = Evolve(Omega_t, C_t)
+    finish_round()  after the round's optimizer steps (TRL: GRPO update with the KL term), before
+                    its checkpoint: the optimizer's own signals join the round's record
+
+Every rank gathers the whole round before anything shared changes, so all ranks apply the same
+deterministic update and hold the same rho and Omega (checked every round when there are several).
+The state that must survive a crash (Omega, rho, the diagnoser's RNG, round history) is
+`state_dict()`, written next to every TRL checkpoint by seal.rl.checkpoint; sampling needs no
+state, being keyed by (seed, round, episode).
 """
 
 from __future__ import annotations
@@ -16,10 +21,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-import torch
-
 from seal.diagnosis import FailureProfile, trajectory_profile
 from seal.interface import apply, evolve, omega_diff
+from seal.policy.generation import derive_seed
+from seal.rl.distributed import Dist
 from seal.rl.reweighting import Reweighting, weight_stats
 
 
@@ -49,6 +54,8 @@ class CoEvolution:
         reweighting: Reweighting,
         temperature: float,
         seed: int,
+        group_size: int = 1,
+        dist: Dist | None = None,
         on_round_end: Any = None,
     ):
         self.engine = engine
@@ -58,98 +65,119 @@ class CoEvolution:
         self.diagnoser = diagnoser
         self.reweighting = reweighting
         self.temperature = temperature
-        self.generator = torch.Generator().manual_seed(seed)
+        self.seed = seed
+        # rollouts per prompt: TRL's groups are consecutive runs of this many episodes
+        self.group_size = max(1, int(group_size))
+        self.dist = dist or Dist()
         self.history: list[RoundRecord] = []
         self.on_round_end = on_round_end
-        self._pending: dict[str, Any] | None = None
+        # the one place where reweighting is decided: it needs labels, and a mode that uses them
+        self.weighted = bool(diagnoser.provides_labels and reweighting.active)
+        self._played: list[Any] | None = None
+        self._timing: dict[str, float] = {}
         self._closed_at = 0.0
 
     # -- TRL's rollout_func ------------------------------------------------------------------------
-    def rollout(self, prompts: list[str], trainer: Any = None) -> dict[str, list]:
-        """Play one episode per prompt (prompts arrive repeated G times) under Omega_t."""
+    def play_round(self, prompts: list[str], trainer: Any = None) -> dict[str, list]:
+        """Play this rank's episodes (prompts arrive repeated G times) under Omega_t."""
         t0 = time.perf_counter()
         entries = [self.entries[p] for p in prompts]
         view = apply(self.omega, self.engine.format.call_example)
-        rollouts = self.engine.play(entries, view, temperature=self.temperature, generator=self.generator)
-        t1 = time.perf_counter()
-        labels = self.diagnoser.label_round([(r.entry, r.verdict, r.episode.steps) for r in rollouts])
-        t2 = time.perf_counter()
-        # the round's time split: the engine attributes generation / execution / verification
-        # time to episodes; whatever else the rollout took (prompt rendering, bookkeeping) is
-        # "rollout_other"
-        parts = {k: _sum_timings(rollouts).get(k, 0.0) for k in ("generation", "execution", "verification")}
-        parts["rollout_other"] = max(t1 - t0 - sum(parts.values()), 0.0)
-        self._pending = {"rollouts": rollouts, "labels": labels, "timing": {**parts, "diagnosis": t2 - t1}}
+        # sampling is keyed by (run seed, round, global episode index): the same episodes whatever the
+        # number of ranks, and a resumed round draws exactly what it drew
+        offset = self.dist.rank * len(prompts)
+        seeds = [derive_seed(self.seed, len(self.history), offset + i) for i in range(len(entries))]
+        rollouts = self.engine.play(entries, view, temperature=self.temperature, seeds=seeds)
+        parts = {k: sum(r.timings.get(k, 0.0) for r in rollouts) for k in ("generation", "execution", "verification")}
+        # whatever else the rollout took (prompt rendering, bookkeeping)
+        parts["rollout_other"] = max(time.perf_counter() - t0 - sum(parts.values()), 0.0)
+        self._played, self._timing = rollouts, parts
+        eot = self.engine.eot_ids[:1]
         return {
             "prompt_ids": [r.prompt_ids for r in rollouts],
-            "completion_ids": [r.completion_ids for r in rollouts],
-            "logprobs": [r.logprobs for r in rollouts],
-            "env_mask": [r.completion_mask for r in rollouts],
-            "verifier_reward": [float(r.verdict.valid) for r in rollouts],
+            # an episode whose prompt did not fit has no completion; TRL needs at least one token, so it
+            # gets the end-of-turn marker as an environment token (no loss)
+            "completion_ids": [r.completion_ids or list(eot) for r in rollouts],
+            "logprobs": [r.logprobs or [0.0] for r in rollouts],
+            "env_mask": [r.completion_mask or [0] for r in rollouts],
+            "verifier_reward": [r.reward for r in rollouts],
         }
 
     # -- TRL's advantage hook ---------------------------------------------------------------------
-    def end_round(self, global_step: int) -> list[float] | None:
-        """Weights for this round's trajectories (None when reweighting is off), then evolve."""
-        if self._pending is None:
-            raise RuntimeError("end_round() without a rollout in this round")
-        pending, self._pending = self._pending, None
-        rollouts, labels = pending["rollouts"], pending["labels"]
+    def close_round(self, global_step: int) -> list[float] | None:
+        """Gather the round, diagnose it, and move rho and Omega; returns this rank's weights w_j
+        (None when the run does not reweight)."""
+        if self._played is None:
+            raise RuntimeError("close_round() without a played round")
+        local, self._played = self._played, None
         t0 = time.perf_counter()
-        rewards = [float(r.verdict.valid) for r in rollouts]
-        profile = FailureProfile.from_round(labels, [r.entry.category for r in rollouts], rewards)
-        use_labels = self.diagnoser.provides_labels
-        weights = None
-        if use_labels and self.reweighting.active:
-            weights = self.reweighting.weights([trajectory_profile(traj) for traj in labels])
+        # the whole round on every rank, in global order (rank 0's episodes first)
+        played = self.dist.gather([(r.entry.id, r.verdict, r.episode.steps, _episode_summary(r)) for r in local])
+        timing = {k: max(v) for k, v in zip(self._timing, zip(*self.dist.gather([tuple(self._timing.values())])))}
+        labels = self.diagnoser.label_round([(self.entries[i], v, s) for i, v, s, _ in played])
+        t1 = time.perf_counter()
+        episodes = [dict(summary, labels=traj) for (_, _, _, summary), traj in zip(played, labels)]
+        rewards = [e["reward"] for e in episodes]
+        profile = FailureProfile.from_round(labels, [self.entries[e["id"]].category for e in episodes], rewards)
+        weights = self.reweighting.weights([trajectory_profile(traj) for traj in labels]) if self.weighted else None
+
         record = RoundRecord(round=len(self.history), global_step=global_step)
-        record.metrics = self._metrics(rollouts, labels, profile, weights)
+        record.metrics = self._metrics(episodes, profile, weights)
         record.labels = dict(profile.counts)
         record.rho = dict(self.reweighting.rho)
-        t1 = time.perf_counter()
-        if use_labels:
+        t2 = time.perf_counter()
+        if self.diagnoser.provides_labels:
             self.reweighting.end_round(profile.prevalence, profile.counts, profile.mean_reward)
             old = self.omega
             self.omega = evolve(self.omega, profile, self.interface_cfg)
             record.interface_diff = omega_diff(old, self.omega)
         record.interface = self.omega.to_dict()
-        t2 = time.perf_counter()
-        timing = dict(pending["timing"], weighting=t1 - t0, interface=t2 - t1)
+        t3 = time.perf_counter()
+        self.dist.check_agree("rho and Omega", {"rho": self.reweighting.rho, "omega": record.interface})
+        timing.update(diagnosis=t1 - t0, weighting=t2 - t1, interface=t3 - t2)
         record.metrics.update({f"time/{k}": v for k, v in timing.items()})
-        record.episodes = [_episode_summary(r, l) for r, l in zip(rollouts, labels)]
+        record.episodes = episodes
         self.history.append(record)
         self._closed_at = time.perf_counter()
-        return weights
+        if weights is None:
+            return None
+        n = len(local)
+        return weights[self.dist.rank * n : (self.dist.rank + 1) * n]
 
-    def finish_round(self, global_step: int) -> None:
+    # -- after the round's optimizer steps ----------------------------------------------------------
+    def finish_round(self, global_step: int, optimizer_metrics: dict[str, float] | None = None) -> None:
         """Called once the round's optimizer steps are done (before its checkpoint is written)."""
         record = self.history[-1]
         record.global_step = global_step
+        record.metrics.update(optimizer_metrics or {})
         record.metrics["time/optimisation"] = time.perf_counter() - self._closed_at
         if self.on_round_end is not None:
             self.on_round_end(record)
 
-    def last_round_metrics(self) -> dict[str, float]:
-        return dict(self.history[-1].metrics) if self.history else {}
-
-    def _metrics(self, rollouts, labels, profile, weights) -> dict[str, float]:
-        n = len(rollouts)
-        turns = [r.verdict.turns for r in rollouts]
-        played = [t for ts in turns for t in ts if t.status != "not_played"]
+    def _metrics(self, episodes: list[dict[str, Any]], profile: FailureProfile, weights) -> dict[str, float]:
+        n = len(episodes)
+        rewards = [e["reward"] for e in episodes]
         metrics = {
-            "train/reward_mean": sum(r.verdict.valid for r in rollouts) / n,
+            "train/reward_mean": sum(rewards) / n,
             # progress is logged, never rewarded
-            "train/turn_pass_rate": sum(t.status in ("pass", "skipped") for t in played) / max(len(played), 1),
-            "train/model_tokens_mean": sum(r.num_model_tokens for r in rollouts) / n,
-            "train/episode_tokens_mean": sum(len(r.prompt_ids) + len(r.completion_ids) for r in rollouts) / n,
-            "train/context_overflow_frac": sum(r.ended == "context_overflow" for r in rollouts) / n,
-            "train/force_terminated_frac": sum(r.ended == "force_terminated" for r in rollouts) / n,
+            "train/turn_pass_rate": sum(e["turns_passed"] for e in episodes) / max(sum(e["turns_played"] for e in episodes), 1),
+            "train/model_tokens_mean": sum(e["model_tokens"] for e in episodes) / n,
+            "train/episode_tokens_mean": sum(e["episode_tokens"] for e in episodes) / n,
+            "train/context_overflow_frac": sum(e["ended"] == "context_overflow" for e in episodes) / n,
+            "train/force_terminated_frac": sum(e["ended"] == "force_terminated" for e in episodes) / n,
         }
+        # GRPO learns nothing from a group whose rewards are all equal (its advantages are zero)
+        spread = _group_spread(rewards, self.group_size)
+        metrics["train/zero_spread_groups_frac"] = sum(not s for s in spread) / max(len(spread), 1)
         metrics.update(profile.metrics())
         metrics.update({f"reweight/rho/{label}": v for label, v in self.reweighting.rho.items()})
         if weights is not None:
-            stats = weight_stats(weights, self.reweighting.w_min, self.reweighting.w_max)
-            metrics.update({f"reweight/weight_{k}": v for k, v in stats.items()})
+            bounds = (self.reweighting.w_min, self.reweighting.w_max)
+            metrics.update({f"reweight/weight_{k}": v for k, v in weight_stats(weights, *bounds).items()})
+            # the weights that multiply a non-zero advantage: the only ones that change the update
+            effective = [w for j, w in enumerate(weights) if spread[j // self.group_size]]
+            metrics.update({f"reweight/effective_{k}": v for k, v in weight_stats(effective, *bounds).items()})
+            metrics["reweight/effective_count"] = float(len(effective))
         metrics.update(self.omega.metrics())
         return metrics
 
@@ -159,7 +187,6 @@ class CoEvolution:
             "omega": self.omega.to_dict(),
             "reweighting": self.reweighting.state_dict(),
             "diagnoser": self.diagnoser.state_dict(),
-            "generator": self.generator.get_state().tolist(),
             "history": [vars(r) for r in self.history],
         }
 
@@ -167,24 +194,25 @@ class CoEvolution:
         self.omega = type(self.omega).from_dict(state["omega"])
         self.reweighting.load_state_dict(state["reweighting"])
         self.diagnoser.load_state_dict(state["diagnoser"])
-        self.generator.set_state(torch.tensor(state["generator"], dtype=torch.uint8))
         self.history = [RoundRecord(**r) for r in state["history"]]
 
 
-def _sum_timings(rollouts: list[Any]) -> dict[str, float]:
-    out: dict[str, float] = {}
-    for r in rollouts:
-        for key, value in r.timings.items():
-            out[key] = out.get(key, 0.0) + value
-    return out
+def _group_spread(rewards: list[float], group_size: int) -> list[bool]:
+    """Whether each consecutive group of `group_size` rewards has any spread."""
+    return [len(set(rewards[i : i + group_size])) > 1 for i in range(0, len(rewards), group_size)]
 
 
-def _episode_summary(rollout: Any, labels: list[str]) -> dict[str, Any]:
+def _episode_summary(rollout: Any) -> dict[str, Any]:
+    played = [t for t in rollout.verdict.turns if t.status != "not_played"]
     return {
         "id": rollout.entry.id,
+        "reward": rollout.reward,
         "valid": rollout.verdict.valid,
         "error_type": rollout.verdict.error_type,
-        "labels": labels,
         "ended": rollout.ended,
         "model_tokens": rollout.num_model_tokens,
+        "prompt_tokens": len(rollout.prompt_ids),
+        "episode_tokens": len(rollout.prompt_ids) + len(rollout.completion_ids),
+        "turns_played": len(played),
+        "turns_passed": sum(t.status in ("pass", "skipped") for t in played),
     }

@@ -46,14 +46,15 @@ def code_version() -> str:
         return "unknown"
 
 
-def _check_run_dir(out_dir: Path, fingerprint: str) -> None:
+def _check_run_dir(out_dir: Path, fingerprint: str, write: bool = True) -> None:
     marker = out_dir / "fingerprint.txt"
     if marker.exists() and marker.read_text().strip() != fingerprint:
         raise UserError(
             f"{out_dir} holds a run with a different configuration; resume it with its original settings, "
             "or start this one elsewhere with hydra.run.dir=<new directory>"
         )
-    marker.write_text(fingerprint + "\n")
+    if write:
+        marker.write_text(fingerprint + "\n")
 
 
 def return_freed_memory_to_the_os() -> None:
@@ -76,12 +77,14 @@ def return_freed_memory_to_the_os() -> None:
 def train(cfg: DictConfig, out_dir: Path) -> None:
     from transformers import set_seed
 
-    from seal.eval.evaluate import evaluate_entries, select_entries
-    from seal.interface import initial_interface
+    from seal.eval.evaluate import evaluate_entries, fits, select_entries
+    from seal.interface import apply, initial_interface, widest_interface
+    from seal.policy.backbones import check_training_fits, param_dtype
     from seal.policy.rollout import RolloutEngine
+    from seal.rl import distributed
     from seal.rl.checkpoint import latest_complete_checkpoint, read_state
     from seal.rl.coevolution import CoEvolution
-    from seal.rl.config import rounds_for
+    from seal.rl.config import round_plan, rounds_for
     from seal.rl.trainer import make_trainer
     from seal.report.train_report import write_metrics_log, write_train_report
     from seal.report.wandb_run import WandbRun
@@ -89,32 +92,44 @@ def train(cfg: DictConfig, out_dir: Path) -> None:
     started = time.perf_counter()
     return_freed_memory_to_the_os()
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    dist = distributed.current()
     fingerprint = config_fingerprint(cfg)
-    _check_run_dir(out_dir, fingerprint)
+    _check_run_dir(out_dir, fingerprint, write=dist.main)
     set_seed(cfg.seed)
+    # every rank plays its share of a round; the round's size does not depend on the world size
+    plan = round_plan(cfg.budget, dist.world)
 
     # -- the pieces, from the config -------------------------------------------------------------
     split = instantiate(cfg.split)
-    write_json(out_dir / "leakage.json", split.leakage())
     backbone = instantiate(cfg.backbone)
     if not backbone.trainable:
         raise UserError(f"backbone={backbone.name} is a scripted policy and cannot be trained; pick a model backbone")
     diagnoser = instantiate(cfg.diagnoser)
     reweighting = instantiate(cfg.reweighting)
     interface_cfg = instantiate(cfg.env_interface)
-    policy = backbone.load()
+    memory = check_training_fits(
+        backbone, episode_tokens=backbone.context_length, micro_batch=plan.micro_batch,
+        reference=cfg.trainer.beta != 0, gradient_checkpointing=cfg.trainer.gradient_checkpointing,
+    )
+    policy = backbone.load(training=True)
     engine = RolloutEngine.for_backbone(backbone, policy, cfg.budget)
-    train_entries = select_entries(engine, split.train, cfg.budget.train_entries, per_category=False)
+    # no episode may start without room to generate: the prompts are measured under the widest
+    # interface this run can show, and those that cannot fit are left out (and counted)
+    widest = apply(widest_interface(interface_cfg), engine.format.call_example)
+    pool = select_entries(engine, split.train, None)
+    fitting = [e for e in pool if fits(engine, e, widest)]
+    train_entries = select_entries(engine, [e.id for e in fitting], cfg.budget.train_entries, per_category=False)
     # the before/after slice: the validation part when the split has one (model selection never
     # touches test), else a few test entries (reported only; nothing is selected on them)
     heldout_part = "val" if split.val else "test"
     heldout = select_entries(engine, split.part(heldout_part), cfg.budget.heldout_entries_per_category)
     if not train_entries:
-        raise UserError(f"no train entry of split={split.name} fits backbone {backbone.name}'s context")
+        raise UserError(f"no train entry of split={split.name} fits backbone {backbone.name}'s context "
+                        f"({backbone.context_length} tokens with budget.max_new_tokens={cfg.budget.max_new_tokens})")
     coevolution = CoEvolution(
         engine=engine, entries={e.id: e for e in train_entries}, omega=initial_interface(interface_cfg),
         interface_cfg=interface_cfg, diagnoser=diagnoser, reweighting=reweighting,
-        temperature=cfg.budget.temperature, seed=cfg.seed,
+        temperature=cfg.budget.temperature, seed=cfg.seed, group_size=cfg.budget.rollouts_per_prompt, dist=dist,
     )
 
     run_config = {
@@ -122,19 +137,34 @@ def train(cfg: DictConfig, out_dir: Path) -> None:
         "base_checkpoint": backbone.describe(), "code_version": code_version(), "fingerprint": fingerprint,
         "overrides": _overrides(), "train_ids": [e.id for e in train_entries],
         "heldout_part": heldout_part, "heldout_ids": [e.id for e in heldout],
+        "precision": {
+            "param_dtype": param_dtype(backbone.dtype, training=True, lora=bool(backbone.lora)),
+            "compute_dtype": backbone.dtype, "kv_cache_dtype": backbone.dtype,
+        },
+        "world_size": dist.world,
+        "training_memory_gib": {k: round(v, 2) for k, v in memory.table()} if memory else None,
+        "round_plan": vars(plan) | {"episodes_per_step": plan.episodes_per_step},
+        "train_filter": {"train_part": len(pool), "fit": len(fitting), "left_out_unfit": len(pool) - len(fitting),
+                         "context_length": backbone.context_length, "max_new_tokens": cfg.budget.max_new_tokens},
     }
-    (out_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
-    write_json(out_dir / "run_config.json", run_config)
-    # under accelerate/torchrun only rank 0 logs to W&B and writes the per-round files
-    is_main = int(os.environ.get("RANK", "0")) == 0
+    if dist.main:
+        write_json(out_dir / "leakage.json", split.leakage())
+        (out_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+        write_json(out_dir / "run_config.json", run_config)
+    # only the main rank logs to W&B and writes the per-round files; with several ranks each also
+    # appends its own rho and Omega per round to ranks/ (they must agree, and are checked to)
     logger_cfg = OmegaConf.to_container(cfg.logger, resolve=True)
-    if not is_main:
+    if not dist.main:
         logger_cfg["mode"] = "disabled"
     wandb = WandbRun(out_dir=out_dir, run_id=f"seal-{fingerprint}", name=out_dir.name or "seal",
                      config=run_config, **logger_cfg)
 
     def on_round_end(record) -> None:
-        if not is_main:
+        if dist.world > 1:
+            (out_dir / "ranks").mkdir(exist_ok=True)
+            with (out_dir / "ranks" / f"rank{dist.rank}.jsonl").open("a") as fh:
+                fh.write(json.dumps({"round": record.round, "rho": record.rho, "interface": record.interface}) + "\n")
+        if not dist.main:
             return
         write_metrics_log(out_dir / "metrics.jsonl", coevolution.history)
         wandb.log({**record.metrics, "round": record.round}, step=record.round)
@@ -143,30 +173,34 @@ def train(cfg: DictConfig, out_dir: Path) -> None:
 
     coevolution.on_round_end = on_round_end
 
-    # -- before: the initial model on the held-out slice ------------------------------------------
+    # -- before: the initial model on the held-out slice (shared out over the ranks) ---------------
     evals = {}
     before_path = out_dir / "eval_before.json"
     if heldout and not before_path.exists():
-        metrics, _ = evaluate_entries(engine, heldout, out_dir / "eval_before")
-        write_json(before_path, metrics)
-    if heldout:
+        metrics, _ = evaluate_entries(engine, heldout, out_dir / "eval_before", dist=dist)
+        if dist.main:
+            write_json(before_path, metrics)
+        evals["before"] = metrics
+    elif heldout:
         evals["before"] = json.loads(before_path.read_text())
 
     # -- train, resuming from the last complete round ---------------------------------------------
     trainer = make_trainer(
         cfg, model=policy.model, tokenizer=policy.tokenizer, coevolution=coevolution,
-        train_ids=[e.id for e in train_entries], out_dir=out_dir, dtype=backbone.dtype,
-        peft_config=backbone.peft_config(),
+        train_ids=[e.id for e in train_entries], out_dir=out_dir, compute_dtype=backbone.dtype,
+        peft_config=backbone.peft_config(), world=dist.world,
     )
     # rollouts are generated by the model being trained (peft-wrapped when LoRA is on)
     engine.model = trainer.model
     checkpoint = latest_complete_checkpoint(Path(trainer.args.output_dir))
     if checkpoint is not None:
         coevolution.load_state_dict(read_state(checkpoint))
-        write_metrics_log(out_dir / "metrics.jsonl", coevolution.history)
+        if dist.main:
+            write_metrics_log(out_dir / "metrics.jsonl", coevolution.history)
         log.info("resuming from %s (round %d done)", checkpoint, len(coevolution.history))
     trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
-    trainer.save_model(str(out_dir / "final_model"))
+    if dist.main:
+        trainer.save_model(str(out_dir / "final_model"))
     # the optimizer state, gradients and reference model are not needed to evaluate: free them
     # before the after-evaluation allocates its caches (it keeps the main job under 8 GB)
     engine.model = trainer.model
@@ -176,22 +210,30 @@ def train(cfg: DictConfig, out_dir: Path) -> None:
 
     # -- after: the trained model on the same held-out slice --------------------------------------
     if heldout:
-        metrics, _ = evaluate_entries(engine, heldout, out_dir / "eval_after")
-        write_json(out_dir / "eval_after.json", metrics)
+        metrics, _ = evaluate_entries(engine, heldout, out_dir / "eval_after", dist=dist)
+        if dist.main:
+            write_json(out_dir / "eval_after.json", metrics)
         evals["after"] = metrics
+    if not dist.main:
+        return
 
     timing = _mean_round_timing(coevolution.history)
     summary = {
         "rounds": len(coevolution.history), "planned_rounds": rounds_for(cfg.budget, len(train_entries)),
         "final_rho": coevolution.reweighting.rho, "final_interface": coevolution.omega.to_dict(),
         "eval_before": evals.get("before"), "eval_after": evals.get("after"), "round_time_split": timing,
-        "wall_seconds": time.perf_counter() - started,
+        "wall_seconds": time.perf_counter() - started, "world_size": dist.world,
     }
     write_json(out_dir / "metrics.json", summary)
     write_train_report(
         out_dir, title=f"SEAL training run: {out_dir.name or 'default'}",
         header={"backbone": backbone.describe(), "seed": cfg.seed, "interface": interface_cfg.name,
                 "diagnoser": diagnoser.name, "reweighting": reweighting.mode, "budget": cfg.budget.name,
+                "precision": "params {param_dtype}, compute {compute_dtype}".format(**run_config["precision"]),
+                "ranks": dist.world,
+                "train entries": f"{len(train_entries)} ({len(pool) - len(fitting)} of {len(pool)} in the train part "
+                                 f"left out: their prompt does not fit {backbone.context_length} tokens with "
+                                 f"{cfg.budget.max_new_tokens} to generate)",
                 "code version": run_config["code_version"], "rounds": len(coevolution.history)},
         history=coevolution.history, rho0=reweighting.rho0, evals=evals, timing=timing,
     )

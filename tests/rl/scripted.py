@@ -7,9 +7,8 @@ trainer-side tests can check advantages, masks and gradients exactly without a l
 
 from __future__ import annotations
 
+import random
 from types import SimpleNamespace
-
-import torch
 
 from seal.env.calls import parse_call
 from seal.env.episode import Episode
@@ -22,13 +21,16 @@ MASK = [1, 1, 0, 0, 0, 1, 1, 0, 1]
 class ScriptedEngine:
     format = SimpleNamespace(name="qwen_xml", call_example='<tool_call>{"name": "ls", "arguments": {}}</tool_call>')
 
+    # the end-of-turn marker (SmolLM2's <|im_end|>)
+    eot_ids = [2]
+
     def __init__(self, vocab_size: int, good=lambda position: position % 2 == 0):
         self.vocab_size = vocab_size
         self.good = good
         self.model = None
         self.plays = 0
 
-    def play(self, entries, view=None, *, temperature=1.0, generator=None, progress=False):
+    def play(self, entries, view=None, *, temperature=1.0, seeds=None, progress=False):
         self.plays += 1
         out = []
         for position, entry in enumerate(entries):
@@ -39,7 +41,8 @@ class ScriptedEngine:
                 if good and gold:
                     episode.step([parse_call(c) for c in gold], raw="gold")
                 episode.step([], raw="done")
-            ids = torch.randint(10, self.vocab_size, (3 + len(MASK),), generator=generator).tolist()
+            rng = random.Random(seeds[position] if seeds else position)
+            ids = [rng.randrange(10, self.vocab_size) for _ in range(3 + len(MASK))]
             out.append(EpisodeRollout(
                 entry=entry, episode=episode, verdict=episode.verdict(), prompt_ids=ids[:3],
                 completion_ids=ids[3:], completion_mask=list(MASK), logprobs=[0.0] * len(MASK),

@@ -47,9 +47,16 @@ def test_the_main_job_leaves_its_outputs(tmp_path):
     assert "## Rounds" in report and "## Held-out evaluation" in report
     first = rounds(tmp_path)[0]
     assert {"train/reward_mean", "reweight/weight_mean", "iface/version"} <= set(first)
+    # the optimizer's own signals and the reweighting statistics over non-zero advantages, per round
+    assert {"train/kl", "train/entropy", "train/clip_ratio/region_mean", "train/grad_norm", "train/loss",
+            "train/zero_spread_groups_frac"} <= set(first)
+    assert "## Optimisation signals" in report
     assert any(k.startswith("diag/") for k in first) and any(k.startswith("reweight/rho/") for k in first)
     run_config = json.loads((tmp_path / "run_config.json").read_text())
     assert run_config["heldout_part"] == "test" and not set(run_config["heldout_ids"]) & set(run_config["train_ids"])
+    assert run_config["precision"] == {"param_dtype": "float32", "compute_dtype": "float32", "kv_cache_dtype": "float32"}
+    assert run_config["world_size"] == 1 and run_config["round_plan"]["episodes"] == 2
+    assert run_config["train_filter"]["train_part"] == 400
     # W&B offline files in the run directory
     assert list((tmp_path / "wandb").glob("offline-run-*"))
     checkpoints = sorted((tmp_path / "checkpoints").glob("checkpoint-*"))
@@ -119,3 +126,21 @@ def test_one_round_on_the_embedded_smollm2(tmp_path):
     assert metrics["rounds"] == 1 and metrics["eval_after"]["num_entries"] == 4
     (record,) = rounds(tmp_path)
     assert record["train/model_tokens_mean"] > 0 and record["train/episode_tokens_mean"] > 1000
+
+
+@pytest.mark.slow
+def test_one_round_of_the_paper_budget_on_tiny_random(tmp_path):
+    """budget=paper end to end for one round: 32 prompts x 8 rollouts = 256 episodes, 4 optimizer steps of 64
+    episodes in micro-batches of 1. Generations are cut to 32 tokens and the held-out evaluation is off: a
+    random model's 4,096-token noise over 400 entries is beyond a 2-core CPU."""
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=[
+            "budget=paper", "backbone=tiny-random", "budget.rounds=1", "budget.max_new_tokens=32",
+            "budget.heldout_entries_per_category=0", "logger.mode=disabled"])
+    run(cfg, tmp_path)
+    assert json.loads((tmp_path / "metrics.json").read_text())["rounds"] == 1
+    state = json.loads(next((tmp_path / "checkpoints").glob("checkpoint-4")).joinpath("seal_state.json").read_text())
+    (record,) = state["history"]
+    assert len(record["episodes"]) == 256 and record["global_step"] == 4
+    run_config = json.loads((tmp_path / "run_config.json").read_text())
+    assert run_config["round_plan"]["accumulation"] == 64 and run_config["train_filter"]["fit"] == 400

@@ -1,0 +1,58 @@
+"""Data-parallel facts of this process: rank, world size, and gathering Python objects across ranks.
+
+Under `accelerate launch` or `torchrun` every rank plays its share of a round's episodes; what
+changes shared state (labels, rewards, the failure profile) is gathered first, so every rank applies
+the same deterministic update and holds the same rho and Omega. A single process needs none of it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass
+class Dist:
+    rank: int = 0
+    world: int = 1
+
+    @property
+    def main(self) -> bool:
+        return self.rank == 0
+
+    def gather(self, items: list) -> list:
+        """Every rank's list, concatenated in rank order, on every rank."""
+        if self.world == 1:
+            return list(items)
+        from accelerate.utils import gather_object
+
+        return list(gather_object(list(items)))
+
+    def check_agree(self, what: str, state: Any) -> None:
+        """Stop the run when the ranks' copies of shared state have drifted apart."""
+        if self.world == 1:
+            return
+        digest = hashlib.sha256(json.dumps(state, sort_keys=True, default=str).encode()).hexdigest()
+        digests = self.gather([digest])
+        if len(set(digests)) != 1:
+            raise RuntimeError(f"the ranks disagree on {what} (digests by rank: {digests}); shared state drifted")
+
+    def shard(self, items: list) -> list:
+        """This rank's share of `items` (every world-th item)."""
+        return list(items[self.rank :: self.world])
+
+
+def current() -> Dist:
+    """The process group of this launch (initialised here when a launcher started several ranks)."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world == 1:
+        return Dist()
+    import torch
+    from accelerate import PartialState
+
+    # without a GPU, accelerate joins the ranks over gloo only when told the run is on the CPU
+    state = PartialState(cpu=not torch.cuda.is_available())
+    return Dist(rank=state.process_index, world=state.num_processes)
