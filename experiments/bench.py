@@ -73,9 +73,11 @@ def executor() -> None:
         print(f"{name:28} {rate:10.0f} {total_rate:20.0f} {build:8.2f} {rate / base:10.2f}x")
 
 
+from experiments.bench_memory import memory  # noqa: E402
 from experiments.bench_rollout import rollout  # noqa: E402
 
 section(rollout)
+section(memory)
 
 
 @section
@@ -99,6 +101,8 @@ def main_job() -> None:
             raise SystemExit(f"python run.py failed with exit code {proc.returncode}")
         peak_gib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024**2  # KiB on Linux
         metrics = json.loads((out / "metrics.json").read_text())
+        checkpoint = max((out / "checkpoints").glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
+        history = json.loads((checkpoint / "seal_state.json").read_text())["history"]
     split = metrics["round_time_split"]
     total = sum(split.values())
     print(f"\n## main job: `python run.py` (defaults), {metrics['rounds']} rounds, 2-core CPU")
@@ -108,6 +112,22 @@ def main_job() -> None:
         print(f"{part:28} {seconds:9.2f} {seconds / total:7.1%}")
     bookkeeping = sum(split.get(k, 0.0) for k in ("verification", "diagnosis", "interface", "weighting"))
     print(f"{'verification+diagnosis+interface+weighting':44} {bookkeeping / total:7.2%} of a round (goal < 5%)")
+    padded, trimmed = padding_cost(history)
+    print(f"\ntoken columns scored per round by the old-logprob, reference and training passes (micro-batch 1): "
+          f"{padded} padded to the round's longest, {trimmed} trimmed per micro-batch ({1 - trimmed / padded:.0%} saved)")
+
+
+def padding_cost(history: list[dict]) -> tuple[int, int]:
+    """Columns the three scoring passes cover when every episode of a round is padded to the round's longest
+    prompt plus longest completion (TRL's layout), and when each micro-batch of one is cut to its own length."""
+    padded = trimmed = 0
+    for record in history:
+        episodes = record["episodes"]
+        longest_prompt = max(e["prompt_tokens"] for e in episodes)
+        longest_completion = max(e["episode_tokens"] - e["prompt_tokens"] for e in episodes)
+        padded += len(episodes) * (longest_prompt + longest_completion)
+        trimmed += sum(e["episode_tokens"] for e in episodes)
+    return padded, trimmed
 
 
 def main(argv: list[str]) -> None:
