@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from seal.diagnosis import FailureProfile, trajectory_profile
+from seal.diagnosis import profile_labels, round_profiles, trajectory_profile
 from seal.interface import apply, evolve, omega_diff
 from seal.rl.reweighting import Reweighting, weight_stats
 
@@ -30,6 +30,7 @@ class RoundRecord:
     round: int
     global_step: int
     metrics: dict[str, float] = field(default_factory=dict)
+    # "outcome/<tag>" and "cause/<cause>" -> number of counted turns
     labels: dict[str, int] = field(default_factory=dict)
     rho: dict[str, float] = field(default_factory=dict)
     interface: dict[str, Any] = field(default_factory=dict)
@@ -97,20 +98,23 @@ class CoEvolution:
         rollouts, labels = pending["rollouts"], pending["labels"]
         t0 = time.perf_counter()
         rewards = [float(r.verdict.valid) for r in rollouts]
-        profile = FailureProfile.from_round(labels, [r.entry.category for r in rollouts], rewards)
+        # weights read the layer reweighting.profile_layer names (outcome by default), evolve() the causes
+        profiles = round_profiles(labels, [r.entry.category for r in rollouts], rewards)
+        layer = self.reweighting.profile_layer
         use_labels = self.diagnoser.provides_labels
         weights = None
         if use_labels and self.reweighting.active:
-            weights = self.reweighting.weights([trajectory_profile(traj) for traj in labels])
+            weights = self.reweighting.weights([trajectory_profile(profile_labels(t, layer)) for t in labels])
         record = RoundRecord(round=len(self.history), global_step=global_step)
-        record.metrics = self._metrics(rollouts, labels, profile, weights)
-        record.labels = dict(profile.counts)
+        record.metrics = self._metrics(rollouts, labels, profiles, weights)
+        record.labels = {f"{k}/{label}": n for k, p in profiles.items() for label, n in p.counts.items()}
         record.rho = dict(self.reweighting.rho)
         t1 = time.perf_counter()
         if use_labels:
-            self.reweighting.end_round(profile.prevalence, profile.counts, profile.mean_reward)
+            p = profiles[layer]
+            self.reweighting.end_round(p.prevalence, p.counts, p.mean_reward)
             old = self.omega
-            self.omega = evolve(self.omega, profile, self.interface_cfg)
+            self.omega = evolve(self.omega, profiles["cause"], self.interface_cfg)
             record.interface_diff = omega_diff(old, self.omega)
         record.interface = self.omega.to_dict()
         t2 = time.perf_counter()
@@ -132,7 +136,7 @@ class CoEvolution:
     def last_round_metrics(self) -> dict[str, float]:
         return dict(self.history[-1].metrics) if self.history else {}
 
-    def _metrics(self, rollouts, labels, profile, weights) -> dict[str, float]:
+    def _metrics(self, rollouts, labels, profiles, weights) -> dict[str, float]:
         n = len(rollouts)
         turns = [r.verdict.turns for r in rollouts]
         played = [t for ts in turns for t in ts if t.status != "not_played"]
@@ -145,7 +149,8 @@ class CoEvolution:
             "train/context_overflow_frac": sum(r.ended == "context_overflow" for r in rollouts) / n,
             "train/force_terminated_frac": sum(r.ended == "force_terminated" for r in rollouts) / n,
         }
-        metrics.update(profile.metrics())
+        for layer, profile in profiles.items():
+            metrics.update(profile.metrics(f"diag/{layer}"))
         metrics.update({f"reweight/rho/{label}": v for label, v in self.reweighting.rho.items()})
         if weights is not None:
             stats = weight_stats(weights, self.reweighting.w_min, self.reweighting.w_max)
@@ -179,12 +184,12 @@ def _sum_timings(rollouts: list[Any]) -> dict[str, float]:
     return out
 
 
-def _episode_summary(rollout: Any, labels: list[str]) -> dict[str, Any]:
+def _episode_summary(rollout: Any, labels: list[Any]) -> dict[str, Any]:
     return {
         "id": rollout.entry.id,
         "valid": rollout.verdict.valid,
         "error_type": rollout.verdict.error_type,
-        "labels": labels,
+        "turn_labels": [t.to_dict() for t in labels],
         "ended": rollout.ended,
         "model_tokens": rollout.num_model_tokens,
     }
