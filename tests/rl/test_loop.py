@@ -47,7 +47,8 @@ def test_the_main_job_leaves_its_outputs(tmp_path):
     assert "## Rounds" in report and "## Held-out evaluation" in report
     first = rounds(tmp_path)[0]
     assert {"train/reward_mean", "reweight/weight_mean", "iface/version"} <= set(first)
-    assert any(k.startswith("diag/") for k in first) and any(k.startswith("reweight/rho/") for k in first)
+    assert {"diag/outcome/num_turns", "diag/cause/num_turns"} <= set(first) and any(k.startswith("reweight/rho/") for k in first)
+    assert "outcomes (top 3)" in report and "causes (top 3)" in report
     run_config = json.loads((tmp_path / "run_config.json").read_text())
     assert run_config["heldout_part"] == "test" and not set(run_config["heldout_ids"]) & set(run_config["train_ids"])
     # W&B offline files in the run directory
