@@ -45,8 +45,21 @@ def test_score_scores_good_lines_and_names_bad_ones(tmp_path, bench):
     assert proc.returncode == 0, proc.stderr
     verdicts = [json.loads(line) for line in (out / "verdicts.jsonl").read_text().splitlines()]
     assert len(verdicts) == len(lines)
-    assert verdicts[0] == {"id": "multi_turn_base_0", "valid": True, "error_type": None}
+    passed = {"outcome": "pass", "cause": None}
+    assert verdicts[0] == {"id": "multi_turn_base_0", "valid": True, "error_type": None, "turn_labels": [passed] * 4}
     assert [v["error_type"] for v in verdicts[1:5]] == ["seal:malformed_input"] * 4
+    # a line the checker cannot read: checker_error on every turn of the entry it names (base_2 has 5)
+    unread = {"outcome": "checker_error", "cause": "checker_error"}
+    assert [v["turn_labels"] for v in verdicts[1:5]] == [[], [], [], [unread] * 5]
+    # miss_param_3 answered with nothing: turns 0 and 2 are empty, turn 1's gold is "no call"
+    empty = {"outcome": "empty_turn_model_response", "cause": "empty_turn_model_response"}
+    assert verdicts[5]["turn_labels"] == [empty, {"outcome": "correct_abstention", "cause": None}, empty]
+    # one turn of base_1 (4 turns), with an unsafe call: the episode ended there (BFCL's
+    # force_terminated). Gold's ls(a=True) only reads, so the state matches and its result is
+    # missing; the later turns were never played
+    assert verdicts[6]["error_type"] == "multi_turn:force_terminated"
+    lost = {"outcome": "empty_turn_model_response", "cause": "not_played"}
+    assert verdicts[6]["turn_labels"] == [{"outcome": "response_mismatch", "cause": "step_limit"}] + [lost] * 3
     assert "line 2" in verdicts[1]["error"] and "line 3" in verdicts[2]["error"] and "UTF-8" in verdicts[3]["error"]
     assert "line 5" in verdicts[4]["error"]
     assert verdicts[5]["error_type"] == "multi_turn:empty_turn_model_response"

@@ -1,34 +1,54 @@
-"""Diagnosis Psi: turn-level failure labels from executable evidence, and their statistics."""
+"""Diagnosis Psi: two labels per turn (outcome, cause) from executable evidence, and their statistics."""
 
 from seal.diagnosis.diagnosers import ConstantDiagnoser, NoDiagnoser, RandomDiagnoser, RuleDiagnoser
 from seal.diagnosis.labels import (
-    FAILURE_LABELS,
+    CAUSE_FAILURES,
+    CAUSES,
+    COUNTED,
+    COUNTED_LABELS,
+    COUNTED_OUTCOMES,
     LABELS,
-    TABLE5_TO_LABELS,
-    TABLE6_TO_LABELS,
-    WEIGHTED_LABELS,
+    LAYERS,
+    OUTCOME_FAILURES,
+    OUTCOMES,
+    TABLE5_TO_CAUSES,
+    TABLE6_TO_OUTCOMES,
+    TurnLabel,
     check_labels,
+    check_layer,
     check_rho_keys,
-    table5_label,
+    profile_labels,
+    table5_cause,
 )
-from seal.diagnosis.profile import FailureProfile, trajectory_profile
-from seal.diagnosis.rules import diagnose, diagnose_episode
+from seal.diagnosis.profile import FailureProfile, round_profiles, trajectory_profile
+from seal.diagnosis.rules import diagnose, diagnose_episode, diagnose_result
 
 __all__ = [
-    "FAILURE_LABELS",
+    "CAUSES",
+    "CAUSE_FAILURES",
+    "COUNTED",
+    "COUNTED_LABELS",
+    "COUNTED_OUTCOMES",
     "LABELS",
-    "TABLE5_TO_LABELS",
-    "TABLE6_TO_LABELS",
-    "WEIGHTED_LABELS",
+    "LAYERS",
+    "OUTCOMES",
+    "OUTCOME_FAILURES",
+    "TABLE5_TO_CAUSES",
+    "TABLE6_TO_OUTCOMES",
     "ConstantDiagnoser",
     "FailureProfile",
     "NoDiagnoser",
     "RandomDiagnoser",
     "RuleDiagnoser",
+    "TurnLabel",
     "check_labels",
+    "check_layer",
     "check_rho_keys",
     "diagnose",
     "diagnose_episode",
-    "table5_label",
+    "diagnose_result",
+    "profile_labels",
+    "round_profiles",
+    "table5_cause",
     "trajectory_profile",
 ]

@@ -1,8 +1,13 @@
 """The diagnosers a run can be configured with (conf/diagnoser/*.yaml).
 
 All share one interface: `label_round(items)` takes the round's (entry, verdict, steps) triples
-and returns one label list per trajectory (one label per turn of its entry). `state_dict()` /
+and returns, per trajectory, one TurnLabel (outcome, cause) per turn of its entry. `state_dict()` /
 `load_state_dict()` carry whatever a resumed run needs to continue identically.
+
+The controls act on both layers, each on its own: a turn's outcome is touched only when it is a
+failure outcome (OUTCOME_FAILURES), its cause only when it is a failure cause (CAUSE_FAILURES).
+Successes (pass, correct_abstention, a None cause) and the uncounted labels (not_played,
+checker_error, gt_error) stay as the rules give them.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ class RuleDiagnoser:
     def __init__(self, name: str = "rules"):
         self.name = name
 
-    def label_round(self, items: Sequence[Item]) -> list[list[str]]:
+    def label_round(self, items: Sequence[Item]) -> list[list[L.TurnLabel]]:
         return [diagnose(entry, verdict, steps) for entry, verdict, steps in items]
 
     def state_dict(self) -> dict:
@@ -39,27 +44,29 @@ class RuleDiagnoser:
 
 
 class RandomDiagnoser(RuleDiagnoser):
-    """Falsification control: the rule labels, except that every failed turn's label is redrawn from
-    the round's own empirical distribution of failure labels. Pass, correct_abstention and the
-    unweighted labels stay; so do the round's label frequencies in expectation. Only the link
-    between a failure and its label is broken."""
+    """Falsification control: the rule labels, except that in each layer every failure label is
+    redrawn from the round's own empirical distribution of that layer's failure labels (outcome and
+    cause drawn independently). A layer's label frequencies stay the same in expectation; only the
+    link between a failed turn and its label is broken, in the weights and in the interface alike."""
 
     def __init__(self, name: str = "random", seed: int = 0):
         super().__init__(name)
         self.seed = seed
         self._rng = random.Random(seed)
 
-    def label_round(self, items: Sequence[Item]) -> list[list[str]]:
-        labels = super().label_round(items)
-        counts = Counter(x for traj in labels for x in traj if x in L.FAILURE_LABELS)
-        if not counts:
-            return labels
-        population = [x for x in L.FAILURE_LABELS if counts[x]]
+    def _sampler(self, values, failures):
+        counts = Counter(x for x in values if x in failures)
+        population = [x for x in failures if counts[x]]
         weights = [counts[x] for x in population]
-        return [
-            [self._rng.choices(population, weights)[0] if x in L.FAILURE_LABELS else x for x in traj]
-            for traj in labels
-        ]
+        return lambda x: self._rng.choices(population, weights)[0] if x in failures else x
+
+    def label_round(self, items: Sequence[Item]) -> list[list[L.TurnLabel]]:
+        labels = super().label_round(items)
+        turns = [t for traj in labels for t in traj]
+        outcome = self._sampler([t.outcome for t in turns], L.OUTCOME_FAILURES)
+        cause = self._sampler([t.cause for t in turns], L.CAUSE_FAILURES)
+        # one draw per layer per turn, in order, so a resumed RNG continues the same stream
+        return [[L.TurnLabel(outcome(t.outcome), cause(t.cause)) for t in traj] for traj in labels]
 
     def state_dict(self) -> dict:
         version, internal, gauss = self._rng.getstate()
@@ -71,29 +78,40 @@ class RandomDiagnoser(RuleDiagnoser):
 
 
 class ConstantDiagnoser(RuleDiagnoser):
-    """Control: every failed turn (rule label in FAILURE_LABELS) gets the one configured label."""
+    """Control: every failure outcome becomes `outcome`, every failure cause becomes `cause`."""
 
-    def __init__(self, name: str = "constant", label: str = L.RESPONSE_MISMATCH):
+    def __init__(
+        self, name: str = "constant", outcome: str = L.RESPONSE_MISMATCH, cause: str = L.RESPONSE_MISMATCH
+    ):
         super().__init__(name)
-        L.check_labels([label], what="constant diagnoser label")
-        self.label = label
+        L.check_labels([outcome], L.OUTCOMES, what="constant diagnoser outcome")
+        L.check_labels([cause], L.CAUSES, what="constant diagnoser cause")
+        self.outcome, self.cause = outcome, cause
 
-    def label_round(self, items: Sequence[Item]) -> list[list[str]]:
-        rule_labels = super().label_round(items)
-        return [[self.label if x in L.FAILURE_LABELS else x for x in traj] for traj in rule_labels]
+    def label_round(self, items: Sequence[Item]) -> list[list[L.TurnLabel]]:
+        return [
+            [
+                L.TurnLabel(
+                    self.outcome if t.outcome in L.OUTCOME_FAILURES else t.outcome,
+                    self.cause if t.cause in L.CAUSE_FAILURES else t.cause,
+                )
+                for t in traj
+            ]
+            for traj in super().label_round(items)
+        ]
 
 
 class NoDiagnoser:
-    """No diagnosis: every turn is `unlabelled`, which no profile counts, so every trajectory weighs
-    1 and the failure profile is empty (an evolving interface then never switches)."""
+    """No diagnosis: both labels of every turn are `unlabelled`, which no profile counts, so every
+    trajectory weighs 1 and the failure profile is empty (an evolving interface never switches)."""
 
     provides_labels = False
 
     def __init__(self, name: str = "none"):
         self.name = name
 
-    def label_round(self, items: Sequence[Item]) -> list[list[str]]:
-        return [[L.UNLABELLED] * entry.num_turns for entry, _, _ in items]
+    def label_round(self, items: Sequence[Item]) -> list[list[L.TurnLabel]]:
+        return [[L.TurnLabel(L.UNLABELLED, L.UNLABELLED)] * entry.num_turns for entry, _, _ in items]
 
     def state_dict(self) -> dict:
         return {}

@@ -1,9 +1,11 @@
 """Known failures, injected into gold trajectories of real entries (the diagnoser's validation set).
 
-A recipe takes an entry and an RNG and returns a scripted trajectory (gold everywhere except one
-target turn), the play settings, and an acceptance check. The check confirms, from the executor's
-and the official checker's outcome only, that the injection produced the failure it intends, and
-returns the injected label (None: not confirmed). It never consults a diagnoser.
+A recipe takes an entry and an RNG and returns a scripted trajectory (gold everywhere except where
+it injects), the target turn, the play settings, and an acceptance check. The check confirms, from
+the executor's and the official checker's outcome only, that the injection produced the failure it
+intends, and returns the target turn's true TurnLabel (None: not confirmed): the cause the recipe
+injects, and the outcome the release would tag (the official per-turn check of that turn, or what
+the recipe fixes by construction). It never consults a diagnoser.
 """
 
 from __future__ import annotations
@@ -15,11 +17,11 @@ from typing import Any
 
 from seal.diagnosis import labels as L
 from seal.diagnosis.rules import EXECUTION_ERRORS
-from seal.diagnosis.schema import tool_registry
+from seal.diagnosis.schema import check_call, tool_registry
 from seal.env.benchmark import Entry
 from seal.env.calls import ToolCall, parse_call
 from seal.env.episode import Episode, StepRecord
-from seal.env.verifier import FORCE_TERMINATED, RESPONSE_MISMATCH, STATE_MISMATCH, Verdict
+from seal.env.verifier import EMPTY_TURN, FORCE_TERMINATED, RESPONSE_MISMATCH, STATE_MISMATCH, Verdict
 
 # Step limit used for the step_limit recipe (the benchmark's 20 would only cost time)
 SMALL_STEP_LIMIT = 3
@@ -40,22 +42,32 @@ class Case:
     entry: Entry
     recipe: str
     target: int
-    # the injected label (None: an injection the checker did not confirm)
-    label: str | None
+    # the target turn's true labels (None: an injection the checker did not confirm)
+    label: L.TurnLabel | None
     verdict: Verdict
     steps: list[list[StepRecord]]
-    # further (turn, label) pairs the same trajectory is scored on (turns never played)
-    extra: list[tuple[int, str]] = field(default_factory=list)
+    # further (turn, labels) pairs the same trajectory is scored on (turns after an early end)
+    extra: list[tuple[int, L.TurnLabel]] = field(default_factory=list)
 
 
 def gold_script(entry: Entry) -> Script:
     return [[Step([parse_call(c) for c in turn])] if turn else [] for turn in entry.gold]
 
 
-def play(entry: Entry, script: Script, max_steps: int = 20, abort_after: int | None = None):
-    """Run a scripted trajectory through the episode protocol; returns (verdict, steps)."""
+def play(
+    entry: Entry, script: Script, max_steps: int = 20, abort_after: int | None = None,
+    abort_before: int | None = None,
+):
+    """Run a scripted trajectory through the episode protocol; returns (verdict, steps).
+
+    `abort_after=t` ends the episode (context overflow) once turn t is played; `abort_before=t`
+    right after turn t opens, before the model answers it (as the rollout engine does when the
+    new user message leaves no room)."""
     episode = Episode(entry, max_steps=max_steps)
     while (turn := episode.next_turn()) is not None:
+        if abort_before is not None and turn.index == abort_before:
+            episode.abort("context_overflow")
+            break
         for step in script[turn.index]:
             outcome = episode.step(list(step.calls), raw="scripted", parse_failures=step.parse_failures,
                                    keep_turn=step.keep_turn)
@@ -78,6 +90,24 @@ def _turn_errors(steps: list[StepRecord], verdict: Verdict, t: int) -> list[str]
 
 def _status(verdict: Verdict, t: int) -> str:
     return verdict.turns[t].status
+
+
+_OFFICIAL_OUTCOME = {EMPTY_TURN: L.EMPTY_TURN, STATE_MISMATCH: L.STATE_MISMATCH,
+                     RESPONSE_MISMATCH: L.RESPONSE_MISMATCH, "pass": L.PASS}
+
+
+def checked_outcome(verdict: Verdict, t: int) -> str:
+    """The release's tag for a played turn: gold "no call" -> spurious / abstention by whether the
+    model made a call, else the official per-turn check's result."""
+    check = verdict.turns[t]
+    if check.gold_empty:
+        return L.SPURIOUS_TOOL_CALL if check.model_calls else L.CORRECT_ABSTENTION
+    return _OFFICIAL_OUTCOME[check.status]
+
+
+def after_end(entry: Entry, turn: int) -> L.TurnLabel:
+    """The release's tags for a turn after the episode ended early."""
+    return L.TurnLabel(L.CORRECT_ABSTENTION if not entry.gold[turn] else L.EMPTY_TURN, L.NOT_PLAYED)
 
 
 def _failed(verdict: Verdict, t: int) -> bool:
@@ -153,34 +183,41 @@ def _pick_call(entry: Entry, rng: random.Random, where: Callable[[ToolCall], boo
     return rng.choice(spots) if spots else None
 
 
-def _accept_failed(label: str, clean: bool = False):
+def _accept_failed(cause: str, clean: bool = False):
     def accept(verdict, steps, t):
         if not _failed(verdict, t):
             return None
         if clean and _turn_errors(steps[t], verdict, t):
             return None
-        return label
+        return L.TurnLabel(checked_outcome(verdict, t), cause)
 
     return accept
 
 
+PASSED = L.TurnLabel(L.PASS, None)
+
+
+def _accept_pass(v, s, t):
+    return PASSED if _status(v, t) == "pass" else None
+
+
 def r_gold_turn(entry, rng):
     t = rng.choice(_call_turns(entry))
-    return gold_script(entry), t, {}, lambda v, s, t: L.PASS if _status(v, t) == "pass" else None
+    return gold_script(entry), t, {}, _accept_pass
 
 
 def r_split_steps(entry, rng):
     t = rng.choice(_call_turns(entry))
     script = gold_script(entry)
     script[t] = [Step([parse_call(c)]) for c in entry.gold[t]]
-    return script, t, {}, lambda v, s, t: L.PASS if _status(v, t) == "pass" else None
+    return script, t, {}, _accept_pass
 
 
 def r_recovered_parse_error(entry, rng):
     t = rng.choice(_call_turns(entry))
     script = gold_script(entry)
     script[t] = [Step([], [("<tool_call>{\"name\": ", "not valid JSON")], keep_turn=True)] + script[t]
-    return script, t, {}, lambda v, s, t: L.PASS if _status(v, t) == "pass" else None
+    return script, t, {}, _accept_pass
 
 
 def r_recovered_execution_error(entry, rng):
@@ -199,7 +236,7 @@ def r_recovered_execution_error(entry, rng):
 
     def accept(v, s, t):
         errored = any(r.error in EXECUTION_ERRORS for r in s[t][0].calls)
-        return L.PASS if errored and _status(v, t) == "pass" else None
+        return PASSED if errored and _status(v, t) == "pass" else None
 
     return script, t, {}, accept
 
@@ -208,7 +245,7 @@ def r_abstain(entry, rng):
     empty = _empty_turns(entry)
     if not empty:
         return None
-    return gold_script(entry), rng.choice(empty), {}, lambda v, s, t: L.CORRECT_ABSTENTION
+    return gold_script(entry), rng.choice(empty), {}, lambda v, s, t: L.TurnLabel(L.CORRECT_ABSTENTION, None)
 
 
 def r_call_when_no_call_needed(entry, rng):
@@ -218,7 +255,18 @@ def r_call_when_no_call_needed(entry, rng):
     t = rng.choice(empty)
     script = gold_script(entry)
     script[t] = [Step([parse_call(rng.choice(calls))])]
-    return script, t, {}, lambda v, s, t: L.SPURIOUS_TOOL_CALL
+    return script, t, {}, lambda v, s, t: L.TurnLabel(L.SPURIOUS_TOOL_CALL, L.SPURIOUS_TOOL_CALL)
+
+
+def r_undecodable_when_no_call_needed(entry, rng):
+    """Text that looks like a call but does not decode, where gold is "no call": BFCL sees no call."""
+    empty = _empty_turns(entry)
+    if not empty:
+        return None
+    t = rng.choice(empty)
+    script = gold_script(entry)
+    script[t] = [Step([], [("<tool_call>{'name': x", "not valid JSON")])]
+    return script, t, {}, lambda v, s, t: L.TurnLabel(L.CORRECT_ABSTENTION, None)
 
 
 def r_unknown_function(entry, rng):
@@ -327,7 +375,7 @@ def r_drop_call(entry, rng, intended):
 
     def accept(v, s, t):
         ok = _status(v, t) == want and not _turn_errors(s[t], v, t)
-        return intended if ok else None
+        return L.TurnLabel(_OFFICIAL_OUTCOME[want], intended) if ok else None
 
     return script, t, {}, accept
 
@@ -341,7 +389,7 @@ def r_extra_call(entry, rng):
 
     def accept(v, s, t):
         ok = _status(v, t) == STATE_MISMATCH and not _turn_errors(s[t], v, t)
-        return L.STATE_MISMATCH if ok else None
+        return L.TurnLabel(L.STATE_MISMATCH, L.STATE_MISMATCH) if ok else None
 
     return script, t, {}, accept
 
@@ -358,9 +406,10 @@ def r_reorder(entry, rng):
         calls.insert(0, calls.pop())
 
     def accept(v, s, t):
-        if _turn_errors(s[t], v, t):
+        if _turn_errors(s[t], v, t) or _status(v, t) not in (STATE_MISMATCH, RESPONSE_MISMATCH):
             return None
-        return {STATE_MISMATCH: L.STATE_MISMATCH, RESPONSE_MISMATCH: L.RESPONSE_MISMATCH}.get(_status(v, t))
+        label = _OFFICIAL_OUTCOME[_status(v, t)]
+        return L.TurnLabel(label, label)
 
     return script, t, {}, accept
 
@@ -388,10 +437,12 @@ def r_wrong_value(entry, rng):
     out = _value_recipe(entry, rng, erroring=False)
     if out is None:
         return None
-    script, t, _ = out
+    script, t, i = out
+    schema_ok = not check_call(script[t][0].calls[i])
 
     def accept(v, s, t):
-        return L.INSTANCE_MISMATCH if _failed(v, t) and not _turn_errors(s[t], v, t) else None
+        ok = schema_ok and _failed(v, t) and not _turn_errors(s[t], v, t)
+        return L.TurnLabel(checked_outcome(v, t), L.VALUE_MISMATCH) if ok else None
 
     return script, t, {}, accept
 
@@ -401,12 +452,15 @@ def r_erroring_value(entry, rng):
     if out is None:
         return None
     script, t, i = out
+    schema_ok = not check_call(script[t][0].calls[i])
 
     def accept(v, s, t):
+        if not schema_ok:
+            return None
         record = s[t][0].calls[i]
         errors = _turn_errors(s[t], v, t)
         ok = _failed(v, t) and record.error in EXECUTION_ERRORS and set(errors) <= EXECUTION_ERRORS
-        return L.RECOVERY_FAILURE if ok else None
+        return L.TurnLabel(checked_outcome(v, t), L.RECOVERY_FAILURE) if ok else None
 
     return script, t, {}, accept
 
@@ -423,7 +477,7 @@ def r_read_out_of_order(entry, rng):
 
     def accept(v, s, t):
         ok = _status(v, t) == RESPONSE_MISMATCH and not _turn_errors(s[t], v, t)
-        return L.RESPONSE_MISMATCH if ok else None
+        return L.TurnLabel(L.RESPONSE_MISMATCH, L.RESPONSE_MISMATCH) if ok else None
 
     return script, t, {}, accept
 
@@ -432,7 +486,7 @@ def r_answer_without_calls(entry, rng):
     t = rng.choice(_call_turns(entry))
     script = gold_script(entry)
     script[t] = []
-    return script, t, {}, lambda v, s, t: L.EMPTY_TURN
+    return script, t, {}, lambda v, s, t: L.TurnLabel(L.EMPTY_TURN, L.EMPTY_TURN)
 
 
 def r_stop_early(entry, rng):
@@ -444,7 +498,7 @@ def r_stop_early(entry, rng):
 
     def accept(v, s, t):
         ok = _status(v, t) == RESPONSE_MISMATCH and not _turn_errors(s[t], v, t)
-        return L.MISSING_TOOL_CALL if ok else None
+        return L.TurnLabel(L.RESPONSE_MISMATCH, L.MISSING_TOOL_CALL) if ok else None
 
     return script, t, {}, accept
 
@@ -460,14 +514,74 @@ def r_step_limit(entry, rng):
     script[t] = script[t] + [Step([loop]) for _ in range(SMALL_STEP_LIMIT + 1)]
 
     def accept(v, s, t):
-        return L.STEP_LIMIT if v.error_type == FORCE_TERMINATED and len(s) == t + 1 else None
+        ok = v.error_type == FORCE_TERMINATED and len(s) == t + 1
+        return L.TurnLabel(checked_outcome(v, t), L.STEP_LIMIT) if ok else None
 
     return script, t, {"max_steps": SMALL_STEP_LIMIT}, accept
 
 
 def r_context_overflow(entry, rng):
     t = rng.randrange(entry.num_turns)
-    return gold_script(entry), t, {"abort_after": t}, lambda v, s, t: L.CONTEXT_OVERFLOW
+    accept = lambda v, s, t: L.TurnLabel(checked_outcome(v, t), L.CONTEXT_OVERFLOW)  # noqa: E731
+    return gold_script(entry), t, {"abort_after": t}, accept
+
+
+def r_overflow_at_turn_start(entry, rng):
+    """The context fills up as turn t opens: the model never answers it (nor any later turn)."""
+    t = rng.randrange(entry.num_turns)
+    accept = lambda v, s, t: L.TurnLabel(after_end(entry, t).outcome, L.CONTEXT_OVERFLOW)  # noqa: E731
+    return gold_script(entry), t, {"abort_before": t}, accept
+
+
+def _break_state(call: ToolCall, rng: random.Random) -> ToolCall | None:
+    """The call with one argument dropped or changed (None when it has none)."""
+    _, args = _bound(call)
+    if not args:
+        return None
+    param = rng.choice(sorted(args))
+    if rng.random() < 0.5:
+        return _with_args(call, {k: v for k, v in args.items() if k != param})
+    value = _other_value(call.name, param, args[param], rng, erroring=False)
+    return None if value is None else _with_args(call, {**args, param: value})
+
+
+def _inherited(entry, rng, needs_error: bool):
+    """An earlier turn leaves the state wrong (a call dropped, or one argument dropped or changed);
+    the target turn, the next one with gold calls, makes exactly its gold calls and fails anyway.
+    From the gold prior state the gold calls pass by construction (the gold replay passes), so the
+    target's true cause is inherited_state, whatever error the wrong state provokes there."""
+    turns = _call_turns(entry)
+    pairs = [(e, u) for e, u in zip(turns, turns[1:])]
+    if not pairs:
+        return None
+    e, u = rng.choice(pairs)
+    script = gold_script(entry)
+    calls = script[e][0].calls
+    i = rng.randrange(len(calls))
+    broken = _break_state(calls[i], rng) if rng.random() < 0.7 else None
+    if broken is None:
+        del calls[i]
+    else:
+        calls[i] = broken
+
+    def accept(v, s, t):
+        if not _failed(v, e) or not _failed(v, t):
+            return None
+        if needs_error and not _turn_errors(s[t], v, t):
+            return None
+        return L.TurnLabel(checked_outcome(v, t), L.INHERITED_STATE)
+
+    return script, u, {}, accept
+
+
+def r_inherited_state(entry, rng):
+    return _inherited(entry, rng, needs_error=False)
+
+
+def r_inherited_error(entry, rng):
+    """As inherited_state, where the wrong state makes one of the target's gold calls return an
+    error (base_98: startEngine refuses because the doors were never locked)."""
+    return _inherited(entry, rng, needs_error=True)
 
 
 RECIPES: dict[str, Recipe] = {
@@ -477,6 +591,7 @@ RECIPES: dict[str, Recipe] = {
     "recovered_execution_error": r_recovered_execution_error,
     "abstain": r_abstain,
     "call_when_no_call_needed": r_call_when_no_call_needed,
+    "undecodable_when_no_call_needed": r_undecodable_when_no_call_needed,
     "unknown_function": r_unknown_function,
     "undecodable_call": r_undecodable_call,
     "unsafe_call": r_unsafe_call,
@@ -496,4 +611,7 @@ RECIPES: dict[str, Recipe] = {
     "stop_early": r_stop_early,
     "step_limit": r_step_limit,
     "context_overflow": r_context_overflow,
+    "overflow_at_turn_start": r_overflow_at_turn_start,
+    "inherited_state": r_inherited_state,
+    "inherited_error": r_inherited_error,
 }

@@ -1,4 +1,7 @@
-"""Label statistics: a trajectory's profile p_j(z) and a round's aggregate failure profile C_t."""
+"""Label statistics: a trajectory's profile p_j(z) and a round's aggregate failure profile C_t.
+
+Both read one label layer at a time (seal.diagnosis.labels.profile_labels): the weights read the
+outcome layer by default, the interface's evolve() reads the cause layer."""
 
 from __future__ import annotations
 
@@ -6,21 +9,22 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
-from seal.diagnosis.labels import WEIGHTED_LABELS
+from seal.diagnosis.labels import COUNTED_LABELS, LAYERS, TurnLabel, profile_labels
 
 
 def trajectory_profile(labels: Sequence[str]) -> dict[str, float]:
-    """p_j(z) = share of the trajectory's weighted turns labelled z ({} when it has none)."""
-    weighted = [x for x in labels if x in WEIGHTED_LABELS]
+    """p_j(z) = share of the trajectory's counted turns labelled z ({} when it has none). `labels`
+    are one layer's labels (profile_labels)."""
+    weighted = [x for x in labels if x in COUNTED_LABELS]
     if not weighted:
         return {}
     counts = Counter(weighted)
-    return {label: counts[label] / len(weighted) for label in WEIGHTED_LABELS if counts[label]}
+    return {label: counts[label] / len(weighted) for label in COUNTED_LABELS if counts[label]}
 
 
 @dataclass
 class FailureProfile:
-    """C_t: what the round's rollouts failed at, over weighted turns only."""
+    """C_t: what the round's rollouts failed at, in one label layer, over counted turns only."""
 
     # label -> number of weighted turns with that label (labels that never occur are left out)
     counts: dict[str, int] = field(default_factory=dict)
@@ -30,7 +34,7 @@ class FailureProfile:
     # category -> label -> count
     by_category: dict[str, dict[str, int]] = field(default_factory=dict)
     num_trajectories: int = 0
-    # number of weighted (labelled, played, checkable) turns: the evidence behind the prevalences
+    # number of counted (labelled, checkable) turns: the evidence behind the prevalences
     num_turns: int = 0
 
     @classmethod
@@ -45,11 +49,11 @@ class FailureProfile:
         total: Counter[str] = Counter()
         by_category: dict[str, Counter[str]] = {}
         for traj, category in zip(labels, categories):
-            weighted = [x for x in traj if x in WEIGHTED_LABELS]
+            weighted = [x for x in traj if x in COUNTED_LABELS]
             total.update(weighted)
             by_category.setdefault(category, Counter()).update(weighted)
         n = sum(total.values())
-        order = {label: i for i, label in enumerate(WEIGHTED_LABELS)}
+        order = {label: i for i, label in enumerate(COUNTED_LABELS)}
         counts = {k: total[k] for k in sorted(total, key=order.__getitem__)}
         return cls(
             counts=counts,
@@ -65,8 +69,19 @@ class FailureProfile:
     def to_dict(self) -> dict:
         return asdict(self)
 
-    def metrics(self) -> dict[str, float]:
-        """Flat, namespaced numbers for the logger: diag/<label> is the label's prevalence."""
-        out = {f"diag/{label}": share for label, share in self.prevalence.items()}
-        out.update({"diag/num_turns": float(self.num_turns), "diag/mean_reward": self.mean_reward})
+    def metrics(self, prefix: str = "diag") -> dict[str, float]:
+        """Flat, namespaced numbers for the logger: <prefix>/<label> is the label's prevalence,
+        <prefix>/num_turns the number of counted turns (e.g. prefix diag/outcome, diag/cause)."""
+        out = {f"{prefix}/{label}": share for label, share in self.prevalence.items()}
+        out[f"{prefix}/num_turns"] = float(self.num_turns)
         return out
+
+
+def round_profiles(
+    turn_labels: Sequence[Sequence[TurnLabel]], categories: Sequence[str], rewards: Sequence[float]
+) -> dict[str, FailureProfile]:
+    """The round's failure profile C_t in each layer: {"outcome": ..., "cause": ...}."""
+    return {
+        layer: FailureProfile.from_round([profile_labels(t, layer) for t in turn_labels], categories, rewards)
+        for layer in LAYERS
+    }

@@ -1,36 +1,47 @@
-"""Psi: deterministic rules that label every turn of a verified episode from executable evidence.
+"""Psi: deterministic rules that give every turn of a verified episode an outcome and a cause.
 
 Evidence per turn: the decoded steps (parse failures, executed CallRecords with their error kinds),
 the tool schemas, and the official verifier's TurnCheck (status, gold replay, state diff). No model
 text is interpreted beyond what the parser and executor already decided; nothing is evaluated.
 
-Decision list for one turn (first match wins; this is the paper's priority, Table 5):
+**Outcome** (the release's per-turn tag; see seal.diagnosis.labels for the vocabulary). Every turn
+gets the official state and response checks of its own (the verifier checks every turn, with no
+early return): gt_error > gold "no call" (spurious_tool_call if the model made a decoded call, else
+correct_abstention) > empty_turn_model_response > instance_mismatch > state_mismatch >
+response_mismatch > pass. An undecodable output is no call, as in BFCL. Turns after an early end:
+correct_abstention where gold is "no call", else empty_turn_model_response.
 
-0. turns after an early end: not_played; the turn the episode ended in: step_limit or
-   context_overflow; an unverifiable trajectory: checker_error.
-1. gold is "no call":   any attempted call (executed or undecodable) -> spurious_tool_call,
-                        otherwise correct_abstention.
-2. the official check passes -> pass.
-3. invalid_tool_call:   an undecodable call, a call the parser refused, an unknown or blocked
+**Cause**, decision list for one played turn (first match wins; the paper's Table 5 priority):
+
+0. the turn the episode ended in: step_limit or context_overflow (whatever its outcome); turns
+   after it: not_played; an unverifiable trajectory: checker_error; a broken gold: gt_error.
+1. gold is "no call":   spurious_tool_call on a spurious_tool_call outcome, else None.
+2. outcome pass -> None.
+3. inherited_state:     the turn's own calls pass the official check when replayed from the state
+                        the gold calls of the earlier turns leave: an earlier turn left the state
+                        wrong and this turn did the right thing (never a recovery_failure then).
+4. invalid_tool_call:   an undecodable call, a call the parser refused, an unknown or blocked
                         function, or a tool not yet shown at this turn (miss_func holdouts).
-4. argument_mismatch:   a call that does not bind to the signature, or breaks the schema (missing
+5. argument_mismatch:   a call that does not bind to the signature, or breaks the schema (missing
                         required field, unknown argument, wrong type, value outside the allowed
                         values). A call identical to a gold call of the entry is never flagged.
-5. recovery_failure:    a call returned an execution error the gold calls did not also get, and
+6. recovery_failure:    a call returned an execution error the gold calls did not also get, and
                         the model did not make good: no later call to the same tool succeeded, or
                         fewer calls to that tool succeeded than gold makes.
-6. state_mismatch:      (official instance_state_mismatch) the calls execute but the state is
-                        wrong. Refined as instance_mismatch when every gold tool was called but
-                        with other targets/values (right operation, wrong instance).
-7. empty_turn_model_response: no call at all although gold has calls (official type).
-8. missing_tool_call:   results mismatch and some gold tool was never called in the turn.
-9. instance_mismatch:   results mismatch, every gold tool called, some with other values.
-10. response_mismatch:  results mismatch although the turn's gold calls were all made.
+7. state_mismatch:      (official instance_state_mismatch) the calls execute but the state is
+                        wrong. Refined as value_mismatch when every gold tool was called but with
+                        other argument values.
+8. empty_turn_model_response: no call at all although gold has calls (official type).
+9. missing_tool_call:   results mismatch and some gold tool was never called in the turn.
+10. value_mismatch:     results mismatch, every gold tool called, some with other values.
+11. response_mismatch:  results mismatch although the turn's gold calls were all made.
 
 Reading of the priority: Table 5 puts state_mismatch (3) before recovery_failure (4) and defines
 it as "executes but wrong state". A call that returned an error did not execute, so an
 unrecovered error is reported as recovery_failure even when the state it failed to change then
-mismatches; a turn whose errors were all recovered can still be a state_mismatch.
+mismatches; a turn whose errors were all recovered can still be a state_mismatch. inherited_state
+comes first among the failures because it is the official checker's own judgement of the turn's
+calls: a turn that would pass from the right state is charged to the turn that broke the state.
 """
 
 from __future__ import annotations
@@ -53,10 +64,14 @@ from seal.env.verifier import (
     STATE_MISMATCH,
     TurnCheck,
     Verdict,
+    check_from_gold_prior,
 )
 
 INVALID_ERRORS = frozenset({"unsafe", "unknown_function", "blocked"})
 EXECUTION_ERRORS = frozenset({"exception", "backend_error", "resource_limit"})
+# a gold call that fails like this could not be run as written: the ground truth is broken
+# (a backend's own {"error": ...} answer is left out: a gold call may mean to provoke one)
+GOLD_BROKEN = INVALID_ERRORS | EXECUTION_ERRORS.difference({"backend_error"}) | {"bad_arguments"}
 
 
 def canonical(call: ToolCall) -> tuple[str, str]:
@@ -126,17 +141,42 @@ def _unrecovered_error(
     return False
 
 
-def diagnose_turn(entry: Entry, check: TurnCheck, steps: list[StepRecord]) -> str:
-    """The label of one played turn (see the module docstring for the rules)."""
-    records = [r for step in steps for r in step.calls]
-    parse_failures = [f for step in steps for f in step.parse_failures]
+def turn_outcome(check: TurnCheck) -> str:
+    """The release's outcome tag of one played turn, from the official per-turn checks."""
+    if check.status == "not_played":
+        return L.CHECKER_ERROR  # a played turn is always checked
+    if any(r.error in GOLD_BROKEN for r in check.gold_calls):
+        return L.GT_ERROR
     if check.gold_empty:
-        return L.SPURIOUS_TOOL_CALL if records or parse_failures else L.CORRECT_ABSTENTION
-    if check.status == "pass":
-        return L.PASS
-    if not check.failed:
-        return L.CHECKER_ERROR  # a played turn with gold calls is always checked
+        return L.SPURIOUS_TOOL_CALL if check.model_calls else L.CORRECT_ABSTENTION
+    if check.status == EMPTY_TURN:
+        return L.EMPTY_TURN
+    if check.model_classes != check.gold_classes:
+        return L.INSTANCE_MISMATCH
+    return {STATE_MISMATCH: L.STATE_MISMATCH, RESPONSE_MISMATCH: L.RESPONSE_MISMATCH, "pass": L.PASS}.get(
+        check.status, L.CHECKER_ERROR
+    )
 
+
+def turn_cause(
+    entry: Entry, check: TurnCheck, steps: list[StepRecord], outcome: str, earlier_results: list[str]
+) -> str | None:
+    """The cause of one played turn (see the module docstring for the rules). `earlier_results` are
+    the model's results of the turns before it."""
+    if outcome in (L.CHECKER_ERROR, L.GT_ERROR):
+        return outcome
+    if check.gold_empty:
+        return L.SPURIOUS_TOOL_CALL if outcome == L.SPURIOUS_TOOL_CALL else None
+    if outcome == L.PASS:
+        return None
+    records = [r for step in steps for r in step.calls]
+    # a turn without calls cannot have been right; the first turn has no earlier state to inherit
+    if records and check.index > 0:
+        calls = [r.text for r in check.model_calls]
+        if check_from_gold_prior(entry, check.index, calls, earlier_results) == "pass":
+            return L.INHERITED_STATE
+
+    parse_failures = [f for step in steps for f in step.parse_failures]
     visible = entry.visible_function_names(check.index)
     if parse_failures or any(
         r.error in INVALID_ERRORS or (r.call is not None and r.call.name not in visible) for r in records
@@ -156,40 +196,61 @@ def diagnose_turn(entry: Entry, check: TurnCheck, steps: list[StepRecord]) -> st
 
     all_gold_tools = not (Counter(c.name for c in gold) - Counter(c.name for c in called))
     other_values = bool(gold_canon - Counter(canonical(c) for c in called))
-    if check.status == STATE_MISMATCH:
-        return L.INSTANCE_MISMATCH if all_gold_tools and other_values else L.STATE_MISMATCH
-    if check.status == EMPTY_TURN:
+    if outcome == L.STATE_MISMATCH:
+        return L.VALUE_MISMATCH if all_gold_tools and other_values else L.STATE_MISMATCH
+    if outcome == L.EMPTY_TURN:
         return L.EMPTY_TURN
-    if check.status == RESPONSE_MISMATCH:
+    if outcome == L.RESPONSE_MISMATCH:
         if not all_gold_tools:
             return L.MISSING_TOOL_CALL
-        return L.INSTANCE_MISMATCH if other_values else L.RESPONSE_MISMATCH
+        return L.VALUE_MISMATCH if other_values else L.RESPONSE_MISMATCH
     return L.CHECKER_ERROR
 
 
-def diagnose(entry: Entry, verdict: Verdict, steps: list[list[StepRecord]]) -> list[str]:
-    """One label per turn of `entry` (len == entry.num_turns).
+def diagnose(entry: Entry, verdict: Verdict, steps: list[list[StepRecord]]) -> list[L.TurnLabel]:
+    """One TurnLabel (outcome, cause) per turn of `entry` (len == entry.num_turns).
 
     `steps` is the episode's per-turn list of StepRecords (shorter than the entry when the episode
-    ended early); `verdict` is the official verification of the same episode.
+    ended early); `verdict` is the official verification of the same episode (left unchanged).
     """
     n = entry.num_turns
     if verdict.error_type == INFERENCE_ERROR or len(verdict.turns) != n:
-        return [L.CHECKER_ERROR] * n
-    labels = [L.NOT_PLAYED] * n
+        return [L.TurnLabel(L.CHECKER_ERROR, L.CHECKER_ERROR)] * n
+    played = min(len(steps), n)
     terminal: tuple[int, str] | None = None
-    if verdict.error_type == FORCE_TERMINATED and steps:
-        terminal = (min(len(steps), n) - 1, L.STEP_LIMIT)
+    if verdict.error_type == FORCE_TERMINATED and played:
+        terminal = (played - 1, L.STEP_LIMIT)
     elif verdict.error_type == CONTEXT_OVERFLOW:
-        terminal = (max(min(len(steps), n) - 1, 0), L.CONTEXT_OVERFLOW)
-    for t in range(min(len(steps), n)):
-        check = verdict.turns[t]
-        labels[t] = L.CHECKER_ERROR if check.status == "not_played" else diagnose_turn(entry, check, steps[t])
+        terminal = (max(played - 1, 0), L.CONTEXT_OVERFLOW)
+    labels = []
+    results: list[str] = []
+    for t, check in enumerate(verdict.turns):
+        if t >= played:
+            # the release still tags turns after an early end, as if the model had not answered
+            outcome = L.CORRECT_ABSTENTION if check.gold_empty else L.EMPTY_TURN
+            labels.append(L.TurnLabel(outcome, L.NOT_PLAYED))
+            continue
+        outcome = turn_outcome(check)
+        labels.append(L.TurnLabel(outcome, turn_cause(entry, check, steps[t], outcome, results)))
+        results += [r.observation for r in check.model_calls]
     if terminal is not None:
-        labels[terminal[0]] = terminal[1]
+        t, cause = terminal
+        labels[t] = L.TurnLabel(labels[t].outcome, cause)
     return labels
 
 
-def diagnose_episode(episode: Any) -> list[str]:
+def steps_from_verdict(verdict: Verdict, played: int) -> list[list[StepRecord]]:
+    """Per-turn steps for a trajectory known only as call strings (task=score): one step per played
+    turn holding the calls the verifier executed. There is no raw text, so no parse failures."""
+    return [[StepRecord("", list(check.model_calls))] for check in verdict.turns[:played]]
+
+
+def diagnose_result(entry: Entry, result: list, verdict: Verdict) -> list[L.TurnLabel]:
+    """Labels of a trajectory in BFCL's result layout (per turn, per step, call strings)."""
+    played = len(result) if isinstance(result, list) else 0
+    return diagnose(entry, verdict, steps_from_verdict(verdict, played))
+
+
+def diagnose_episode(episode: Any) -> list[L.TurnLabel]:
     """Labels of a finished seal.env.Episode (verifies it first)."""
     return diagnose(episode.entry, episode.verdict(), episode.steps)

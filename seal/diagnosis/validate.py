@@ -1,10 +1,12 @@
-"""task=validate_diagnoser: measure a diagnoser against known, injected failures.
+"""task=validate_diagnoser: measure a diagnoser against known, injected failures, in both layers.
 
-Each case starts from an entry's gold trajectory, injects one failure of a known kind into one
-turn (the target turn), plays the result through the real Episode protocol and the official
-verification, and keeps the case only when the injection did what it intends (e.g. a "wrong value"
-injection that the backend rejected is not a clean instance_mismatch). The diagnoser then labels
-every trajectory; the label of the target turn is compared with the injected label.
+Each case starts from an entry's gold trajectory, injects one failure of a known kind (into the
+target turn, or into an earlier turn for the inherited-state recipes), plays the result through the
+real Episode protocol and the official verification, and keeps the case only when the injection did
+what it intends (e.g. a "wrong value" injection that the backend rejected is not a clean
+value_mismatch). The diagnoser then labels every trajectory; the target turn's (outcome, cause) is
+compared with the true pair, and so is every turn after an early end (the release's tags there,
+cause not_played). Confusion matrices and F1 are reported per layer.
 
 Acceptance uses the executor's and the checker's outcome (did the call error, did the turn fail,
 was it the state or the results) to confirm the injection; it never consults the diagnoser.
@@ -19,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from seal.diagnosis import labels as L
-from seal.diagnosis.injections import RECIPES, Case, play
+from seal.diagnosis.injections import RECIPES, Case, after_end, play
 from seal.env.benchmark import CATEGORIES, load_benchmark
 from seal.env.verifier import verify
 
@@ -31,6 +33,14 @@ ENTRIES_PER_CATEGORY = 40
 ATTEMPTS = 4
 GOAL_MACRO_F1 = 0.95
 GOAL_MIN_RECALL = 0.9
+# how a None cause (a turn that needs none) appears in the tables
+NO_CAUSE = "none"
+VOCABULARY = {"outcome": L.OUTCOMES, "cause": L.CAUSES + (NO_CAUSE,)}
+
+
+def layer_value(label: L.TurnLabel, layer: str) -> str:
+    value = label.outcome if layer == "outcome" else label.cause
+    return NO_CAUSE if value is None else value
 
 
 def build_cases(
@@ -65,14 +75,17 @@ def build_cases(
                 if made is None or label is None:
                     continue
                 tally[name]["accepted"] += 1
-                ends_early = "abort_after" in play_kwargs or "max_steps" in play_kwargs
-                extra = [(target + 1, L.NOT_PLAYED)] if ends_early else []
-                extra = [(t, x) for t, x in extra if t < entry.num_turns]
+                ends_early = {"abort_after", "abort_before", "max_steps"} & set(play_kwargs)
+                # the episode ended in the target turn: every later turn is scored on the tags
+                # the release gives turns after an early end
+                later = range(target + 1, entry.num_turns) if ends_early else range(0)
+                extra = [(u, after_end(entry, u)) for u in later]
                 cases.append(Case(entry, name, target, label, verdict, steps, extra))
     # A trajectory the checker cannot read (not a list of turns): checker_error on every turn.
     for entry in rng.sample(list(bench.values()), 8):
         verdict = verify(entry, "not a trajectory")  # type: ignore[arg-type]
-        cases.append(Case(entry, "malformed_trajectory", 0, L.CHECKER_ERROR, verdict, []))
+        unread = L.TurnLabel(L.CHECKER_ERROR, L.CHECKER_ERROR)
+        cases.append(Case(entry, "malformed_trajectory", 0, unread, verdict, []))
         tally["malformed_trajectory"]["accepted"] += 1
     return cases, tally
 
@@ -80,10 +93,12 @@ def build_cases(
 # ---------------------------------------------------------------- metrics
 
 
-def score(truth: list[str], predicted: list[str]) -> dict[str, Any]:
-    """Confusion matrix, per-label precision/recall/F1 and macro-F1 over the labels in `truth`."""
-    present = [x for x in L.LABELS if x in set(truth)]
-    columns = [x for x in L.LABELS if x in set(truth) | set(predicted)]
+def score(truth: list[str], predicted: list[str], vocabulary: tuple[str, ...] = L.LABELS) -> dict[str, Any]:
+    """Confusion matrix, per-label precision/recall/F1 and macro-F1 over the labels in `truth`
+    (rows and columns in `vocabulary` order)."""
+    order = list(vocabulary) + sorted((set(truth) | set(predicted)) - set(vocabulary))
+    present = [x for x in order if x in set(truth)]
+    columns = [x for x in order if x in set(truth) | set(predicted)]
     confusion = {t: {p: 0 for p in columns} for t in present}
     for t, p in zip(truth, predicted):
         confusion[t][p] += 1
@@ -102,19 +117,43 @@ def score(truth: list[str], predicted: list[str]) -> dict[str, Any]:
 
 
 AMBIGUITY_NOTES = {
-    L.INSTANCE_MISMATCH: "Right tool, other argument values. A changed value that the backend rejects is a "
-    "recovery_failure (the environment said so); one it accepts is an instance_mismatch. Whether a value "
-    "names an *instance* (a file, a ticket) or a quantity is not decidable from the trace: both count here.",
-    L.STATE_MISMATCH: "A dropped state-changing call is a state_mismatch, not a missing_tool_call: Table 5 "
-    "ranks state_mismatch (3) above missing_tool_call (5). A turn that is right on its own but inherits a "
-    "wrong state from an earlier turn is also a state_mismatch (the evidence cannot tell them apart "
-    "without counterfactual replay); injections here never fail an earlier turn, so this is not measured.",
-    L.RESPONSE_MISMATCH: "Only arises when every gold call of the turn was made with the gold values but the "
-    "results still differ (wrong order of reads and writes); everything else is a more specific label.",
-    L.SPURIOUS_TOOL_CALL: "The official checker does not check turns whose gold is 'no call'; the label is "
-    "ours (Table 6) and fires on any attempted call there, decodable or not.",
-    L.CHECKER_ERROR: "Only for trajectories the verifier cannot read; the recipe is synthetic.",
+    L.VALUE_MISMATCH: "(cause) Right tool, other argument values. A changed value that the backend "
+    "rejects is a recovery_failure (the environment said so); one it accepts is a value_mismatch. "
+    "Whether a value names an *instance* (a file, a ticket) or a quantity is not decidable from the "
+    "trace: both count here. The release's instance_mismatch outcome is something else (differing "
+    "backend classes) and never fires.",
+    L.STATE_MISMATCH: "(cause) A dropped state-changing call is a state_mismatch, not a "
+    "missing_tool_call: Table 5 ranks state_mismatch (3) above missing_tool_call (5).",
+    L.INHERITED_STATE: "(cause) Decided by replaying the turn's own calls from the state the gold "
+    "calls of the earlier turns leave, under the official check; the recipes make the target's calls "
+    "exactly gold, so the truth holds by construction. A turn that is wrong on its own *and* inherits "
+    "a wrong state gets its own cause, not this one.",
+    L.RESPONSE_MISMATCH: "(cause) Only arises when every gold call of the turn was made with the gold "
+    "values but the results still differ (wrong order of reads and writes); everything else is a more "
+    "specific cause.",
+    L.SPURIOUS_TOOL_CALL: "The official checker does not check turns whose gold is 'no call'; the tag "
+    "is the release's (Table 6) and fires on any decoded call there. Undecodable text is no call "
+    "(BFCL's reading), so a correct_abstention.",
+    L.CHECKER_ERROR: "Only for trajectories the verifier cannot read; the recipe is synthetic. "
+    "gt_error (broken gold) cannot be injected: the benchmark's gold replays cleanly (all 800 entries).",
 }
+
+
+def _table(result: dict[str, Any]) -> str:
+    from seal.report.tables import markdown_table
+
+    rows = [[x, v["n"], v["precision"], v["recall"], v["f1"]] for x, v in result["per_label"].items()]
+    return markdown_table(["label", "n", "precision", "recall", "F1"], rows)
+
+
+def _confusion(result: dict[str, Any]) -> str:
+    from seal.report.tables import markdown_table
+
+    columns = list(next(iter(result["confusion"].values())))
+    return markdown_table(
+        ["true \\ predicted"] + columns,
+        [[t] + [row[c] for c in columns] for t, row in result["confusion"].items()],
+    )
 
 
 def write_report(
@@ -123,52 +162,58 @@ def write_report(
 ) -> str:
     from seal.report.tables import markdown_table
 
-    rows = [[x, v["n"], v["precision"], v["recall"], v["f1"]] for x, v in result["per_label"].items()]
-    table = markdown_table(["label", "n", "precision", "recall", "F1"], rows)
-    columns = list(next(iter(result["confusion"].values())))
-    confusion = markdown_table(
-        ["true \\ predicted"] + columns,
-        [[t] + [row[c] for c in columns] for t, row in result["confusion"].items()],
-    )
     recipes = markdown_table(
         ["recipe", "accepted", "rejected", "not applicable"],
         [[name, c["accepted"], c["rejected"], c["not_applicable"]] for name, c in tally.items()],
     )
     notes = "\n".join(f"- **{k}**: {v}" for k, v in AMBIGUITY_NOTES.items())
     seen = [[name, ", ".join(f"{x} {n}" for x, n in counts.items())] for name, counts in unconfirmed.items()]
-    unconfirmed_table = markdown_table(["recipe", "labels given to its unconfirmed injections"], seen)
+    unconfirmed_table = markdown_table(
+        ["recipe", "labels (outcome / cause) given to its unconfirmed injections"], seen
+    )
     goal = "met" if result["goal_met"] else "NOT met"
+    layers = ""
+    for layer, title in (("outcome", "Outcome (the release's per-turn tags: they drive the weights)"),
+                         ("cause", "Cause (Table 5 and the project's causes: they drive the interface)")):
+        r = result[layer]
+        layers += f"""## {title}
+
+Macro-F1 **{r['macro_f1']:.4f}**, accuracy {r['accuracy']:.4f}, lowest recall {r['min_recall']:.4f}
+({r['min_recall_label']}).
+
+{_table(r)}
+
+Confusion matrix (rows: true label):
+
+{_confusion(r)}
+
+"""
     text = f"""# Diagnoser validation: {diagnoser_name}
 
-{result['num_cases']} injected cases ({', '.join(f'{c} {n}' for c, n in result['by_category'].items())}),
-seed {result['seed']}. Macro-F1 **{result['macro_f1']:.4f}**, accuracy {result['accuracy']:.4f},
-lowest recall {result['min_recall']:.4f} ({result['min_recall_label']}).
-Goal (rules diagnoser: macro-F1 >= {GOAL_MACRO_F1}, every recall >= {GOAL_MIN_RECALL}): {goal}.
+{result['num_cases']} scored turns ({', '.join(f'{c} {n}' for c, n in result['by_category'].items())}),
+seed {result['seed']}. Outcome macro-F1 **{result['outcome']['macro_f1']:.4f}**, cause macro-F1
+**{result['cause']['macro_f1']:.4f}**.
+Goal (rules diagnoser, in each layer: macro-F1 >= {GOAL_MACRO_F1}, every recall >= {GOAL_MIN_RECALL}): {goal}.
 
-## Per label
+{layers}## Recipes
 
-{table}
-
-## Confusion matrix (rows: injected label)
-
-{confusion}
-
-## Recipes
-
-Each recipe injects one failure into one turn of a gold trajectory; a case is kept only when the
-executor and the official checker confirm the injection (see seal/diagnosis/validate.py).
+Each recipe injects one failure into a gold trajectory; a case is kept only when the executor and
+the official checker confirm the injection (see seal/diagnosis/validate.py). Recipes that end the
+episode early (step_limit, context_overflow, overflow_at_turn_start) also score every later turn.
 
 {recipes}
 
 ## What this measures, and what it does not
 
-The injected label is the intent of the recipe, confirmed by the executor and the official
-checker (did the call error, did the turn fail, on state or on results). The score therefore says
-that the rules implement the taxonomy's definitions and its priority consistently on clean,
-single-failure turns of real entries, in all four categories. It does not say that the labels agree
-with a human reading of real model failures, where several failures mix; the priority decides those
-cases by construction. Injections the checker did not confirm are not scored; here is what the
-diagnoser calls them (each is a legitimate label for what actually happened):
+The true cause is the intent of the recipe, confirmed by the executor and the official checker
+(did the call error, did the turn fail, on state or on results); the true outcome is the official
+per-turn check of the target turn (or what the recipe fixes by construction: no call, a call where
+gold is "no call", a turn after the end). The score therefore says that the rules implement both
+layers' definitions and the cause priority consistently on clean, single-failure turns of real
+entries, in all four categories. It does not say that the causes agree with a human reading of real
+model failures, where several failures mix; the priority decides those cases by construction.
+Injections the checker did not confirm are not scored; here is what the diagnoser calls them (each
+is a legitimate label for what actually happened):
 
 {unconfirmed_table}
 
@@ -177,7 +222,15 @@ diagnoser calls them (each is a legitimate label for what actually happened):
 {notes}
 """
     (out_dir / "report.md").write_text(text)
-    return table
+    return "\n\n".join(_table(result[layer]) for layer in L.LAYERS)
+
+
+def _layer_result(truth: list[str], predicted: list[str], layer: str) -> dict[str, Any]:
+    result = score(truth, predicted, VOCABULARY[layer])
+    worst = min(result["per_label"].items(), key=lambda kv: kv[1]["recall"])
+    result.update(min_recall=worst[1]["recall"], min_recall_label=worst[0])
+    result["goal_met"] = result["macro_f1"] >= GOAL_MACRO_F1 and result["min_recall"] >= GOAL_MIN_RECALL
+    return result
 
 
 def validate_diagnoser(cfg, out_dir: Path) -> dict[str, Any]:
@@ -194,33 +247,37 @@ def validate_diagnoser(cfg, out_dir: Path) -> dict[str, Any]:
     predicted_all = diagnoser.label_round([(c.entry, c.verdict, c.steps) for c in cases + rejected])
     unconfirmed: dict[str, Counter] = defaultdict(Counter)
     for case, labels in zip(rejected, predicted_all[len(cases):]):
-        unconfirmed[case.recipe][labels[case.target]] += 1
+        got = labels[case.target]
+        unconfirmed[case.recipe][f"{got.outcome} / {layer_value(got, 'cause')}"] += 1
     unconfirmed_counts = {name: dict(c.most_common()) for name, c in unconfirmed.items()}
     predicted_all = predicted_all[: len(cases)]
-    truth, predicted, categories = [], [], Counter()
+    truth: dict[str, list[str]] = {layer: [] for layer in L.LAYERS}
+    predicted: dict[str, list[str]] = {layer: [] for layer in L.LAYERS}
+    categories: Counter = Counter()
     for case, labels in zip(cases, predicted_all):
         for turn, label in [(case.target, case.label)] + case.extra:
-            truth.append(label)
-            predicted.append(labels[turn])
+            for layer in L.LAYERS:
+                truth[layer].append(layer_value(label, layer))
+                predicted[layer].append(layer_value(labels[turn], layer))
             categories[case.entry.category] += 1
-    result = score(truth, predicted)
-    worst = min(result["per_label"].items(), key=lambda kv: kv[1]["recall"])
+    result: dict[str, Any] = {x: _layer_result(truth[x], predicted[x], x) for x in L.LAYERS}
     result.update(
         diagnoser=diagnoser.name,
         seed=seed,
-        num_cases=len(truth),
+        num_cases=len(truth["outcome"]),
         by_category={c: categories[c] for c in CATEGORIES},
-        min_recall=worst[1]["recall"],
-        min_recall_label=worst[0],
         recipes={name: dict(c) for name, c in tally.items()},
         unconfirmed_injections=unconfirmed_counts,
         ambiguous=AMBIGUITY_NOTES,
     )
-    result["goal_met"] = result["macro_f1"] >= GOAL_MACRO_F1 and result["min_recall"] >= GOAL_MIN_RECALL
+    result["goal_met"] = all(result[layer]["goal_met"] for layer in L.LAYERS)
     write_json(out_dir / "diagnoser_validation.json", result)
     table = write_report(out_dir, diagnoser.name, result, tally, unconfirmed_counts)
     print(table)
-    print(f"macro-F1 {result['macro_f1']:.4f} over {len(truth)} cases; outputs in {out_dir}")
-    log.info("diagnoser %s: macro-F1 %.4f, min recall %.4f",
-             diagnoser.name, result["macro_f1"], result["min_recall"])
+    print(f"outcome macro-F1 {result['outcome']['macro_f1']:.4f}, "
+          f"cause macro-F1 {result['cause']['macro_f1']:.4f} "
+          f"over {result['num_cases']} scored turns; outputs in {out_dir}")
+    log.info("diagnoser %s: outcome macro-F1 %.4f (min recall %.4f), cause macro-F1 %.4f (min recall %.4f)",
+             diagnoser.name, result["outcome"]["macro_f1"], result["outcome"]["min_recall"],
+             result["cause"]["macro_f1"], result["cause"]["min_recall"])
     return result

@@ -1,4 +1,7 @@
-"""task=replay and task=score: the executable core on its own, no model involved."""
+"""task=replay and task=score: the executable core on its own, no model involved.
+
+task=score writes one line per input line to verdicts.jsonl: the official verdict (id, valid,
+error_type) and `turn_labels`, one {"outcome", "cause"} per turn of the entry (seal.diagnosis)."""
 
 from __future__ import annotations
 
@@ -101,7 +104,21 @@ def _read_trajectory(line_no: int, raw: bytes) -> tuple[str, list]:
     return entry_id, result
 
 
+def _entry_id_of(raw: bytes) -> str | None:
+    """The benchmark id a malformed line names, when it names one."""
+    try:
+        item = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    entry_id = item.get("id") if isinstance(item, dict) else None
+    return entry_id if isinstance(entry_id, str) and entry_id in load_benchmark() else None
+
+
 def score(cfg: DictConfig, out_dir: Path) -> None:
+    """Official verdict and the (outcome, cause) of every turn, per line of a JSON Lines file."""
+    from seal.diagnosis import TurnLabel, diagnose_result
+    from seal.diagnosis.labels import CHECKER_ERROR
+
     if not cfg.get("input"):
         raise UserError("task=score needs an input file: add input=path/to/trajectories.jsonl")
     path = Path(cfg.input).expanduser()
@@ -121,10 +138,16 @@ def score(cfg: DictConfig, out_dir: Path) -> None:
                 entry_id, trajectory = _read_trajectory(line_no, raw)
             except ValueError as exc:
                 problems.append(str(exc))
-                verdicts.append({"id": None, "valid": False, "error_type": MALFORMED, "error": str(exc)})
+                # a line the checker cannot read: checker_error on every turn of the entry it names
+                named = _entry_id_of(raw)
+                turns = bench[named].num_turns if named else 0
+                unread = [TurnLabel(CHECKER_ERROR, CHECKER_ERROR).to_dict()] * turns
+                verdicts.append({"id": named, "valid": False, "error_type": MALFORMED, "error": str(exc),
+                                 "turn_labels": unread})
                 continue
             verdict = verify(bench[entry_id], trajectory)
-            verdicts.append(verdict.summary())
+            labels = diagnose_result(bench[entry_id], trajectory, verdict)
+            verdicts.append({**verdict.summary(), "turn_labels": [t.to_dict() for t in labels]})
             results.append((entry_id, verdict.valid))
     with (out_dir / "verdicts.jsonl").open("w") as fh:
         for v in verdicts:

@@ -40,6 +40,10 @@ class TurnCheck:
     state_diff: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
     # gold results not found among the model's results of all turns so far
     missing_results: list[str] = field(default_factory=list)
+    # backend classes instantiated on each side when the turn was checked; the official checker
+    # asserts they are equal (the release tags a difference instance_mismatch)
+    model_classes: frozenset[str] = frozenset()
+    gold_classes: frozenset[str] = frozenset()
 
     @property
     def failed(self) -> bool:
@@ -92,6 +96,20 @@ def _missing(gold_results: list[str], model_results: list[str]) -> list[str]:
     return missing
 
 
+def _turn_status(
+    model: Backends, gold: Backends, made_calls: bool, gold_results: list[str], model_results: list[str]
+) -> tuple[str, dict[str, dict[str, dict[str, Any]]], list[str]]:
+    """The official check of one turn whose gold has calls, in the official order: (status, state
+    diff, missing results). `model_results` are the model's results of all turns so far."""
+    if not made_calls:
+        return EMPTY_TURN, {}, []
+    if diff := _compare_state(model, gold):
+        return STATE_MISMATCH, diff, []
+    if missing := _missing(gold_results, model_results):
+        return RESPONSE_MISMATCH, {}, missing
+    return "pass", {}, []
+
+
 def verify(entry: Entry, trajectory: Trajectory, context_overflow: bool = False) -> Verdict:
     """Check a trajectory (per turn, per step, decoded calls) against the entry's gold answer."""
     if not isinstance(trajectory, list) or not all(isinstance(t, list) for t in trajectory):
@@ -110,26 +128,29 @@ def verify(entry: Entry, trajectory: Trajectory, context_overflow: bool = False)
         steps = _drop_empty_steps(trajectory[index])
         check.model_calls = [execute(model, call) for step in steps for call in step]
         check.gold_calls = [execute(gold, call) for call in gold_calls]
+        check.model_classes, check.gold_classes = frozenset(model.instances), frozenset(gold.instances)
         all_model_results.extend(r.observation for r in check.model_calls)
 
         if not gold_calls:
             check.status = "skipped"
             continue
-        if not steps:
-            check.status = EMPTY_TURN
+        check.status, check.state_diff, check.missing_results = _turn_status(
+            model, gold, bool(steps), [r.observation for r in check.gold_calls], all_model_results
+        )
+        if check.status == "pass":
+            continue
+        if check.status == EMPTY_TURN:
             message = f"Model response list is empty for turn {index}"
-        elif diff := _compare_state(model, gold):
-            check.status, check.state_diff = STATE_MISMATCH, diff
-            message = f"Model instance for {next(iter(diff))} does not match the state with ground truth instance."
-        elif missing := _missing([r.observation for r in check.gold_calls], all_model_results):
-            check.status, check.missing_results = RESPONSE_MISMATCH, missing
+        elif check.status == STATE_MISMATCH:
+            message = (
+                f"Model instance for {next(iter(check.state_diff))} does not match the state with ground "
+                "truth instance."
+            )
+        else:
             message = (
                 "Model response execution results so far does not contain all the ground truth "
                 f"response execution results for turn {index}."
             )
-        else:
-            check.status = "pass"
-            continue
         if first is None:
             first = (check.status, message, index)
 
@@ -151,3 +172,21 @@ def verify(entry: Entry, trajectory: Trajectory, context_overflow: bool = False)
         verdict.valid = False
         verdict.error_type, verdict.error_message, verdict.failed_turn = first
     return verdict
+
+
+def check_from_gold_prior(entry: Entry, index: int, calls: list[str], earlier_results: list[str]) -> str:
+    """The official check of turn `index` for `calls`, replayed from the state the *gold* calls of the
+    earlier turns leave rather than the state the model's earlier turns left (a counterfactual for
+    diagnosis; no verdict depends on it). `earlier_results` are the model's results of the earlier
+    turns, which the official response check may draw on. Returns the turn status."""
+    model = Backends(entry.involved_classes, entry.initial_config, entry.long_context)
+    gold = Backends(entry.involved_classes, entry.initial_config, entry.long_context)
+    for turn in entry.gold[:index]:
+        for call in turn:
+            execute(model, call)
+            execute(gold, call)
+    results = [execute(model, call).observation for call in calls]
+    gold_results = [execute(gold, call).observation for call in entry.gold[index]]
+    if not entry.gold[index]:
+        return "skipped"
+    return _turn_status(model, gold, bool(calls), gold_results, list(earlier_results) + results)[0]

@@ -84,7 +84,10 @@ def metrics_of(records: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def trajectory_record(rollout: Any) -> dict[str, Any]:
-    """Everything one entry's evaluation produced: raw text per step, calls, observations, verdict."""
+    """Everything one entry's evaluation produced: raw text per step, calls, observations, verdict,
+    and the rule diagnoser's (outcome, cause) per turn."""
+    from seal.diagnosis import diagnose
+
     verdict = rollout.verdict
     turns = []
     for index, steps in enumerate(rollout.episode.steps):
@@ -108,6 +111,7 @@ def trajectory_record(rollout: Any) -> dict[str, Any]:
         "model_tokens": rollout.num_model_tokens,
         "episode_tokens": len(rollout.prompt_ids) + len(rollout.completion_ids),
         "turn_status": [t.status for t in verdict.turns],
+        "turn_labels": [t.to_dict() for t in diagnose(rollout.entry, verdict, rollout.episode.steps)],
         "turns": turns,
     }
 

@@ -3,8 +3,9 @@
 Omega has three components (paper section 3.2): phi_schema (tool-affordance cues in the schemas),
 phi_err (class-level recovery hints after failed calls) and phi_cap (a set of behavioural
 guidelines in the system prompt). `evolve` switches each one on or off from the *aggregate* failure
-profile of the round, by failure type and never by instance: a component's signal is the summed
-prevalence of the labels that trigger it; it switches on at `on` and off below `off` (hysteresis),
+profile of the round in the **cause** layer (paper Table 5 and the project's causes; the outcome
+tags drive only the weights), by failure type and never by instance: a component's signal is the
+summed prevalence of the causes that trigger it; it switches on at `on` and off below `off` (hysteresis),
 and only when the round has at least `min_evidence` labelled turns.
 """
 
@@ -23,16 +24,17 @@ MODES = ("off", "always", "evolve")
 GUIDELINES = ("cautious_call", "active_respond", "state_aware", "scope", "format")
 COMPONENTS = ("schema", "err", "cap")
 
-# Which failure labels argue for which switch (the paper: argument_mismatch -> schema/constraint
-# cues, missing_tool_call -> affordance cues, recovery_failure -> structured error feedback; each
-# guideline answers one failure type).
+# Which causes argue for which switch (the paper: argument_mismatch -> schema/constraint cues,
+# missing_tool_call -> affordance cues, recovery_failure -> structured error feedback; each
+# guideline answers one failure type). inherited_state triggers nothing: the turn it marks did
+# the right thing, and the turn that broke the state carries its own cause.
 DEFAULT_TRIGGERS: dict[str, tuple[str, ...]] = {
     "schema": (L.ARGUMENT_MISMATCH, L.MISSING_TOOL_CALL, L.INVALID_TOOL_CALL),
     "err": (L.RECOVERY_FAILURE, L.INVALID_TOOL_CALL),
     "cap/cautious_call": (L.SPURIOUS_TOOL_CALL,),
     "cap/active_respond": (L.EMPTY_TURN, L.MISSING_TOOL_CALL),
     "cap/state_aware": (L.STATE_MISMATCH,),
-    "cap/scope": (L.INSTANCE_MISMATCH,),
+    "cap/scope": (L.VALUE_MISMATCH,),
     "cap/format": (L.RESPONSE_MISMATCH,),
 }
 SWITCHES = tuple(DEFAULT_TRIGGERS)
@@ -80,7 +82,7 @@ class InterfaceConfig:
     min_evidence: int = 4
     # per-switch overrides, e.g. {"cap/format": {"on": 0.2, "off": 0.1}}
     thresholds: dict[str, dict[str, float]] = field(default_factory=dict)
-    # switch -> labels whose prevalence it answers (defaults: DEFAULT_TRIGGERS)
+    # switch -> causes whose prevalence it answers (defaults: DEFAULT_TRIGGERS)
     triggers: dict[str, list[str]] = field(default_factory=dict)
     # the guidelines phi_cap may use
     guidelines: list[str] = field(default_factory=lambda: list(GUIDELINES))
@@ -102,7 +104,7 @@ class InterfaceConfig:
         if bad:
             raise ValueError(f"unknown guideline(s) {', '.join(bad)}; guidelines are {', '.join(GUIDELINES)}")
         for switch, labels in self.triggers.items():
-            L.check_labels(labels, what=f"trigger label of {switch}")
+            L.check_labels(labels, L.COUNTED["cause"], what=f"trigger cause of {switch}")
         for switch in SWITCHES:
             on, off = self.threshold(switch)
             if not 0.0 <= off <= on <= 1.0:
@@ -185,12 +187,12 @@ def widest_interface(cfg: InterfaceConfig) -> Omega:
 
 
 def signals(profile: FailureProfile, cfg: InterfaceConfig) -> dict[str, float]:
-    """Each switch's evidence: the summed prevalence of its trigger labels (logged as iface/...)."""
+    """Each switch's evidence: the summed prevalence of its trigger causes in the cause-layer profile."""
     return {s: sum(profile.prevalence.get(label, 0.0) for label in cfg.triggers[s]) for s in SWITCHES}
 
 
 def evolve(omega: Omega, profile: FailureProfile, cfg: InterfaceConfig) -> Omega:
-    """Omega_{t+1} from Omega_t and the round's failure profile C_t (a new object)."""
+    """Omega_{t+1} from Omega_t and the round's cause-layer failure profile C_t (a new object)."""
     current = omega.switches()
     new = dict(current)
     evidence = profile.num_turns >= cfg.min_evidence

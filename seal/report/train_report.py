@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from seal.diagnosis import LABELS
+from seal.diagnosis import LAYERS
 from seal.report.tables import markdown_table
 
 EVAL_KEYS = ("base", "miss_func", "miss_param", "long_context", "avg")
@@ -21,9 +21,11 @@ def write_metrics_log(path: Path, history: list[Any]) -> None:
     tmp.replace(path)
 
 
-def _top_labels(counts: dict[str, int], k: int = 3) -> str:
-    total = sum(counts.values()) or 1
-    top = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:k]
+def _top_labels(counts: dict[str, int], layer: str, k: int = 3) -> str:
+    """The layer's k most frequent labels with their shares; `counts` keys are "<layer>/<label>"."""
+    mine = {key.split("/", 1)[1]: n for key, n in counts.items() if key.startswith(f"{layer}/")}
+    total = sum(mine.values()) or 1
+    top = sorted(mine.items(), key=lambda kv: (-kv[1], kv[0]))[:k]
     return ", ".join(f"{label} {count / total:.0%}" for label, count in top) or "-"
 
 
@@ -43,20 +45,23 @@ def plot_curves(path: Path, history: list[Any]) -> None:
     import matplotlib.pyplot as plt
 
     rounds = [r.round for r in history]
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+    fig, axes = plt.subplots(1, 4, figsize=(20, 4))
     for key, label in [("train/reward_mean", "reward mean (pass rate)"), ("train/turn_pass_rate", "turn pass rate")]:
         axes[0].plot(rounds, [r.metrics.get(key, float("nan")) for r in history], marker="o", label=label)
     axes[0].set_title("verifier reward")
-    labels = sorted({k for r in history for k in r.metrics if k.startswith("diag/") and k[5:] in LABELS})
-    for key in labels:
-        axes[1].plot(rounds, [r.metrics.get(key, 0.0) for r in history], marker=".", label=key.removeprefix("diag/"))
-    axes[1].set_title("label prevalence (C_t)")
+    for ax, layer in zip(axes[1:3], LAYERS):
+        prefix = f"diag/{layer}/"
+        keys = sorted({k for r in history for k in r.metrics if k.startswith(prefix)} - {prefix + "num_turns"})
+        for key in keys:
+            shares = [r.metrics.get(key, 0.0) for r in history]
+            ax.plot(rounds, shares, marker=".", label=key.removeprefix(prefix))
+        ax.set_title(f"{layer} profile (C_t, prevalence)")
     for key in sorted({k for r in history for k in r.metrics if k.startswith("reweight/rho/")}):
-        axes[2].plot(rounds, [r.metrics.get(key, float("nan")) for r in history], label=key.removeprefix("reweight/rho/"))
+        axes[3].plot(rounds, [r.metrics.get(key, float("nan")) for r in history], label=key.removeprefix("reweight/rho/"))
     if any("reweight/weight_mean" in r.metrics for r in history):
-        axes[2].plot(rounds, [r.metrics.get("reweight/weight_mean", float("nan")) for r in history],
+        axes[3].plot(rounds, [r.metrics.get("reweight/weight_mean", float("nan")) for r in history],
                      "k--", marker="o", label="mean weight")
-    axes[2].set_title("rho and trajectory weights")
+    axes[3].set_title("rho and trajectory weights")
     for ax in axes:
         ax.set_xlabel("round")
         if ax.get_legend_handles_labels()[0]:
@@ -87,10 +92,14 @@ def write_train_report(out_dir: Path, *, title: str, header: dict[str, Any], his
         )
         change = r.interface_diff.replace("\n", "; ") if r.interface_diff else "-"
         rows.append([r.round, r.global_step, m.get("train/reward_mean", 0.0), m.get("train/turn_pass_rate", 0.0),
-                     _top_labels(r.labels), _rho_changes(r.rho, rho0), weight, change])
+                     _top_labels(r.labels, "outcome"), _top_labels(r.labels, "cause"),
+                     _rho_changes(r.rho, rho0), weight, change])
     lines.append(markdown_table(
-        ["round", "step", "reward mean", "turn pass rate", "labels (top 3)", "rho before update", "weight mean [min, max]",
-         "interface change"], rows))
+        ["round", "step", "reward mean", "turn pass rate", "outcomes (top 3)", "causes (top 3)",
+         "rho before update", "weight mean [min, max]", "interface change"], rows))
+    lines += ["", "Outcomes are the release's per-turn tags (Table 6; they drive the weights unless "
+              "reweighting.profile_layer=cause); causes are Table 5's and the project's (they drive "
+              "the interface)."]
     lines += ["", "## Optimisation signals", "",
               "Zero-spread groups have equal rewards and so zero advantages: their weights change nothing. The "
               "effective weights are those of the other trajectories. KL is the paper's low-variance KL to the "

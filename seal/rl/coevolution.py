@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from seal.diagnosis import FailureProfile, trajectory_profile
+from seal.diagnosis import FailureProfile, profile_labels, round_profiles, trajectory_profile
 from seal.interface import apply, evolve, omega_diff
 from seal.policy.generation import derive_seed
 from seal.rl.distributed import Dist
@@ -35,6 +35,7 @@ class RoundRecord:
     round: int
     global_step: int
     metrics: dict[str, float] = field(default_factory=dict)
+    # "outcome/<tag>" and "cause/<cause>" -> number of counted turns
     labels: dict[str, int] = field(default_factory=dict)
     rho: dict[str, float] = field(default_factory=dict)
     interface: dict[str, Any] = field(default_factory=dict)
@@ -116,20 +117,25 @@ class CoEvolution:
         timing = {k: max(v) for k, v in zip(self._timing, zip(*self.dist.gather([tuple(self._timing.values())])))}
         labels = self.diagnoser.label_round([(self.entries[i], v, s) for i, v, s, _ in played])
         t1 = time.perf_counter()
-        episodes = [dict(summary, labels=traj) for (_, _, _, summary), traj in zip(played, labels)]
+        episodes = [dict(summary, turn_labels=[t.to_dict() for t in traj]) for (_, _, _, summary), traj in zip(played, labels)]
         rewards = [e["reward"] for e in episodes]
-        profile = FailureProfile.from_round(labels, [self.entries[e["id"]].category for e in episodes], rewards)
-        weights = self.reweighting.weights([trajectory_profile(traj) for traj in labels]) if self.weighted else None
+        # weights read the layer reweighting.profile_layer names (outcome by default), evolve() the causes
+        profiles = round_profiles(labels, [self.entries[e["id"]].category for e in episodes], rewards)
+        layer = self.reweighting.profile_layer
+        weights = None
+        if self.weighted:
+            weights = self.reweighting.weights([trajectory_profile(profile_labels(t, layer)) for t in labels])
 
         record = RoundRecord(round=len(self.history), global_step=global_step)
-        record.metrics = self._metrics(episodes, profile, weights)
-        record.labels = dict(profile.counts)
+        record.metrics = self._metrics(episodes, profiles, weights)
+        record.labels = {f"{k}/{label}": n for k, p in profiles.items() for label, n in p.counts.items()}
         record.rho = dict(self.reweighting.rho)
         t2 = time.perf_counter()
         if self.diagnoser.provides_labels:
-            self.reweighting.end_round(profile.prevalence, profile.counts, profile.mean_reward)
+            p = profiles[layer]
+            self.reweighting.end_round(p.prevalence, p.counts, p.mean_reward)
             old = self.omega
-            self.omega = evolve(self.omega, profile, self.interface_cfg)
+            self.omega = evolve(self.omega, profiles["cause"], self.interface_cfg)
             record.interface_diff = omega_diff(old, self.omega)
         record.interface = self.omega.to_dict()
         t3 = time.perf_counter()
@@ -154,7 +160,7 @@ class CoEvolution:
         if self.on_round_end is not None:
             self.on_round_end(record)
 
-    def _metrics(self, episodes: list[dict[str, Any]], profile: FailureProfile, weights) -> dict[str, float]:
+    def _metrics(self, episodes: list[dict[str, Any]], profiles: dict[str, FailureProfile], weights) -> dict[str, float]:
         n = len(episodes)
         rewards = [e["reward"] for e in episodes]
         metrics = {
@@ -169,7 +175,8 @@ class CoEvolution:
         # GRPO learns nothing from a group whose rewards are all equal (its advantages are zero)
         spread = _group_spread(rewards, self.group_size)
         metrics["train/zero_spread_groups_frac"] = sum(not s for s in spread) / max(len(spread), 1)
-        metrics.update(profile.metrics())
+        for name, profile in profiles.items():
+            metrics.update(profile.metrics(f"diag/{name}"))
         metrics.update({f"reweight/rho/{label}": v for label, v in self.reweighting.rho.items()})
         if weights is not None:
             bounds = (self.reweighting.w_min, self.reweighting.w_max)

@@ -1,6 +1,8 @@
 """Diagnosis-guided advantage reweighting (paper section 3.3, Table 6) as pure functions.
 
     p_j(z)  = share of trajectory j's turns labelled z          (seal.diagnosis.trajectory_profile)
+              in the layer `profile_layer` names: the outcome tags (default, as in the authors'
+              release) or the causes (an ablation); rho is defined on outcome tags either way
     w_j     = clip( sum_z p_j(z) * rho(z), w_min, w_max )       trajectory_weight()
     A~_j    = w_j * A_j                                         (w_j > 0: the sign never changes)
 
@@ -82,6 +84,8 @@ class Reweighting:
     prevalence_alpha: float = 1.0
     confidence_samples: int = 32
     seed: int = 0
+    # which label layer p_j(z) and the closed-loop statistics read: "outcome" or "cause"
+    profile_layer: str = "outcome"
     rho: dict[str, float] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -90,8 +94,9 @@ class Reweighting:
         if not 0 < self.w_min <= 1 <= self.w_max:
             raise ValueError(f"need 0 < w_min <= 1 <= w_max, got w_min={self.w_min}, w_max={self.w_max}")
         self.rho0 = {str(k): float(v) for k, v in dict(self.rho0).items()}
-        from seal.diagnosis import check_rho_keys
+        from seal.diagnosis import check_layer, check_rho_keys
 
+        check_layer(self.profile_layer)
         check_rho_keys(self.rho0)
         self.rho = dict(self.rho0)
         self._rng = random.Random(self.seed)

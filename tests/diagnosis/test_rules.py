@@ -1,14 +1,21 @@
-"""diagnose(): each label on hand-built trajectories of real entries, played through Episode + verify."""
+"""diagnose(): both labels of each turn on hand-built trajectories of real entries, played through
+Episode + verify. Every expected pair is worked out by hand from the entry's gold answer and the
+backend's code (comments say how); none is copied from the diagnoser's output."""
+
+import dataclasses
 
 import pytest
 
-from seal.diagnosis import LABELS, WEIGHTED_LABELS, diagnose
+from seal.diagnosis import CAUSES, OUTCOMES, TurnLabel, diagnose, diagnose_result
 from seal.diagnosis.injections import Step, gold_script, play
 from seal.env import Episode, parse_call, verify
 
 UNDECODABLE = ("<tool_call>{'name': ", "not valid JSON")
-
-
+PASS = ("pass", None)
+ABSTAIN = ("correct_abstention", None)
+# turns after an early end: the release's tags, no cause of their own
+LOST = ("empty_turn_model_response", "not_played")
+LOST_ABSTAIN = ("correct_abstention", "not_played")
 
 
 def _parses(text):
@@ -20,6 +27,7 @@ def _parses(text):
 
 
 def at(bench, entry_id, turn, calls=None, steps=None, **kw):
+    """Gold everywhere except `turn`; returns (that turn's pair, every turn's pair)."""
     script_calls = None if calls is None else [parse_call(c) if _parses(c) else c for c in calls]
     entry = bench[entry_id]
     script = gold_script(entry)
@@ -29,24 +37,156 @@ def at(bench, entry_id, turn, calls=None, steps=None, **kw):
         script[turn] = [Step(script_calls)] if script_calls else []
     verdict, played = play(entry, script, **kw)
     labels = diagnose(entry, verdict, played)
-    assert len(labels) == entry.num_turns and set(labels) <= set(LABELS)
-    return labels[turn], labels
+    assert len(labels) == entry.num_turns
+    assert all(x.outcome in OUTCOMES and (x.cause is None or x.cause in CAUSES) for x in labels)
+    pairs = [(x.outcome, x.cause) for x in labels]
+    return pairs[turn], pairs
 
 
-BASE0 = "multi_turn_base_0"  # turn 0: cd(document), mkdir(temp), mv(final_report.pdf -> temp)
+# turn 0: cd(document), mkdir(temp), mv(final_report.pdf -> temp); turn 1: cd(temp), grep(...);
+# turn 2: sort(final_report.pdf); turn 3: cd(..), mv(previous_report.pdf -> temp), cd(temp), diff(...)
+BASE0 = "multi_turn_base_0"
+# turn 0: find(...); turn 1: gold is "no call"; turn 2: cd, cd, cp, cp
+PARAM3 = "multi_turn_miss_param_3"
+
+
+# ------------------------------------------------------------------ outcome rules
 
 
 def test_gold_trajectories_pass_and_abstain(bench):
-    assert at(bench, BASE0, 0, bench[BASE0].gold[0])[1] == ["pass"] * 4
-    assert at(bench, "multi_turn_miss_param_3", 0, bench["multi_turn_miss_param_3"].gold[0])[1] == [
-        "pass", "correct_abstention", "pass"
-    ]
+    assert at(bench, BASE0, 0, bench[BASE0].gold[0])[1] == [PASS] * 4
+    assert at(bench, PARAM3, 0, bench[PARAM3].gold[0])[1] == [PASS, ABSTAIN, PASS]
 
 
 def test_spurious_tool_call_in_a_no_call_turn(bench):
-    assert at(bench, "multi_turn_miss_param_3", 1, ["ls()"])[0] == "spurious_tool_call"
+    # ls() changes nothing, so turn 2 still passes
+    assert at(bench, PARAM3, 1, ["ls()"])[1] == [PASS, ("spurious_tool_call", "spurious_tool_call"), PASS]
     # a miss_func turn whose tool is not there yet: calling the held-out tool is spurious too
-    assert at(bench, "multi_turn_miss_func_0", 2, ["sort('final_report.pdf')"])[0] == "spurious_tool_call"
+    assert at(bench, "multi_turn_miss_func_0", 2, ["sort('final_report.pdf')"])[0] == (
+        "spurious_tool_call", "spurious_tool_call")
+
+
+def test_undecodable_text_where_no_call_is_due_is_an_abstention(bench):
+    # BFCL decodes nothing from it, so the model made no call: the release tags correct_abstention
+    assert at(bench, PARAM3, 1, steps=[Step([], [UNDECODABLE])])[0] == ABSTAIN
+
+
+def test_empty_turn(bench):
+    assert at(bench, BASE0, 1, [])[0] == ("empty_turn_model_response", "empty_turn_model_response")
+
+
+def test_state_mismatch_outcome(bench):
+    # without mkdir, mv renames final_report.pdf to a file called temp: the file system differs
+    assert at(bench, BASE0, 0, ["cd(folder='document')", "mv(source='final_report.pdf', destination='temp')"])[0] == (
+        "state_mismatch", "state_mismatch")
+    extra = list(bench[BASE0].gold[0]) + ["mkdir(dir_name='extra')"]
+    assert at(bench, BASE0, 0, extra)[0] == ("state_mismatch", "state_mismatch")
+
+
+def test_response_mismatch_outcome(bench):
+    # the same two calls in the other order: same final state, but get_watchlist ran before the add
+    calls = ["get_watchlist()", "add_to_watchlist(stock='AAPL')"]
+    assert at(bench, "multi_turn_base_133", 0, calls)[0] == ("response_mismatch", "response_mismatch")
+
+
+def test_instance_mismatch_only_when_the_backend_classes_differ(bench):
+    entry = bench[BASE0]
+    verdict, steps = play(entry, gold_script(entry))
+    # both sides always build every involved class, so it never fires on a real trajectory
+    assert all(t.model_classes == t.gold_classes == {"TwitterAPI", "GorillaFileSystem"} for t in verdict.turns)
+    # the release's check: the sets of instantiated classes differ (here TwitterAPI is missing)
+    turns = list(verdict.turns)
+    turns[1] = dataclasses.replace(turns[1], model_classes=frozenset({"GorillaFileSystem"}))
+    labels = diagnose(entry, dataclasses.replace(verdict, turns=turns), steps)
+    assert [x.outcome for x in labels] == ["pass", "instance_mismatch", "pass", "pass"]
+
+
+def test_checker_error_for_an_unreadable_trajectory(bench):
+    entry = bench[BASE0]
+    assert diagnose(entry, verify(entry, "garbage"), []) == [TurnLabel("checker_error", "checker_error")] * 4
+
+
+def test_checker_error_for_a_played_turn_the_verifier_did_not_check(bench):
+    entry = bench[BASE0]
+    verdict, steps = play(entry, gold_script(entry))
+    turns = list(verdict.turns)
+    turns[2] = dataclasses.replace(turns[2], status="not_played")
+    labels = diagnose(entry, dataclasses.replace(verdict, turns=turns), steps)
+    assert labels[2] == TurnLabel("checker_error", "checker_error") and labels[3] == TurnLabel("pass", None)
+
+
+def test_gt_error_for_a_broken_gold_call(bench):
+    # the gold's mkdir renamed to a function no backend has: the gold side cannot run turn 0
+    entry = bench[BASE0]
+    gold = [list(t) for t in entry.gold]
+    gold[0][1] = "make_dir(dir_name='temp')"
+    broken = dataclasses.replace(entry, id="broken_gold_base_0", gold=gold)
+    result = [[list(t)] for t in entry.gold]
+    labels = diagnose_result(broken, result, verify(broken, result))
+    assert labels[0] == TurnLabel("gt_error", "gt_error")
+
+
+def test_diagnosis_leaves_the_official_verdict_as_it_was(bench):
+    entry = bench[BASE0]
+    script = gold_script(entry)
+    script[1] = []
+    verdict, steps = play(entry, script)
+    before = (verdict.summary(), verdict.failed_turn, [t.status for t in verdict.turns])
+    diagnose(entry, verdict, steps)
+    # the working directory is private (not compared): turn 2's sort runs in the wrong folder and
+    # fails, leaving the tree as gold's; turn 3's mv then finds nothing to move and the trees differ
+    assert before == (
+        {"id": BASE0, "valid": False, "error_type": "multi_turn:empty_turn_model_response"}, 1,
+        ["pass", "multi_turn:empty_turn_model_response", "multi_turn:execution_response_mismatch",
+         "multi_turn:instance_state_mismatch"],
+    )
+    assert (verdict.summary(), verdict.failed_turn, [t.status for t in verdict.turns]) == before
+
+
+# ------------------------------------------------------------------ early ends
+
+
+def test_step_limit_and_the_turns_after_it(bench):
+    # turn 1 makes only pwd() calls until the limit: the tree is gold's (the working directory is
+    # private state, not compared), grep's result is missing
+    steps = [Step([parse_call("pwd()")]) for _ in range(4)]
+    _, pairs = at(bench, BASE0, 1, steps=steps, max_steps=3)
+    assert pairs == [PASS, ("response_mismatch", "step_limit"), LOST, LOST]
+
+
+def test_turns_after_an_early_end_abstain_where_gold_is_no_call(bench):
+    # find then reads until the limit: nothing changes and find's result is there, so turn 0 passes
+    steps = [Step([parse_call(bench[PARAM3].gold[0][0])])] + [Step([parse_call("ls()")]) for _ in range(3)]
+    _, pairs = at(bench, PARAM3, 0, steps=steps, max_steps=2)
+    assert pairs == [("pass", "step_limit"), LOST_ABSTAIN, LOST]
+
+
+def test_context_overflow(bench):
+    _, pairs = at(bench, BASE0, 1, bench[BASE0].gold[1], abort_after=1)
+    assert pairs == [PASS, ("pass", "context_overflow"), LOST, LOST]
+    # overflow before any turn was played
+    entry = bench[BASE0]
+    episode = Episode(entry)
+    episode.abort()
+    assert diagnose(entry, episode.verdict(), episode.steps) == [
+        TurnLabel("empty_turn_model_response", "context_overflow")] + [TurnLabel(*LOST)] * 3
+
+
+def test_overflow_as_a_turn_opens(bench):
+    # the context is full once turn 1's message is in: the model never answers turn 1
+    verdict, steps = play(bench[PARAM3], gold_script(bench[PARAM3]), abort_before=1)
+    pairs = [(x.outcome, x.cause) for x in diagnose(bench[PARAM3], verdict, steps)]
+    assert pairs == [PASS, ("correct_abstention", "context_overflow"), LOST]
+
+
+def test_terminal_cause_beats_the_turn_evidence(bench):
+    # the step limit hit in a no-call turn with calls: the outcome stays spurious, the cause is the limit
+    steps = [Step([parse_call("ls()")]) for _ in range(3)]
+    _, pairs = at(bench, PARAM3, 1, steps=steps, max_steps=2)
+    assert pairs == [PASS, ("spurious_tool_call", "step_limit"), LOST]
+
+
+# ------------------------------------------------------------------ causes
 
 
 @pytest.mark.parametrize("calls", [
@@ -54,129 +194,145 @@ def test_spurious_tool_call_in_a_no_call_turn(bench):
     ["cd(folder='document')", "__import__('os').mkdir('temp')", "mv(source='final_report.pdf', destination='temp')"],
 ])
 def test_invalid_tool_call_unknown_or_unsafe(bench, calls):
-    assert at(bench, BASE0, 0, calls)[0] == "invalid_tool_call"
+    # no temp directory gets made, so mv renames the file: the state differs
+    assert at(bench, BASE0, 0, calls)[0] == ("state_mismatch", "invalid_tool_call")
 
 
 def test_invalid_tool_call_undecodable_output(bench):
+    # cd ran, then the turn ended on undecodable text: the state differs (no temp, file not moved)
     steps = [Step([parse_call("cd(folder='document')")]), Step([], [UNDECODABLE])]
-    assert at(bench, BASE0, 0, steps=steps)[0] == "invalid_tool_call"
+    assert at(bench, BASE0, 0, steps=steps)[0] == ("state_mismatch", "invalid_tool_call")
 
 
 def test_invalid_tool_call_tool_not_yet_shown(bench):
-    # miss_func_0 delivers `sort` at turn 3; using it at turn 1 (and skipping grep) is invalid
-    assert at(bench, "multi_turn_miss_func_0", 1, ["cd(folder='temp')", "sort('final_report.pdf')"])[0] == "invalid_tool_call"
+    # miss_func_0 delivers `sort` at turn 3; using it at turn 1 (and skipping grep) is invalid. sort
+    # reads only, so the state matches; grep's result is missing
+    calls = ["cd(folder='temp')", "sort('final_report.pdf')"]
+    assert at(bench, "multi_turn_miss_func_0", 1, calls)[0] == ("response_mismatch", "invalid_tool_call")
 
 
 @pytest.mark.parametrize("call", ["fund_account(amount='2203.4')", "fund_account(amt=2203.4)", "fund_account()"])
 def test_argument_mismatch_type_name_missing(bench, call):
-    assert at(bench, "multi_turn_base_100", 1, [call])[0] == "argument_mismatch"
+    # each call fails (a str compared with 0, or no binding): the balance stays where gold raises it
+    assert at(bench, "multi_turn_base_100", 1, [call])[0] == ("state_mismatch", "argument_mismatch")
 
 
 def test_argument_mismatch_value_outside_allowed_values(bench):
+    # 'trunk' is no door: lockDoors raises half way, rear_right stays locked
     calls = ["lockDoors(unlock=True, door=['driver', 'passenger', 'rear_left', 'trunk'])", "setHeadlights(mode='on')"]
-    assert at(bench, "multi_turn_base_50", 0, calls)[0] == "argument_mismatch"
+    assert at(bench, "multi_turn_base_50", 0, calls)[0] == ("state_mismatch", "argument_mismatch")
 
 
-def test_state_mismatch_skipped_state_change_and_extra_change(bench):
-    assert at(bench, BASE0, 0, ["cd(folder='document')", "mv(source='final_report.pdf', destination='temp')"])[0] == "state_mismatch"
-    extra = list(bench[BASE0].gold[0]) + ["mkdir(dir_name='extra')"]
-    assert at(bench, BASE0, 0, extra)[0] == "state_mismatch"
-
-
-def test_instance_mismatch_right_tools_other_targets(bench):
+def test_value_mismatch_right_tools_other_values(bench):
     calls = ["cd(folder='document')", "mkdir(dir_name='tmp')", "mv(source='final_report.pdf', destination='tmp')"]
-    assert at(bench, BASE0, 0, calls)[0] == "instance_mismatch"
+    assert at(bench, BASE0, 0, calls)[0] == ("state_mismatch", "value_mismatch")
     calls = ["lockDoors(unlock=True, door=['driver', 'passenger', 'rear_left', 'rear_right'])", "setHeadlights(mode='auto')"]
-    assert at(bench, "multi_turn_base_50", 0, calls)[0] == "instance_mismatch"
-    assert at(bench, "multi_turn_base_100", 0, ["get_stock_info(symbol='AAPL')"])[0] == "instance_mismatch"
+    assert at(bench, "multi_turn_base_50", 0, calls)[0] == ("state_mismatch", "value_mismatch")
+    # a read of another stock: the state is untouched, NVDA's info is missing from the results
+    assert at(bench, "multi_turn_base_100", 0, ["get_stock_info(symbol='AAPL')"])[0] == (
+        "response_mismatch", "value_mismatch")
 
 
 def test_recovery_failure_error_not_made_good(bench):
+    # cd to a folder that does not exist fails; mkdir then lands in the root and mv finds no file
     calls = ["cd(folder='documents')", "mkdir(dir_name='temp')", "mv(source='final_report.pdf', destination='temp')"]
-    assert at(bench, BASE0, 0, calls)[0] == "recovery_failure"
-    assert at(bench, "multi_turn_base_100", 0, ["get_stock_info(symbol='XXXX')"])[0] == "recovery_failure"
+    assert at(bench, BASE0, 0, calls)[0] == ("state_mismatch", "recovery_failure")
+    assert at(bench, "multi_turn_base_100", 0, ["get_stock_info(symbol='XXXX')"])[0] == (
+        "response_mismatch", "recovery_failure")
 
 
-def test_a_recovered_error_is_not_a_recovery_failure(bench):
+def test_a_recovered_error_fails_the_turn_only_when_something_else_is_wrong(bench):
+    # XXXX errors, NVDA is retried: the turn passes
     calls = ["get_stock_info(symbol='XXXX')", "get_stock_info(symbol='NVDA')"]
-    assert at(bench, "multi_turn_base_100", 0, calls)[0] == "pass"
+    assert at(bench, "multi_turn_base_100", 0, calls)[0] == PASS
+    # the cd error is made good by the right cd; the turn fails only because mkdir is missing
+    calls = ["cd(folder='documents')", "cd(folder='document')", "mv(source='final_report.pdf', destination='temp')"]
+    assert at(bench, BASE0, 0, calls)[0] == ("state_mismatch", "state_mismatch")
 
 
-def test_empty_turn_and_missing_tool_call(bench):
-    assert at(bench, BASE0, 1, [])[0] == "empty_turn_model_response"
-    assert at(bench, BASE0, 1, ["cd(folder='temp')"])[0] == "missing_tool_call"
+def test_missing_tool_call(bench):
+    # cd(temp) alone: the state matches, grep's result is missing
+    assert at(bench, BASE0, 1, ["cd(folder='temp')"])[0] == ("response_mismatch", "missing_tool_call")
 
 
-def test_response_mismatch_right_calls_wrong_order(bench):
-    calls = ["get_watchlist()", "add_to_watchlist(stock='AAPL')"]
-    assert at(bench, "multi_turn_base_133", 0, calls)[0] == "response_mismatch"
+# ------------------------------------------------------------------ inherited failures
 
 
-def test_step_limit_and_not_played(bench):
-    steps = [Step([parse_call("pwd()")]) for _ in range(4)]
-    label, labels = at(bench, BASE0, 1, steps=steps, max_steps=3)
-    assert labels == ["pass", "step_limit", "not_played", "not_played"]
+def test_inherited_failure_base_98(bench):
+    # turn 0 drops lockDoors' `unlock`: the call does not bind, the doors stay unlocked. Turn 1 makes
+    # exactly the gold calls; startEngine refuses (doors unlocked) and the engine stays off. Turn 2's
+    # gold calls read travel data, but the vehicle's state still differs. Turns 1 and 2 did the right
+    # thing: from the gold state their calls pass.
+    calls = ["displayCarStatus(option='doors')", "lockDoors(door=['driver', 'passenger', 'rear_left', 'rear_right'])"]
+    _, pairs = at(bench, "multi_turn_base_98", 0, calls)
+    assert pairs == [("state_mismatch", "argument_mismatch"), ("state_mismatch", "inherited_state"),
+                     ("state_mismatch", "inherited_state")]
 
 
-def test_context_overflow(bench):
-    _, labels = at(bench, BASE0, 1, bench[BASE0].gold[1], abort_after=1)
-    assert labels == ["pass", "context_overflow", "not_played", "not_played"]
-    # overflow before any turn was played
+def test_inherited_failure_after_a_dropped_state_change(bench):
+    # without mkdir, final_report.pdf becomes a file named temp; every later gold call then fails
+    # (cd into a file, grep/sort/mv/diff on files that are not there) and the trees never match again
+    calls = ["cd(folder='document')", "mv(source='final_report.pdf', destination='temp')"]
+    _, pairs = at(bench, BASE0, 0, calls)
+    assert pairs == [("state_mismatch", "state_mismatch")] + [("state_mismatch", "inherited_state")] * 3
+
+
+def test_results_of_earlier_turns_count_for_the_inherited_check(bench):
+    # base_98 again, but the model looks both zip codes up in turn 1 already and makes only the
+    # distance call in turn 2. The official response check accepts results of earlier turns, and so
+    # does the replay from the gold state: turn 2 did the right thing (the zip lookups read travel
+    # data the broken doors do not touch)
+    entry = bench["multi_turn_base_98"]
+    script = gold_script(entry)
+    script[0] = [Step([parse_call("displayCarStatus(option='doors')"),
+                       parse_call("lockDoors(door=['driver', 'passenger', 'rear_left', 'rear_right'])")])]
+    script[1] = [Step([parse_call(c) for c in entry.gold[1] + entry.gold[2][:2]])]
+    script[2] = [Step([parse_call(entry.gold[2][2])])]
+    verdict, steps = play(entry, script)
+    assert diagnose(entry, verdict, steps)[2] == TurnLabel("state_mismatch", "inherited_state")
+
+
+def test_a_wrong_turn_after_a_wrong_state_keeps_its_own_cause(bench):
     entry = bench[BASE0]
-    episode = Episode(entry)
-    episode.abort()
-    assert diagnose(entry, episode.verdict(), episode.steps) == ["context_overflow"] + ["not_played"] * 3
+    script = gold_script(entry)
+    script[0] = [Step([parse_call("cd(folder='document')"), parse_call("mv(source='final_report.pdf', destination='temp')")])]
+    # turn 1's own cd goes to a folder that exists nowhere: from the gold state it fails too
+    script[1] = [Step([parse_call("cd(folder='tmp')")])]
+    verdict, steps = play(entry, script)
+    assert diagnose(entry, verdict, steps)[1] == TurnLabel("state_mismatch", "recovery_failure")
 
 
-def test_checker_error_for_an_unreadable_trajectory(bench):
-    entry = bench[BASE0]
-    assert diagnose(entry, verify(entry, "garbage"), []) == ["checker_error"] * 4
-    assert not {"checker_error", "not_played", "unlabelled"} & set(WEIGHTED_LABELS)
-
-
-# ------------------------------------------------------------------ priority when several rules fire
+# ------------------------------------------------------------------ cause priority when several rules fire
 
 
 def test_priority_invalid_beats_argument_mismatch(bench):
     calls = ["cd(folder='document')", "mkdir(name='temp')", "move(source='final_report.pdf', destination='temp')"]
-    assert at(bench, BASE0, 0, calls)[0] == "invalid_tool_call"
+    assert at(bench, BASE0, 0, calls)[0] == ("state_mismatch", "invalid_tool_call")
 
 
 def test_priority_argument_beats_state_and_recovery(bench):
-    # the typo'd mkdir both fails to bind and leaves the state wrong; mv then errors
+    # the typo'd mkdir both fails to bind and leaves the state wrong; mv then errors (a path)
     calls = ["cd(folder='document')", "mkdir(name='temp')", "mv(source='final_report.pdf', destination='temp/x')"]
-    assert at(bench, BASE0, 0, calls)[0] == "argument_mismatch"
-
-
-def test_priority_unrecovered_error_beats_the_state_it_leaves_wrong(bench):
-    # the cd error leaves the state wrong: the call did not execute, so recovery_failure is reported
-    calls = ["cd(folder='documents')", "mkdir(dir_name='temp')", "mv(source='final_report.pdf', destination='temp')"]
-    assert at(bench, BASE0, 0, calls)[0] == "recovery_failure"
+    assert at(bench, BASE0, 0, calls)[0] == ("state_mismatch", "argument_mismatch")
 
 
 def test_priority_recovery_beats_missing_call(bench):
     # grep before cd fails (file not here) and is never retried; the turn also lacks a grep result
     calls = ["grep(file_name='final_report.pdf',pattern='budget analysis')", "cd(folder='temp')"]
-    assert at(bench, BASE0, 1, calls)[0] == "recovery_failure"
-
-
-def test_priority_state_beats_missing_call(bench):
-    # dropping mkdir is both a skipped needed call and a state mismatch: state_mismatch ranks higher
-    assert at(bench, BASE0, 0, ["cd(folder='document')", "mv(source='final_report.pdf', destination='temp')"])[0] == "state_mismatch"
+    assert at(bench, BASE0, 1, calls)[0] == ("response_mismatch", "recovery_failure")
 
 
 def test_a_passing_turn_is_pass_whatever_happened_on_the_way(bench):
     steps = [Step([], [UNDECODABLE], keep_turn=True), Step([parse_call(c) for c in bench[BASE0].gold[0]])]
-    assert at(bench, BASE0, 0, steps=steps)[0] == "pass"
+    assert at(bench, BASE0, 0, steps=steps)[0] == PASS
 
 
-def test_terminal_label_beats_the_turn_evidence(bench):
-    # the step limit hit in a no-call turn with calls: step_limit, not spurious_tool_call
-    steps = [Step([parse_call("ls()")]) for _ in range(3)]
-    _, labels = at(bench, "multi_turn_miss_param_3", 1, steps=steps, max_steps=2)
-    assert labels == ["pass", "step_limit", "not_played"]
-
-
-def test_diagnose_is_deterministic(bench):
-    calls = ["cd(folder='documents')", "mkdir(dir_name='temp')"]
-    assert at(bench, BASE0, 0, calls)[1] == at(bench, BASE0, 0, calls)[1]
+def test_score_input_gets_the_same_labels_as_the_played_episode(bench):
+    # task=score sees only call strings; for decodable calls the labels match the played episode's
+    entry = bench[BASE0]
+    calls = ["cd(folder='document')", "mv(source='final_report.pdf', destination='temp')"]
+    script = gold_script(entry)
+    script[0] = [Step([parse_call(c) for c in calls])]
+    verdict, steps = play(entry, script)
+    result = [[calls]] + [[list(t)] for t in entry.gold[1:]]
+    assert diagnose_result(entry, result, verify(entry, result)) == diagnose(entry, verdict, steps)

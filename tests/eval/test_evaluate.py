@@ -5,7 +5,7 @@ import json
 import pytest
 from hydra import compose, initialize_config_dir
 
-from seal.env.benchmark import CATEGORIES
+from seal.env.benchmark import CATEGORIES, load_benchmark
 from seal.tasks import run
 from tests.test_configs import CONF
 
@@ -25,6 +25,11 @@ def test_the_oracle_scores_every_chosen_entry_and_is_labelled_as_such(tmp_path):
     assert "not a model" in (tmp_path / "report.md").read_text()
     lines = (tmp_path / "trajectories.jsonl").read_text().splitlines()
     assert [json.loads(line)["id"] for line in lines] == metrics["ids"]
+    # the oracle plays the gold calls: every turn passes, or abstains where gold is "no call"
+    bench = load_benchmark()
+    for record in map(json.loads, lines):
+        assert record["turn_labels"] == [
+            {"outcome": "pass" if gold else "correct_abstention", "cause": None} for gold in bench[record["id"]].gold]
 
 
 def test_a_model_writes_raw_text_calls_and_verdicts_per_entry(tmp_path):

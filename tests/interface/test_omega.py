@@ -83,9 +83,11 @@ def test_each_failure_type_drives_its_own_switch():
     expected = {
         "recovery_failure": {"err"}, "spurious_tool_call": {"cap/cautious_call"},
         "empty_turn_model_response": {"cap/active_respond"}, "state_mismatch": {"cap/state_aware"},
-        "instance_mismatch": {"cap/scope"}, "response_mismatch": {"cap/format"},
+        "value_mismatch": {"cap/scope"}, "response_mismatch": {"cap/format"},
         "missing_tool_call": {"schema", "cap/active_respond"}, "invalid_tool_call": {"schema", "err"},
         "argument_mismatch": {"schema"}, "step_limit": set(), "correct_abstention": set(),
+        # a turn that did right from a wrong inherited state asks nothing of the interface
+        "inherited_state": set(),
     }
     for label, switches in expected.items():
         new = evolve(omega, share(label, 0.3), cfg)
@@ -125,7 +127,9 @@ def test_per_switch_thresholds_and_guideline_subset():
     ({"schema": "sometimes"}, "use one of off, always, evolve"),
     ({"schema": True}, "quotes"),
     ({"thresholds": {"cap/tone": {"on": 0.1}}}, "switches are schema, err"),
-    ({"triggers": {"err": ["oops"]}}, "valid labels"),
+    ({"triggers": {"err": ["oops"]}}, "valid ones are invalid_tool_call"),
+    # triggers are causes: an outcome-only tag (the release's instance_mismatch) is refused
+    ({"triggers": {"cap/scope": ["instance_mismatch"]}}, "unknown trigger cause"),
     ({"on_threshold": 0.05, "off_threshold": 0.1}, "off <= on"),
     ({"guidelines": ["polite"]}, "guidelines are"),
 ])

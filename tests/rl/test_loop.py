@@ -51,7 +51,8 @@ def test_the_main_job_leaves_its_outputs(tmp_path):
     assert {"train/kl", "train/entropy", "train/clip_ratio/region_mean", "train/grad_norm", "train/loss",
             "train/zero_spread_groups_frac"} <= set(first)
     assert "## Optimisation signals" in report
-    assert any(k.startswith("diag/") for k in first) and any(k.startswith("reweight/rho/") for k in first)
+    assert {"diag/outcome/num_turns", "diag/cause/num_turns"} <= set(first) and any(k.startswith("reweight/rho/") for k in first)
+    assert "outcomes (top 3)" in report and "causes (top 3)" in report
     run_config = json.loads((tmp_path / "run_config.json").read_text())
     assert run_config["heldout_part"] == "test" and not set(run_config["heldout_ids"]) & set(run_config["train_ids"])
     assert run_config["precision"] == {"param_dtype": "float32", "compute_dtype": "float32", "kv_cache_dtype": "float32"}

@@ -8,11 +8,9 @@ from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 import trl
 
-from seal.diagnosis import trajectory_profile
 from seal.env.benchmark import get_entries
 from seal.interface import initial_interface
 from seal.rl.coevolution import CoEvolution
-from seal.rl.reweighting import trajectory_weight
 from seal.rl.trainer import make_trainer, scale_advantages
 from tests.rl.scripted import MASK, ScriptedEngine
 from tests.test_configs import CONF
@@ -74,10 +72,15 @@ def test_hook_scales_the_group_advantages_by_the_diagnosis_weights(tmp_path, mon
     record = co.history[-1]
     valid = [e["valid"] for e in record.episodes]
     assert valid == [True, False, True, False]  # one pass and one failure per group
-    # the hand computation: p_j from the round's labels, w_j = clip(sum p_j(z) rho(z)) with rho
-    # as it was when the round's weights were drawn
-    expected_w = [trajectory_weight(trajectory_profile(e["labels"]), rho_before, 0.5, 2.0) for e in record.episodes]
-    assert any(w != 1.0 for w in expected_w)
+    # the hand computation from the outcome tags (rho0 of Table 6 in the first round): a good episode
+    # plays the gold calls, a bad one makes no call at all; miss_param_1's turn 3 is a "no call" turn
+    # (correct_abstention, 1.8), every other turn passes (1.0) or is an empty turn (1.5)
+    assert rho_before == {"spurious_tool_call": 2.0, "correct_abstention": 1.8, "empty_turn_model_response": 1.5,
+                          "state_mismatch": 1.0, "response_mismatch": 0.9, "instance_mismatch": 0.6, "pass": 1.0}
+    empty, abstain = "empty_turn_model_response", "correct_abstention"
+    assert [[t["outcome"] for t in e["turn_labels"]] for e in record.episodes] == [
+        ["pass"] * 4, [empty] * 4, ["pass"] * 3 + [abstain, "pass"], [empty] * 3 + [abstain, empty]]
+    expected_w = [1.0, 1.5, (4 * 1.0 + 1.8) / 5, (4 * 1.5 + 1.8) / 5]
     assert torch.allclose(out["advantages"], plain * torch.tensor(expected_w))
     assert torch.equal(torch.sign(out["advantages"]), torch.sign(plain))
     assert plain.abs().min() > 0.5  # real group advantages, not zeros
