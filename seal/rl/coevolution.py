@@ -2,8 +2,9 @@
 
     roll out G episodes per prompt under Omega_t          rollout()      (TRL's rollout_func)
     verify (reward) and diagnose (labels) each episode    rollout()
-    aggregate C_t; weights w_j; A~_j = w_j A_j            end_round()    (TRL's advantage hook)
-    rho_{t+1} (closed loop); Omega_{t+1} = Evolve(Omega_t, C_t)
+    aggregate C_t; rho_t (closed loop) from the epoch's   end_round()    (TRL's advantage hook)
+      tags so far; weights w_j; A~_j = w_j A_j
+    Omega_{t+1} = Evolve(Omega_t, C_t)
     one GRPO update with KL regularisation                TRL
 
 The state that must survive a crash (Omega, rho, RNG states, round history) is `state_dict()`,
@@ -18,7 +19,7 @@ from typing import Any
 
 import torch
 
-from seal.diagnosis import FailureProfile, trajectory_profile
+from seal.diagnosis import FailureProfile
 from seal.interface import apply, evolve, omega_diff
 from seal.rl.reweighting import Reweighting, weight_stats
 
@@ -101,14 +102,14 @@ class CoEvolution:
         use_labels = self.diagnoser.provides_labels
         weights = None
         if use_labels and self.reweighting.active:
-            weights = self.reweighting.weights([trajectory_profile(traj) for traj in labels])
+            # the batch's tags move rho first, then the batch is weighted with it (the release's order)
+            weights = self.reweighting.weigh_batch(labels, rewards)
         record = RoundRecord(round=len(self.history), global_step=global_step)
         record.metrics = self._metrics(rollouts, labels, profile, weights)
         record.labels = dict(profile.counts)
         record.rho = dict(self.reweighting.rho)
         t1 = time.perf_counter()
         if use_labels:
-            self.reweighting.end_round(profile.prevalence, profile.counts, profile.mean_reward)
             old = self.omega
             self.omega = evolve(self.omega, profile, self.interface_cfg)
             record.interface_diff = omega_diff(old, self.omega)

@@ -111,6 +111,8 @@ def train(cfg: DictConfig, out_dir: Path) -> None:
     heldout = select_entries(engine, split.part(heldout_part), cfg.budget.heldout_entries_per_category)
     if not train_entries:
         raise UserError(f"no train entry of split={split.name} fits backbone {backbone.name}'s context")
+    # rho's statistics window restarts every epoch; the release drops an epoch's last partial batch
+    reweighting.rounds_per_epoch = max(1, len(train_entries) // cfg.budget.prompts_per_round)
     coevolution = CoEvolution(
         engine=engine, entries={e.id: e for e in train_entries}, omega=initial_interface(interface_cfg),
         interface_cfg=interface_cfg, diagnoser=diagnoser, reweighting=reweighting,

@@ -6,11 +6,9 @@ from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 import trl
 
-from seal.diagnosis import trajectory_profile
 from seal.env.benchmark import get_entries
 from seal.interface import initial_interface
 from seal.rl.coevolution import CoEvolution
-from seal.rl.reweighting import trajectory_weight
 from seal.rl.trainer import make_trainer, scale_advantages
 from tests.rl.scripted import MASK, ScriptedEngine
 from tests.test_configs import CONF
@@ -67,15 +65,21 @@ def test_scale_advantages_multiplies_per_trajectory():
 
 def test_hook_scales_the_group_advantages_by_the_diagnosis_weights(tmp_path, monkeypatch):
     co, trainer = build(config("reweighting=closed_loop"), tmp_path)
-    rho_before = dict(co.reweighting.rho)
     out, plain = one_generation_batch(co, trainer, monkeypatch)
     record = co.history[-1]
     valid = [e["valid"] for e in record.episodes]
     assert valid == [True, False, True, False]  # one pass and one failure per group
-    # the hand computation: p_j from the round's labels, w_j = clip(sum p_j(z) rho(z)) with rho
-    # as it was when the round's weights were drawn
-    expected_w = [trajectory_weight(trajectory_profile(e["labels"]), rho_before, 0.5, 2.0) for e in record.episodes]
-    assert any(w != 1.0 for w in expected_w)
+    assert [e["labels"] for e in record.episodes] == [
+        ["pass"] * 4, ["empty_turn_model_response"] * 4,
+        ["pass"] * 3 + ["correct_abstention", "pass"], ["empty_turn_model_response"] * 3 + ["correct_abstention", "empty_turn_model_response"],
+    ]
+    # rho moves on this batch before weighting it (18 counted turns, confidence over 32 samples):
+    #   empty turn:         target = 1.5 * (1 + 8/18 * 1 * 8/32) = 5/3;   rho = 0.75 * 1.5 + 0.25 * 5/3 = 37/24
+    #   correct_abstention: one in a passed, one in a failed episode: stagnation 1/2
+    #                       target = 1.8 * (1 + 2/18 * 1/2 * 2/32) = 1.80625; rho = 1.35 + 0.25 * 1.80625
+    empty, abstain = 37 / 24, 1.35 + 0.25 * 1.80625
+    expected_w = [1.0, empty, (4 + abstain) / 5, (4 * empty + abstain) / 5]
+    assert record.rho["empty_turn_model_response"] == pytest.approx(empty) and record.rho["pass"] == 1.0
     assert torch.allclose(out["advantages"], plain * torch.tensor(expected_w))
     assert torch.equal(torch.sign(out["advantages"]), torch.sign(plain))
     assert plain.abs().min() > 0.5  # real group advantages, not zeros
