@@ -28,13 +28,14 @@ from seal.report.tables import markdown_table, write_json
 
 log = logging.getLogger(__name__)
 PREFIX = "eval/bfcl_v3"
-# rendered prompt lengths, keyed by (tokenizer, tool format, entry id): rendering and tokenising all
-# 800 prompts takes about 10 s on two cores, and a process may select entries many times
-_PROMPT_TOKENS: dict[tuple[str, str, str], int] = {}
+# rendered prompt lengths, keyed by (tokenizer, tool format, tool rendering, entry id): rendering and
+# tokenising all 800 prompts takes about 10 s on two cores, and a process may select entries many times
+_PROMPT_TOKENS: dict[tuple[str, str, str, str], int] = {}
 
 
 def prompt_tokens(engine: Any, entry: Entry) -> int:
-    key = (str(getattr(engine.tokenizer, "name_or_path", id(engine.tokenizer))), engine.format.name, entry.id)
+    tokenizer = str(getattr(engine.tokenizer, "name_or_path", id(engine.tokenizer)))
+    key = (tokenizer, engine.format.name, getattr(engine.format, "tools", "project"), entry.id)
     if key not in _PROMPT_TOKENS:
         _PROMPT_TOKENS[key] = engine.prompt_tokens(entry)
     return _PROMPT_TOKENS[key]
@@ -142,7 +143,7 @@ def evaluate(cfg: DictConfig, out_dir: Path) -> None:
         )
     backbone = instantiate(cfg.backbone)
     policy = backbone.load()
-    engine = RolloutEngine.for_backbone(backbone, policy, cfg.budget)
+    engine = RolloutEngine.for_backbone(backbone, policy, cfg.budget, tool_rendering=cfg.rendering.tools)
     entries = select_entries(engine, ids, cfg.budget.eval_entries_per_category)
     if not entries:
         raise UserError(f"no entry of split={split.name} part {cfg.eval_part} fits backbone {backbone.name}'s context")

@@ -142,8 +142,9 @@ class RolloutEngine:
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
 
     @classmethod
-    def for_backbone(cls, backbone: Any, policy: Any, budget: Any) -> "RolloutEngine":
-        """The engine for a configured backbone and budget (max_new_tokens, batch_size, max_steps_per_turn)."""
+    def for_backbone(cls, backbone: Any, policy: Any, budget: Any, tool_rendering: str = "project") -> "RolloutEngine":
+        """The engine for a configured backbone and budget (max_new_tokens, batch_size, max_steps_per_turn),
+        showing tools in `tool_rendering` (cfg.rendering.tools: project | release)."""
 
         def get(key: str, default: Any = None) -> Any:
             return budget.get(key, default) if hasattr(budget, "get") else getattr(budget, key, default)
@@ -160,7 +161,7 @@ class RolloutEngine:
             raise UserError("backend: vllm is not implemented yet: use backend: hf")
         if backend != "hf":
             raise UserError(f"unknown rollout backend {backend!r}: choose hf (or vllm on a GPU machine)")
-        fmt = get_format(backbone.tool_format, chat=chat_for(policy.tokenizer))
+        fmt = get_format(backbone.tool_format, chat=chat_for(policy.tokenizer), tools=tool_rendering)
         return cls(
             policy, fmt, context_length=backbone.context_length, max_new_tokens=get("max_new_tokens"),
             batch_size=get("batch_size"), max_steps_per_turn=get("max_steps_per_turn", 20),
@@ -182,7 +183,7 @@ class RolloutEngine:
 
     def _turn_text(self, turn: TurnStart, view: View) -> str:
         if turn.new_functions:
-            return self.format.holdout_opening(view.tool_docs(turn.new_functions))
+            return self.format.holdout_opening(view.delivered_docs(turn.new_functions))
         return self.format.turn_opening(turn.messages)
 
     def _prompt(self, entry: Entry, view: View, turn: TurnStart) -> tuple[str, list[int], int]:

@@ -70,7 +70,7 @@ class CoEvolution:
         """Play one episode per prompt (prompts arrive repeated G times) under Omega_t."""
         t0 = time.perf_counter()
         entries = [self.entries[p] for p in prompts]
-        view = apply(self.omega, self.engine.format.call_example)
+        view = apply(self.omega, self.engine.format.call_example, self.interface_cfg)
         rollouts = self.engine.play(entries, view, temperature=self.temperature, generator=self.generator)
         t1 = time.perf_counter()
         labels = self.diagnoser.label_round([(r.entry, r.verdict, r.episode.steps) for r in rollouts])

@@ -103,7 +103,7 @@ def train(cfg: DictConfig, out_dir: Path) -> None:
     reweighting = instantiate(cfg.reweighting)
     interface_cfg = instantiate(cfg.env_interface)
     policy = backbone.load()
-    engine = RolloutEngine.for_backbone(backbone, policy, cfg.budget)
+    engine = RolloutEngine.for_backbone(backbone, policy, cfg.budget, tool_rendering=cfg.rendering.tools)
     train_entries = select_entries(engine, split.train, cfg.budget.train_entries, per_category=False)
     # the before/after slice: the validation part when the split has one (model selection never
     # touches test), else a few test entries (reported only; nothing is selected on them)

@@ -297,3 +297,24 @@ def test_buffer_cache_layer_grows_and_selects_rows():
     assert layer.capacity >= 5 and torch.equal(keys, torch.cat([a, b], 2)) and torch.equal(values, torch.cat([a, b], 2) + 1)
     layer.batch_select_indices(torch.tensor([2, 0]))
     assert torch.equal(layer.keys, torch.cat([a, b], 2)[[2, 0]]) and layer.get_seq_length() == 5
+
+
+def test_release_rendering_in_play_training_view_and_plain_view(oracle_policy, bench):
+    from seal.interface import InterfaceConfig, Omega, apply
+
+    entry = bench["multi_turn_miss_func_0"]
+    (docs,) = entry.holdout.values()
+    eng = RolloutEngine(oracle_policy, get_format("qwen_xml", tools="release"), context_length=10**6,
+                        max_new_tokens=8, batch_size=2, oracle=True)
+    train_view = apply(Omega(phi_schema=True), eng.format.call_example, InterfaceConfig(schema_style="release"))
+    (trained,) = eng.play([entry], train_view, temperature=0.0)
+    (plain,) = eng.play([entry], PLAIN, temperature=0.0)
+    assert trained.verdict.valid and plain.verdict.valid
+    system = trained.transcript[0].text
+    assert system.startswith("<|im_start|>system\n# Tools\n") and "</tool_call>\n\nObservation note:" in system
+    assert '"type": "dict"' in system and "[required]" in system
+    # the held-out tool arrives as BFCL wrote it, without annotation
+    (holdout,) = [s.text for s in trained.transcript if not s.model and '"name": "sort"' in s.text]
+    assert "[required]" not in holdout
+    # evaluation: nothing of the interface anywhere
+    assert not any("[required]" in s.text or "Observation note" in s.text for s in plain.transcript)
