@@ -54,8 +54,12 @@ def test_paper_arms_differ_only_where_the_paper_says():
         icfg = instantiate(cfg.env_interface)
         assert (cfg.rendering.tools, icfg.schema_style) == ("release", "release"), name
         assert icfg.schema_note.startswith("Observation note:")
+        # the release's 20 model steps per trajectory in training; evaluation keeps BFCL's per-turn rule
+        assert (cfg.budget.step_limit, cfg.budget.max_steps_per_turn, cfg.eval.step_limit) == ("episode", 20, "turn"), name
+    assert compose_with("experiment=seal", "budget=paper").budget.step_limit == "episode"
     cfg = compose_with("experiment=seal_evolving")
     assert (cfg.rendering.tools, instantiate(cfg.env_interface).schema_style) == ("project", "project")
+    assert (cfg.budget.step_limit, cfg.eval.step_limit) == ("turn", "turn")
     assert compose_with("experiment=seal", "rendering=project").rendering.tools == "project"
 
 

@@ -26,7 +26,7 @@ from transformers.cache_utils import DynamicLayer
 
 from seal.env.benchmark import Entry
 from seal.env.calls import parse_call
-from seal.env.episode import Episode, TurnStart
+from seal.env.episode import Episode, TurnStart, check_step_limit
 from seal.env.verifier import Verdict
 from seal.errors import UserError
 from seal.interface.view import PLAIN, View
@@ -76,9 +76,9 @@ class EpisodeRollout:
 class _Run:
     """The mutable state of one episode while it is being played."""
 
-    def __init__(self, entry: Entry, view: View, max_steps: int):
+    def __init__(self, entry: Entry, view: View, max_steps: int, step_limit: str = "turn"):
         self.entry, self.view = entry, view
-        self.episode = Episode(entry, max_steps)
+        self.episode = Episode(entry, max_steps, step_limit)
         self.prompt_ids: list[int] = []
         self.system_len = 0
         self.ids: list[int] = []
@@ -116,6 +116,8 @@ class RolloutEngine:
         max_new_tokens: int,
         batch_size: int,
         max_steps_per_turn: int = 20,
+        # whether max_steps_per_turn caps each turn (BFCL) or the whole episode (the release's training)
+        step_limit: str = "turn",
         oracle: bool = False,
         kv_cache: bool = True,
     ):
@@ -125,6 +127,7 @@ class RolloutEngine:
         self.model = policy.model
         self.context_length, self.max_new_tokens = int(context_length), int(max_new_tokens)
         self.batch_size, self.max_steps_per_turn = max(1, int(batch_size)), int(max_steps_per_turn)
+        self.step_limit = step_limit
         self.oracle = oracle
         # False: re-prefill the whole sequence at every step (the reference the cache is tested against)
         self.kv_cache = kv_cache
@@ -165,6 +168,7 @@ class RolloutEngine:
         return cls(
             policy, fmt, context_length=backbone.context_length, max_new_tokens=get("max_new_tokens"),
             batch_size=get("batch_size"), max_steps_per_turn=get("max_steps_per_turn", 20),
+            step_limit=check_step_limit(get("step_limit", "turn"), "budget.step_limit"),
             oracle=getattr(backbone, "oracle", False),
         )
 
@@ -214,9 +218,13 @@ class RolloutEngine:
         temperature: float,
         generator: torch.Generator | None = None,
         progress: bool = False,
+        step_limit: str | None = None,
     ) -> list[EpisodeRollout]:
-        """Play every entry to the end; rollouts come back in the order of `entries` (which may repeat)."""
-        runs = [_Run(entry, view, self.max_steps_per_turn) for entry in entries]
+        """Play every entry to the end; rollouts come back in the order of `entries` (which may repeat).
+
+        `step_limit` overrides the engine's (evaluation keeps its own protocol next to training's)."""
+        limit = step_limit or self.step_limit
+        runs = [_Run(entry, view, self.max_steps_per_turn, limit) for entry in entries]
         queue, active = deque(runs), []
         model = self.model
         was_training = bool(model is not None and model.training)

@@ -76,6 +76,7 @@ def return_freed_memory_to_the_os() -> None:
 def train(cfg: DictConfig, out_dir: Path) -> None:
     from transformers import set_seed
 
+    from seal.env.episode import check_step_limit
     from seal.eval.evaluate import evaluate_entries, select_entries
     from seal.interface import initial_interface
     from seal.policy.rollout import RolloutEngine
@@ -94,6 +95,7 @@ def train(cfg: DictConfig, out_dir: Path) -> None:
     set_seed(cfg.seed)
 
     # -- the pieces, from the config -------------------------------------------------------------
+    eval_step_limit = check_step_limit(cfg.eval.step_limit, "eval.step_limit")
     split = instantiate(cfg.split)
     write_json(out_dir / "leakage.json", split.leakage())
     backbone = instantiate(cfg.backbone)
@@ -124,6 +126,9 @@ def train(cfg: DictConfig, out_dir: Path) -> None:
         "base_checkpoint": backbone.describe(), "code_version": code_version(), "fingerprint": fingerprint,
         "overrides": _overrides(), "train_ids": [e.id for e in train_entries],
         "heldout_part": heldout_part, "heldout_ids": [e.id for e in heldout],
+        "protocol": {"tool_rendering": cfg.rendering.tools, "schema_style": interface_cfg.schema_style,
+                     "train_step_limit": engine.step_limit, "eval_step_limit": eval_step_limit,
+                     "max_steps": engine.max_steps_per_turn, "rounds_per_epoch": reweighting.rounds_per_epoch},
     }
     (out_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
     write_json(out_dir / "run_config.json", run_config)
@@ -149,7 +154,7 @@ def train(cfg: DictConfig, out_dir: Path) -> None:
     evals = {}
     before_path = out_dir / "eval_before.json"
     if heldout and not before_path.exists():
-        metrics, _ = evaluate_entries(engine, heldout, out_dir / "eval_before")
+        metrics, _ = evaluate_entries(engine, heldout, out_dir / "eval_before", step_limit=eval_step_limit)
         write_json(before_path, metrics)
     if heldout:
         evals["before"] = json.loads(before_path.read_text())
@@ -178,7 +183,7 @@ def train(cfg: DictConfig, out_dir: Path) -> None:
 
     # -- after: the trained model on the same held-out slice --------------------------------------
     if heldout:
-        metrics, _ = evaluate_entries(engine, heldout, out_dir / "eval_after")
+        metrics, _ = evaluate_entries(engine, heldout, out_dir / "eval_after", step_limit=eval_step_limit)
         write_json(out_dir / "eval_after.json", metrics)
         evals["after"] = metrics
 
@@ -194,6 +199,8 @@ def train(cfg: DictConfig, out_dir: Path) -> None:
         out_dir, title=f"SEAL training run: {out_dir.name or 'default'}",
         header={"backbone": backbone.describe(), "seed": cfg.seed, "interface": interface_cfg.name,
                 "diagnoser": diagnoser.name, "reweighting": reweighting.mode, "budget": cfg.budget.name,
+                "rendering": cfg.rendering.tools,
+                "step limit": f"train {engine.step_limit}, eval {eval_step_limit} ({engine.max_steps_per_turn} steps)",
                 "code version": run_config["code_version"], "rounds": len(coevolution.history)},
         history=coevolution.history, rho0=reweighting.rho0, evals=evals, timing=timing,
     )

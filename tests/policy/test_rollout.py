@@ -245,6 +245,18 @@ def test_step_limit_force_terminates(oracle_policy, bench):
     assert r.ended == "force_terminated" and not r.verdict.valid and fmt.name == "bfcl_python"
 
 
+def test_episode_step_limit_and_the_per_play_override(oracle_policy, bench):
+    entry = bench["multi_turn_base_0"]
+    eng = Scripted(oracle_policy, "bfcl_python", ["[pwd()]"] * 10, max_steps_per_turn=3, step_limit="episode")
+    (r,) = eng.play([entry], temperature=0.0)
+    # three model outputs in all, then the force-quit (no fourth query)
+    assert r.ended == "force_terminated" and [len(t) for t in r.episode.steps] == [3]
+    # evaluation keeps BFCL's rule on the same engine: more than 3 steps in the turn
+    eng.texts = ["[pwd()]"] * 10
+    (r,) = eng.play([entry], temperature=0.0, step_limit="turn")
+    assert r.ended == "force_terminated" and [len(t) for t in r.episode.steps] == [4]
+
+
 def test_context_overflow_is_a_clean_failure(tiny_policy, oracle_policy, short_entries):
     entry = short_entries[0]
     eng = engine(tiny_policy, max_new_tokens=8)
@@ -276,6 +288,12 @@ def test_for_backbone_builds_from_config(tiny_policy):
     budget = OmegaConf.create({"max_new_tokens": 16, "batch_size": 2, "max_steps_per_turn": 5})
     eng = RolloutEngine.for_backbone(TinyRandomBackbone(tool_format="bfcl_python"), tiny_policy, budget)
     assert (eng.format.name, eng.format.chat.name, eng.max_new_tokens, eng.batch_size) == ("bfcl_python", "chatml", 16, 2)
+    assert (eng.format.tools, eng.step_limit, eng.max_steps_per_turn) == ("project", "turn", 5)
+    eng = RolloutEngine.for_backbone(TinyRandomBackbone(), tiny_policy, {**budget, "step_limit": "episode"},
+                                     tool_rendering="release")
+    assert (eng.format.tools, eng.step_limit) == ("release", "episode")
+    with pytest.raises(UserError, match="budget.step_limit"):
+        RolloutEngine.for_backbone(TinyRandomBackbone(), tiny_policy, {**budget, "step_limit": "trajectory"})
     try:
         import vllm  # noqa: F401
     except ImportError:
