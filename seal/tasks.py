@@ -21,6 +21,7 @@ TASKS = {
     "replay": "seal.env.tasks:replay",
     "score": "seal.env.tasks:score",
     "validate_diagnoser": "seal.diagnosis.validate:validate_diagnoser",
+    "show_prompt": "seal.policy.prompt:show_prompt",
 }
 
 
