@@ -13,7 +13,7 @@ Two tool renderings (`tools=`, chosen by conf/rendering/*.yaml), the same in tra
   behind a persona line, and descriptions keep bfcl-eval's "Python 3 syntax" sentence;
 - `release`: what the authors' release showed: the raw BFCL function documents (`"type": "dict"`,
   `response` kept, no Python sentence) and no persona line; for qwen_xml the system prompt is then
-  exactly Qwen's function-calling tool block.
+  exactly Qwen's function-calling tool block; held-out tools arrive as BFCL's prompting-mode message.
 
 Formats only produce text; the rollout engine tokenises each piece once and appends the ids.
 Every decoded call must survive `parse_call(call.to_string())`, because the episode records and the
@@ -201,7 +201,16 @@ class ToolFormat:
         raise NotImplementedError
 
     def holdout_message(self, docs: list[dict[str, Any]]) -> str:
-        """The miss_func delivery of held-out tools, as BFCL words it."""
+        """The miss_func delivery of held-out tools, as BFCL words it.
+
+        The release delivered them in every format as BFCL's prompting-mode message: the raw
+        documents as one JSON list, then "I have updated some more functions ..."."""
+        if self.tools == "release":
+            return DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_PROMPTING.format(
+                functions=json.dumps([raw_doc(d) for d in docs], ensure_ascii=False))
+        return self._holdout_message(docs)
+
+    def _holdout_message(self, docs: list[dict[str, Any]]) -> str:
         raise NotImplementedError
 
     def render_calls(self, calls: list[ToolCall], docs: dict[str, dict[str, Any]]) -> str:
@@ -306,7 +315,7 @@ class QwenXML(_JSONFormat):
         )
         return text + (f"\n\n{extra}" if extra else "")
 
-    def holdout_message(self, docs: list[dict[str, Any]]) -> str:
+    def _holdout_message(self, docs: list[dict[str, Any]]) -> str:
         return f"{self._tools_block(docs)}\n{DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_FC}"
 
     def render_calls(self, calls: list[ToolCall], docs: dict[str, dict[str, Any]]) -> str:
@@ -349,7 +358,7 @@ class Llama3JSON(_JSONFormat):
         )
         return text + (f"\n\n{extra}" if extra else "")
 
-    def holdout_message(self, docs: list[dict[str, Any]]) -> str:
+    def _holdout_message(self, docs: list[dict[str, Any]]) -> str:
         return f"{self._tools_text(docs)}\n{DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_FC}"
 
     def render_calls(self, calls: list[ToolCall], docs: dict[str, dict[str, Any]]) -> str:
@@ -405,11 +414,11 @@ class BFCLPython(ToolFormat):
         )
         return text + (f"\n\n{extra}" if extra else "")
 
-    def holdout_message(self, docs: list[dict[str, Any]]) -> str:
-        return DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_PROMPTING.format(functions=self._docs(docs))
+    def _holdout_message(self, docs: list[dict[str, Any]]) -> str:
+        return DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_PROMPTING.format(functions=docs)
 
     def _docs(self, docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        # BFCL's own prompt already shows raw documents; the release rendering only drops the Python sentence
+        # BFCL's own prompt shows the documents as the loader gives them; the release drops the Python sentence
         return [raw_doc(d) for d in docs] if self.tools == "release" else docs
 
     def render_calls(self, calls: list[ToolCall], docs: dict[str, dict[str, Any]]) -> str:

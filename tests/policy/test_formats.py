@@ -202,11 +202,13 @@ def test_release_rendering_drops_only_the_loaders_sentence_in_every_entry(bench,
         get_format("qwen_xml", tools="raw")
 
 
-def test_release_holdout_delivery_shows_the_raw_documents(bench):
+def test_release_holdout_delivery_is_bfcls_prompting_message_over_the_raw_documents(bench):
     import json
 
     entry = bench["multi_turn_miss_func_0"]
     (docs,) = entry.holdout.values()
-    text = get_format("qwen_xml", tools="release").holdout_message(docs)
-    assert text == "<tools>\n" + "\n".join(json.dumps(d) for d in docs) + (
-        "\n</tools>\nI have updated some more functions you can choose from. What about now?")
+    for name in NAMES:
+        text = get_format(name, tools="release").holdout_message(docs)
+        # one JSON list of the held-out documents, then BFCL's sentence
+        assert text == json.dumps(docs) + "\nI have updated some more functions you can choose from. What about now?"
+        assert '"name": "sort"' in text and "<tools>" not in text
