@@ -1,4 +1,4 @@
-"""The one entry point: `python run.py task=<train|eval|replay|score|validate_diagnoser> ...`."""
+"""The one entry point: `python run.py task=<train|eval|replay|score|validate_diagnoser|show_prompt> ...`."""
 
 import hydra
 from omegaconf import DictConfig

@@ -22,6 +22,7 @@ TASKS = {
     "score": "seal.env.tasks:score",
     "validate_diagnoser": "seal.diagnosis.validate:validate_diagnoser",
     "sanity": "seal.rl.sanity:sanity",
+    "show_prompt": "seal.policy.prompt:show_prompt",
 }
 
 

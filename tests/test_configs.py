@@ -9,7 +9,7 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
-GROUPS = ["backbone", "env_interface", "diagnoser", "reweighting", "budget", "trainer", "logger", "split"]
+GROUPS = ["backbone", "env_interface", "rendering", "diagnoser", "reweighting", "budget", "trainer", "logger", "split"]
 
 
 def choices(group):
@@ -48,6 +48,19 @@ def test_paper_arms_differ_only_where_the_paper_says():
     }
     assert compose_with("experiment=falsification").diagnoser.name == "random"
     assert compose_with("experiment=shuffled_weights").reweighting.mode == "shuffled"
+    # the paper arms and their controls show the prompt as the release did; the rest keep the project's
+    for name in [*arms, "falsification", "shuffled_weights"]:
+        cfg = arms.get(name) or compose_with(f"experiment={name}")
+        icfg = instantiate(cfg.env_interface)
+        assert (cfg.rendering.tools, icfg.schema_style) == ("release", "release"), name
+        assert icfg.schema_note.startswith("Observation note:")
+        # the release's 20 model steps per trajectory in training; evaluation keeps BFCL's per-turn rule
+        assert (cfg.budget.step_limit, cfg.budget.max_steps_per_turn, cfg.eval.step_limit) == ("episode", 20, "turn"), name
+    assert compose_with("experiment=seal", "budget=paper").budget.step_limit == "episode"
+    cfg = compose_with("experiment=seal_evolving")
+    assert (cfg.rendering.tools, instantiate(cfg.env_interface).schema_style) == ("project", "project")
+    assert (cfg.budget.step_limit, cfg.eval.step_limit) == ("turn", "turn")
+    assert compose_with("experiment=seal", "rendering=project").rendering.tools == "project"
 
 
 def test_paper_budget_matches_table_4():

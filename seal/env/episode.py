@@ -6,8 +6,11 @@ Protocol (bfcl-eval's multi-turn inference loop, prompting mode):
   functions..." message (rendering is the tool format's job, the episode says what is new);
 - within a turn the model is queried repeatedly; an output that decodes to no call, or fails to
   decode, ends the turn; otherwise the calls run and their results go back to the model;
-- after more than `max_steps` steps in one turn the episode is force-quit (the official runner
-  then scores it `force_terminated` unless that turn was the last one).
+- step limit, `step_limit="turn"` (BFCL's rule, the default): after more than `max_steps` steps with
+  calls in one turn the episode is force-quit; `step_limit="episode"` (the authors' release, in
+  training): after `max_steps` model outputs in the whole episode (every output counts: calls, text
+  replies, undecodable text) it is force-quit, unless that output closed the last turn. Either way the
+  official runner then scores it `force_terminated` unless the quit came in the last turn.
 The episode records the decoded calls in BFCL's result layout, so `verdict()` is the official check.
 """
 
@@ -22,6 +25,23 @@ from seal.env.executor import Backends, CallRecord, execute
 from seal.env.verifier import Verdict, verify
 
 MAXIMUM_STEP_LIMIT = 20  # bfcl-eval's default
+STEP_LIMITS = ("turn", "episode")
+
+
+def check_step_limit(value: str, key: str) -> str:
+    """`value` if it is a step-limit mode, else a UserError naming the config key and the choices."""
+    from seal.errors import UserError
+
+    if value not in STEP_LIMITS:
+        raise UserError(f"{key}={value!r}: choose turn (BFCL: max steps per turn) or episode (the release: per trajectory)")
+    return value
+
+
+def describe_step_limit(value: str, max_steps: int) -> str:
+    """The rule in words, for reports."""
+    if value == "episode":
+        return f"{max_steps} model outputs per episode (the release's training rule)"
+    return f"more than {max_steps} steps in one turn force-quits (BFCL's rule)"
 
 
 @dataclass
@@ -55,12 +75,17 @@ class StepOutcome:
 
 
 class Episode:
-    def __init__(self, entry: Entry, max_steps: int = MAXIMUM_STEP_LIMIT):
+    def __init__(self, entry: Entry, max_steps: int = MAXIMUM_STEP_LIMIT, step_limit: str = "turn"):
+        if step_limit not in STEP_LIMITS:
+            raise ValueError(f"step_limit {step_limit!r} is not one of {', '.join(STEP_LIMITS)}")
         self.entry = entry
         self.max_steps = max_steps
+        self.step_limit = step_limit
         self.backends = Backends(entry.involved_classes, entry.initial_config, entry.long_context)
         self.turn = -1
         self.steps_in_turn = 0
+        # every model output of the episode (the release's step count)
+        self.model_steps = 0
         self.in_turn = False
         self.ended: str | None = None
         # decoded calls per turn per step: the layout bfcl-eval stores and scores
@@ -109,19 +134,28 @@ class Episode:
             raise RuntimeError("step() called outside a turn; call next_turn() first")
         record = StepRecord(raw, [], list(parse_failures or []), num_tokens)
         self.steps[-1].append(record)
+        self.model_steps += 1
         if not calls and not keep_turn:
             self.in_turn = False
-            return StepOutcome([], [], turn_over=True)
+            outcome = StepOutcome([], [], turn_over=True)
+            # a reply that closes the last turn finishes the episode: nothing is left to cut
+            if self._episode_limit_reached() and self.turn + 1 < self.entry.num_turns:
+                self.ended = outcome.ended = "force_terminated"
+            return outcome
         record.calls = [execute(self.backends, call) for call in calls]
         if calls:
             self.result[-1].append([r.text for r in record.calls])
         self.steps_in_turn += 1
         outcome = StepOutcome([r.observation for r in record.calls], record.calls, turn_over=False)
-        if self.steps_in_turn > self.max_steps:
+        over = self._episode_limit_reached() if self.step_limit == "episode" else self.steps_in_turn > self.max_steps
+        if over:
             self.in_turn = False
             self.ended = "force_terminated"
             outcome.turn_over, outcome.ended = True, self.ended
         return outcome
+
+    def _episode_limit_reached(self) -> bool:
+        return self.step_limit == "episode" and self.model_steps >= self.max_steps
 
     def abort(self, reason: str = "context_overflow") -> None:
         """End the episode early (the rollout engine calls this when the context is full)."""

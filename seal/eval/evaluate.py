@@ -4,8 +4,10 @@
     python run.py task=eval backbone=qwen2.5-7b budget=paper eval_part=test
 
 Greedy decoding, the plain interface (`PLAIN`: whatever interface a model was trained under, it is
-evaluated without it), the official verdict per entry. Writes `metrics.json`, `trajectories.jsonl`
-and `report.md` into the run directory.
+evaluated without it), the official verdict per entry. The tools are shown in the run's rendering
+(`rendering=project|release`); the step limit is BFCL's per-turn rule unless `eval.step_limit=episode`
+asks for the release's per-trajectory one; both are recorded under "protocol" in `metrics.json` and
+in `report.md`. Writes `metrics.json`, `trajectories.jsonl` and `report.md` into the run directory.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig
 
 from seal.env.benchmark import CATEGORIES, Entry, get_entries
+from seal.env.episode import check_step_limit, describe_step_limit
 from seal.env.tasks import category_summary, summary_table
 from seal.errors import UserError
 from seal.interface.view import PLAIN
@@ -28,13 +31,14 @@ from seal.report.tables import markdown_table, write_json
 
 log = logging.getLogger(__name__)
 PREFIX = "eval/bfcl_v3"
-# rendered prompt lengths, keyed by (tokenizer, tool format, entry id): rendering and tokenising all
-# 800 prompts takes about 10 s on two cores, and a process may select entries many times
-_PROMPT_TOKENS: dict[tuple[str, str, str], int] = {}
+# rendered prompt lengths, keyed by (tokenizer, tool format, tool rendering, entry id): rendering and
+# tokenising all 800 prompts takes about 10 s on two cores, and a process may select entries many times
+_PROMPT_TOKENS: dict[tuple[str, str, str, str], int] = {}
 
 
 def prompt_tokens(engine: Any, entry: Entry) -> int:
-    key = (str(getattr(engine.tokenizer, "name_or_path", id(engine.tokenizer))), engine.format.name, entry.id)
+    tokenizer = str(getattr(engine.tokenizer, "name_or_path", id(engine.tokenizer)))
+    key = (tokenizer, engine.format.name, getattr(engine.format, "tools", "project"), entry.id)
     if key not in _PROMPT_TOKENS:
         _PROMPT_TOKENS[key] = engine.prompt_tokens(entry)
     return _PROMPT_TOKENS[key]
@@ -116,15 +120,28 @@ def trajectory_record(rollout: Any) -> dict[str, Any]:
     }
 
 
+def protocol(engine: Any, step_limit: str) -> dict[str, Any]:
+    """The evaluation settings that change scores, as reports show them."""
+    return {
+        "step_limit": step_limit,
+        "max_steps": engine.max_steps_per_turn,
+        "step_rule": describe_step_limit(step_limit, engine.max_steps_per_turn),
+        "tool_format": engine.format.name,
+        "tool_rendering": getattr(engine.format, "tools", "project"),
+        "interface": "plain",
+    }
+
+
 def evaluate_entries(engine: Any, entries: list[Entry], out_dir: Path | None = None, *, progress: bool = False,
-                     dist: Any = None):
-    """Greedy episodes under the plain interface; returns (metrics, trajectory records) of all entries.
+                     dist: Any = None, step_limit: str = "turn"):
+    """Greedy episodes under the plain interface and `step_limit` (BFCL's per-turn rule by default);
+    returns (metrics, trajectory records) of all entries.
 
     With several data-parallel ranks (`dist`), each plays its share and the records are gathered, so
     no entry is played twice. With `out_dir`, the main rank writes `trajectories.jsonl` there."""
     shard = entries if dist is None else dist.shard(entries)
     start = time.perf_counter()
-    rollouts = engine.play(shard, PLAIN, temperature=0.0, progress=progress)
+    rollouts = engine.play(shard, PLAIN, temperature=0.0, progress=progress, step_limit=step_limit)
     seconds = time.perf_counter() - start
     records = [trajectory_record(r) for r in rollouts]
     if dist is not None and dist.world > 1:
@@ -132,6 +149,7 @@ def evaluate_entries(engine: Any, entries: list[Entry], out_dir: Path | None = N
         records = sorted(dist.gather(records), key=lambda r: order[r["id"]])
         seconds = max(dist.gather([seconds]))
     metrics = metrics_of(records)
+    metrics["protocol"] = protocol(engine, step_limit)
     model_tokens = sum(r["model_tokens"] for r in records)
     metrics["timing"] = {
         "seconds": seconds,
@@ -158,15 +176,16 @@ def evaluate(cfg: DictConfig, out_dir: Path) -> None:
             f"split={split.name} has no {cfg.eval_part!r} part; choose eval_part=test, or carve a "
             "validation part with split.val_scenarios=<n>"
         )
+    step_limit = check_step_limit(cfg.eval.step_limit, "eval.step_limit")
     backbone = instantiate(cfg.backbone)
     policy = backbone.load()
-    engine = RolloutEngine.for_backbone(backbone, policy, cfg.budget)
+    engine = RolloutEngine.for_backbone(backbone, policy, cfg.budget, tool_rendering=cfg.rendering.tools)
     entries = select_entries(engine, ids, cfg.budget.eval_entries_per_category)
     if not entries:
         raise UserError(f"no entry of split={split.name} part {cfg.eval_part} fits backbone {backbone.name}'s context")
     write_json(out_dir / "leakage.json", split.leakage())
     log.info("evaluating %s on %d entries of %s/%s", backbone.describe(), len(entries), split.name, cfg.eval_part)
-    metrics, records = evaluate_entries(engine, entries, out_dir, progress=True)
+    metrics, records = evaluate_entries(engine, entries, out_dir, progress=True, step_limit=step_limit)
     metrics.update({"backbone": backbone.describe(), "split": split.name, "part": cfg.eval_part,
                     "ids": [e.id for e in entries]})
     write_json(out_dir / "metrics.json", metrics)
@@ -184,7 +203,8 @@ def evaluate(cfg: DictConfig, out_dir: Path) -> None:
         f"# Evaluation: {backbone.describe()}\n{oracle_note}\n"
         f"Split `{split.name}`, part `{cfg.eval_part}`, budget `{cfg.budget.name}` "
         f"({len(entries)} entries), greedy decoding, plain benchmark interface, "
-        f"tool format `{engine.format.name}`.\n\n{table}\n\n"
+        f"tool format `{engine.format.name}`, tools rendered `{metrics['protocol']['tool_rendering']}`.\n\n"
+        f"Step limit `{step_limit}`: {metrics['protocol']['step_rule']}.\n\n{table}\n\n"
         f"## Outcomes\n\n{markdown_table(['verdict', 'entries'], sorted(errors.items()))}\n\n"
         f"## Timing\n\n{markdown_table(['seconds', 'episodes/min', 'model tokens/s', 'model tokens', 'context overflows'], [[t['seconds'], t['episodes_per_minute'], t['model_tokens_per_second'], t['model_tokens'], t['context_overflows']]])}\n"
     )

@@ -23,6 +23,7 @@ MODES = ("off", "always", "evolve")
 # The paper's five capability guidelines, in the order they are shown
 GUIDELINES = ("cautious_call", "active_respond", "state_aware", "scope", "format")
 COMPONENTS = ("schema", "err", "cap")
+SCHEMA_STYLES = ("project", "release")
 
 # Which causes argue for which switch (the paper: argument_mismatch -> schema/constraint cues,
 # missing_tool_call -> affordance cues, recovery_failure -> structured error feedback; each
@@ -86,6 +87,10 @@ class InterfaceConfig:
     triggers: dict[str, list[str]] = field(default_factory=dict)
     # the guidelines phi_cap may use
     guidelines: list[str] = field(default_factory=lambda: list(GUIDELINES))
+    # phi_schema's annotation style: "project" or "release" (seal/interface/render.py explains both)
+    schema_style: str = "project"
+    # phi_schema's system-prompt note (null: the style's own wording)
+    schema_note: str | None = None
 
     def __post_init__(self) -> None:
         for component in COMPONENTS:
@@ -111,6 +116,10 @@ class InterfaceConfig:
                 raise ValueError(
                     f"{switch}: need 0 <= off <= on <= 1 for the thresholds, got on={on}, off={off}"
                 )
+        if self.schema_style not in SCHEMA_STYLES:
+            raise ValueError(
+                f"schema_style={self.schema_style!r}: choose one of {', '.join(SCHEMA_STYLES)} (rendering=...)"
+            )
         if self.min_evidence < 0:
             raise ValueError(f"min_evidence must be >= 0, got {self.min_evidence}")
 

@@ -3,6 +3,14 @@
 Only class-level text is ever added: schema markers and allowed values that the docs already
 state, the names of tools already shown, the expected call format, the names of the parameters the
 schema declares. Never a correct call, a hidden value, a tool not yet shown, or an answer.
+
+phi_schema has two annotation styles (InterfaceConfig.schema_style, set by conf/rendering/*.yaml):
+- `project`: "[required] " in front of each required parameter's description, "Allowed values: ..."
+  wherever the docs list values (BFCL writes them as "[Enum]: [...]" phrases), on every doc shown,
+  including tools delivered later in miss_func entries;
+- `release`: " [required]" at the end of each required top-level parameter's description, allowed
+  values only from an explicit `enum` key (no BFCL V3 multi-turn parameter has one), and tools
+  delivered later shown as they are: what the authors' release did.
 """
 
 from __future__ import annotations
@@ -20,14 +28,20 @@ from seal.diagnosis.schema import (
     check_call,
 )
 from seal.env.executor import CallRecord
-from seal.interface.omega import GUIDELINES, Omega
+from seal.interface.omega import GUIDELINES, SCHEMA_STYLES, Omega
 from seal.interface.view import PLAIN, View
 
 REQUIRED_MARK = "[required]"
+# phi_schema's system-prompt note per style, unless the config gives its own text
 SCHEMA_NOTE = (
     "Parameters marked [required] must be provided exactly. "
     "Do not invent tools outside the current schema."
 )
+RELEASE_SCHEMA_NOTE = (
+    "Observation note: parameters marked [required] must be provided exactly when calling a tool; "
+    "do not invent tools outside the current schema."
+)
+SCHEMA_NOTES = {"project": SCHEMA_NOTE, "release": RELEASE_SCHEMA_NOTE}
 GUIDELINE_TEXT = {
     "cautious_call": "Cautious call: if no available tool fits the request, reply in plain text; "
     "do not fabricate a call.",
@@ -43,12 +57,38 @@ HINT_PREFIX = "\nHint: "
 PLAIN_TEXT = "If no tool fits, answer in plain text."
 
 
-def annotate_docs(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """phi_schema: `[required]` on required parameters, `Allowed values: ...` where the docs list them.
+def _project_description(name: str, prop: dict[str, Any], required: set[str]) -> str:
+    description = prop.get("description", "")
+    values = allowed_values(prop)
+    if values and "Allowed values:" not in description:
+        description = f"{description.rstrip()} Allowed values: {', '.join(values)}.".strip()
+    if name in required and not description.startswith(REQUIRED_MARK):
+        description = f"{REQUIRED_MARK} {description}".rstrip()
+    return description
+
+
+def _release_description(name: str, prop: dict[str, Any], required: set[str]) -> str:
+    description = str(prop.get("description") or "")
+    marks = []
+    if name in required and REQUIRED_MARK not in description:
+        marks.append(REQUIRED_MARK)
+    # only an explicit enum counts: the "[Enum]: [...]" phrases of BFCL's text are left to the reader
+    enum = prop.get("enum")
+    if isinstance(enum, list) and enum and "Allowed values:" not in description:
+        marks.append("Allowed values: " + ", ".join(str(v) for v in enum))
+    return " ".join([description, *marks]).strip() if marks else description
+
+
+_DESCRIBE = {"project": _project_description, "release": _release_description}
+
+
+def annotate_docs(docs: list[dict[str, Any]], style: str = "project") -> list[dict[str, Any]]:
+    """phi_schema's cues on the top-level parameters of each doc, in the given style.
 
     Copies only the dicts it changes (a deep copy of every doc per episode is measurably slow);
     the input is never mutated.
     """
+    describe = _DESCRIBE[style]
     out = []
     for doc in docs:
         params = doc.get("parameters") or {}
@@ -62,13 +102,7 @@ def annotate_docs(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
             if not isinstance(prop, dict):
                 new_props[name] = copy.deepcopy(prop)
                 continue
-            description = prop.get("description", "")
-            values = allowed_values(prop)
-            if values and "Allowed values:" not in description:
-                description = f"{description.rstrip()} Allowed values: {', '.join(values)}.".strip()
-            if name in required and not description.startswith(REQUIRED_MARK):
-                description = f"{REQUIRED_MARK} {description}".rstrip()
-            new_props[name] = {**copy.deepcopy(prop), "description": description}
+            new_props[name] = {**copy.deepcopy(prop), "description": describe(name, prop, required)}
         new_doc = {k: (v if k == "parameters" else copy.deepcopy(v)) for k, v in doc.items()}
         new_doc["parameters"] = {
             k: (new_props if k == "properties" else copy.deepcopy(v)) for k, v in params.items()
@@ -117,17 +151,25 @@ def error_hint(record: CallRecord, visible: frozenset[str], call_example: str) -
 class InterfaceView:
     """The View for one Omega (see seal.interface.view.View)."""
 
-    def __init__(self, omega: Omega, call_example: str):
+    def __init__(self, omega: Omega, call_example: str, schema_style: str = "project", schema_note: str | None = None):
+        if schema_style not in SCHEMA_STYLES:
+            raise ValueError(f"schema_style {schema_style!r} is not one of {', '.join(SCHEMA_STYLES)}")
         self.omega = omega
         self.call_example = call_example
+        self.schema_style = schema_style
+        self.schema_note = SCHEMA_NOTES[schema_style] if schema_note is None else schema_note
 
     def tool_docs(self, docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        return annotate_docs(docs) if self.omega.phi_schema else docs
+        return annotate_docs(docs, self.schema_style) if self.omega.phi_schema else docs
+
+    def delivered_docs(self, docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        # the release annotated only the tool list of the system prompt
+        return docs if self.schema_style == "release" else self.tool_docs(docs)
 
     def system_extra(self) -> str:
         parts = []
-        if self.omega.phi_schema:
-            parts.append(SCHEMA_NOTE)
+        if self.omega.phi_schema and self.schema_note:
+            parts.append(self.schema_note)
         if self.omega.phi_cap:
             lines = [f"- {GUIDELINE_TEXT[g]}" for g in GUIDELINES if g in self.omega.phi_cap]
             parts.append("Guidelines:\n" + "\n".join(lines))
@@ -144,8 +186,13 @@ class InterfaceView:
         return "Your output could not be decoded as a tool call. " + format_hint(self.call_example, visible)
 
 
-def apply(omega: Omega, call_example: str) -> View:
-    """The View the learner sees under `omega`; PLAIN itself when every component is off."""
+def apply(omega: Omega, call_example: str, cfg: Any = None) -> View:
+    """The View the learner sees under `omega`; PLAIN itself when every component is off.
+
+    `cfg` (an InterfaceConfig) gives phi_schema's annotation style and note; without it, the project's.
+    """
     if not omega.active:
         return PLAIN
-    return InterfaceView(omega, call_example)
+    if cfg is None:
+        return InterfaceView(omega, call_example)
+    return InterfaceView(omega, call_example, cfg.schema_style, cfg.schema_note)

@@ -17,6 +17,9 @@ class View(Protocol):
     def tool_docs(self, docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Tool docs as shown (same tools, same order); must not mutate `docs`."""
 
+    def delivered_docs(self, docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Tool docs delivered during the episode (miss_func holdout turns), as shown."""
+
     def system_extra(self) -> str:
         """Text appended to the system prompt ("" shows nothing)."""
 
@@ -33,6 +36,9 @@ class PlainView:
     """The unmodified benchmark interface."""
 
     def tool_docs(self, docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return docs
+
+    def delivered_docs(self, docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         return docs
 
     def system_extra(self) -> str:

@@ -8,6 +8,13 @@ A format has two halves:
   and `parse()`, which turns model text into `ToolCall`s plus the fragments that looked like calls
   but did not decode (never dropped silently).
 
+Two tool renderings (`tools=`, chosen by conf/rendering/*.yaml), the same in training and evaluation:
+- `project`: the JSON formats show OpenAI-style schemas (JSON-schema types, no `response` part)
+  behind a persona line, and descriptions keep bfcl-eval's "Python 3 syntax" sentence;
+- `release`: what the authors' release showed: the raw BFCL function documents (`"type": "dict"`,
+  `response` kept, no Python sentence) and no persona line; for qwen_xml the system prompt is then
+  exactly Qwen's function-calling tool block; held-out tools arrive as BFCL's prompting-mode message.
+
 Formats only produce text; the rollout engine tokenises each piece once and appends the ids.
 Every decoded call must survive `parse_call(call.to_string())`, because the episode records and the
 verifier re-executes the call text: a call that could not be replayed is a parse failure instead.
@@ -33,10 +40,14 @@ from bfcl_eval.constants.default_prompts import (  # noqa: E402
     PROMPT_TEMPLATE_MAPPING,
 )
 from bfcl_eval.constants.type_mappings import GORILLA_TO_OPENAPI  # noqa: E402
+from bfcl_eval.utils import _get_language_specific_hint  # noqa: E402
 
 # The persona of the JSON formats' system prompt (BFCL's prompting mode has its own).
 DEFAULT_PERSONA = "You are a helpful assistant that completes the user's requests by calling the available tools."
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+TOOL_RENDERINGS = ("project", "release")
+# what bfcl-eval's loader appends to every multi-turn tool description (the raw docs do not have it)
+PYTHON_SYNTAX_HINT = _get_language_specific_hint("multi_turn_base")
 
 
 @dataclass
@@ -147,6 +158,14 @@ def as_json_schema(doc: dict[str, Any]) -> dict[str, Any]:
             "parameters": _openai_type(doc.get("parameters", {"type": "dict", "properties": {}}))}
 
 
+def raw_doc(doc: dict[str, Any]) -> dict[str, Any]:
+    """The BFCL function document as its func_doc file has it: without the loader's Python sentence."""
+    description = doc.get("description")
+    if not isinstance(description, str) or not description.endswith(PYTHON_SYNTAX_HINT):
+        return doc
+    return {**doc, "description": description.removesuffix(PYTHON_SYNTAX_HINT)}
+
+
 def keyword_arguments(call: ToolCall, docs: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """The call's arguments by name (positional arguments named from the tool doc's parameter order)."""
     if not call.args:
@@ -177,15 +196,31 @@ class ToolFormat:
     name: str
     call_example: str
 
-    def __init__(self, chat: Chat):
+    def __init__(self, chat: Chat, tools: str = "project"):
+        if tools not in TOOL_RENDERINGS:
+            raise ValueError(f"tool rendering {tools!r} is not one of {', '.join(TOOL_RENDERINGS)}")
         self.chat = chat
+        self.tools = tools
+
+    def persona(self) -> str:
+        """The project's persona paragraph; the release started straight with the tools."""
+        return f"{DEFAULT_PERSONA}\n\n" if self.tools == "project" else ""
 
     # --- rendering (text only; the engine tokenises)
     def system_prompt(self, docs: list[dict[str, Any]], extra: str = "") -> str:
         raise NotImplementedError
 
     def holdout_message(self, docs: list[dict[str, Any]]) -> str:
-        """The miss_func delivery of held-out tools, as BFCL words it."""
+        """The miss_func delivery of held-out tools, as BFCL words it.
+
+        The release delivered them in every format as BFCL's prompting-mode message: the raw
+        documents as one JSON list, then "I have updated some more functions ..."."""
+        if self.tools == "release":
+            return DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_PROMPTING.format(
+                functions=json.dumps([raw_doc(d) for d in docs], ensure_ascii=False))
+        return self._holdout_message(docs)
+
+    def _holdout_message(self, docs: list[dict[str, Any]]) -> str:
         raise NotImplementedError
 
     def render_calls(self, calls: list[ToolCall], docs: dict[str, dict[str, Any]]) -> str:
@@ -214,7 +249,7 @@ class ToolFormat:
         return self.chat.tool_results(results) + self.chat.assistant_header()
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(chat={self.chat.name})"
+        return f"{type(self).__name__}(chat={self.chat.name}, tools={self.tools})"
 
 
 class _JSONFormat(ToolFormat):
@@ -263,6 +298,8 @@ class _JSONFormat(ToolFormat):
         return json.dumps({"name": call.name, self.args_key: keyword_arguments(call, docs)})
 
     def _tools_json(self, docs: list[dict[str, Any]], indent: int | None = None) -> list[str]:
+        if self.tools == "release":
+            return [json.dumps(raw_doc(d), indent=indent) for d in docs]
         return [json.dumps({"type": "function", "function": as_json_schema(d)}, indent=indent) for d in docs]
 
 
@@ -279,7 +316,7 @@ class QwenXML(_JSONFormat):
 
     def system_prompt(self, docs: list[dict[str, Any]], extra: str = "") -> str:
         text = (
-            f"{DEFAULT_PERSONA}\n\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+            f"{self.persona()}# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
             "You are provided with function signatures within <tools></tools> XML tags:\n"
             f"{self._tools_block(docs)}\n\n"
             "For each function call, return a json object with function name and arguments within "
@@ -288,7 +325,7 @@ class QwenXML(_JSONFormat):
         )
         return text + (f"\n\n{extra}" if extra else "")
 
-    def holdout_message(self, docs: list[dict[str, Any]]) -> str:
+    def _holdout_message(self, docs: list[dict[str, Any]]) -> str:
         return f"{self._tools_block(docs)}\n{DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_FC}"
 
     def render_calls(self, calls: list[ToolCall], docs: dict[str, dict[str, Any]]) -> str:
@@ -321,7 +358,7 @@ class Llama3JSON(_JSONFormat):
 
     def system_prompt(self, docs: list[dict[str, Any]], extra: str = "") -> str:
         text = (
-            f"Environment: ipython\n\n{DEFAULT_PERSONA}\n\n"
+            f"Environment: ipython\n\n{self.persona()}"
             "Given the following functions, please respond with a JSON for a function call with its proper "
             "arguments that best answers the given prompt.\n\n"
             'Respond in the format {"name": function name, "parameters": dictionary of argument name and its '
@@ -331,7 +368,7 @@ class Llama3JSON(_JSONFormat):
         )
         return text + (f"\n\n{extra}" if extra else "")
 
-    def holdout_message(self, docs: list[dict[str, Any]]) -> str:
+    def _holdout_message(self, docs: list[dict[str, Any]]) -> str:
         return f"{self._tools_text(docs)}\n{DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_FC}"
 
     def render_calls(self, calls: list[ToolCall], docs: dict[str, dict[str, Any]]) -> str:
@@ -383,12 +420,16 @@ class BFCLPython(ToolFormat):
             task=style["task"],
             tool_call_format=style["tool_call_no_tag"].format(output_format=OUTPUT_FORMAT_MAPPING["python"], param_types=""),
             multiturn_behavior=style["multiturn_behavior"],
-            available_tools=style["available_tools"].format(format="json", functions=json.dumps(docs, indent=4)),
+            available_tools=style["available_tools"].format(format="json", functions=json.dumps(self._docs(docs), indent=4)),
         )
         return text + (f"\n\n{extra}" if extra else "")
 
-    def holdout_message(self, docs: list[dict[str, Any]]) -> str:
+    def _holdout_message(self, docs: list[dict[str, Any]]) -> str:
         return DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_PROMPTING.format(functions=docs)
+
+    def _docs(self, docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        # BFCL's own prompt shows the documents as the loader gives them; the release drops the Python sentence
+        return [raw_doc(d) for d in docs] if self.tools == "release" else docs
 
     def render_calls(self, calls: list[ToolCall], docs: dict[str, dict[str, Any]]) -> str:
         return "[" + ", ".join(c.to_string() for c in calls) + "]"
@@ -423,8 +464,9 @@ FORMATS: dict[str, type[ToolFormat]] = {f.name: f for f in (QwenXML, Llama3JSON,
 DEFAULT_CHAT = {"qwen_xml": "chatml", "llama3_json": "llama3", "bfcl_python": "chatml"}
 
 
-def get_format(name: str, chat: str | None = None) -> ToolFormat:
-    """The tool format `name` (qwen_xml | llama3_json | bfcl_python) wrapped in `chat` (chatml | llama3)."""
+def get_format(name: str, chat: str | None = None, tools: str = "project") -> ToolFormat:
+    """The tool format `name` (qwen_xml | llama3_json | bfcl_python) wrapped in `chat` (chatml | llama3),
+    showing the tools in the `tools` rendering (project | release)."""
     from seal.errors import UserError
 
     if name not in FORMATS:
@@ -432,4 +474,6 @@ def get_format(name: str, chat: str | None = None) -> ToolFormat:
     chat = chat or DEFAULT_CHAT[name]
     if chat not in CHATS:
         raise UserError(f"unknown chat wrapper {chat!r}: choose one of {', '.join(CHATS)}")
-    return FORMATS[name](CHATS[chat]())
+    if tools not in TOOL_RENDERINGS:
+        raise UserError(f"unknown tool rendering {tools!r}: choose one of {', '.join(TOOL_RENDERINGS)} (rendering=...)")
+    return FORMATS[name](CHATS[chat](), tools)

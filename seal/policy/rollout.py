@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from seal.env.benchmark import Entry
-from seal.env.episode import Episode, TurnStart
+from seal.env.episode import Episode, TurnStart, check_step_limit
 from seal.env.verifier import Verdict
 from seal.errors import UserError
 from seal.interface.view import PLAIN, View
@@ -66,9 +66,9 @@ class EpisodeRollout:
 class _Run:
     """The mutable state of one episode while it is being played."""
 
-    def __init__(self, key: int, entry: Entry, view: View, max_steps: int, seed: int):
+    def __init__(self, key: int, entry: Entry, view: View, max_steps: int, seed: int, step_limit: str = "turn"):
         self.key, self.entry, self.view, self.seed = key, entry, view, seed
-        self.episode = Episode(entry, max_steps)
+        self.episode = Episode(entry, max_steps, step_limit)
         self.prompt_ids: list[int] = []
         self.system_len = 0
         self.ids: list[int] = []
@@ -98,6 +98,8 @@ class RolloutEngine:
         max_new_tokens: int,
         batch_size: int,
         max_steps_per_turn: int = 20,
+        # whether max_steps_per_turn caps each turn (BFCL) or the whole episode (the release's training)
+        step_limit: str = "turn",
         oracle: bool = False,
         kv_cache: bool = True,
         generator: Any = None,
@@ -109,6 +111,7 @@ class RolloutEngine:
         self.tokenizer = policy.tokenizer
         self.context_length, self.max_new_tokens = int(context_length), int(max_new_tokens)
         self.batch_size, self.max_steps_per_turn = max(1, int(batch_size)), int(max_steps_per_turn)
+        self.step_limit = step_limit
         self.oracle = oracle
         if generator is None and not oracle:
             if policy.model is None:
@@ -139,9 +142,9 @@ class RolloutEngine:
         self.generator.model = model
 
     @classmethod
-    def for_backbone(cls, backbone: Any, policy: Any, budget: Any) -> "RolloutEngine":
+    def for_backbone(cls, backbone: Any, policy: Any, budget: Any, tool_rendering: str = "project") -> "RolloutEngine":
         """The engine for a configured backbone and budget (max_new_tokens, batch_size, max_steps_per_turn,
-        rollout memory)."""
+        step limit, rollout memory), showing tools in `tool_rendering` (cfg.rendering.tools: project | release)."""
 
         def get(key: str, default: Any = None) -> Any:
             return budget.get(key, default) if hasattr(budget, "get") else getattr(budget, key, default)
@@ -150,10 +153,11 @@ class RolloutEngine:
         if generation != "transformers":
             raise UserError(f"backbone.generation={generation!r}: choose transformers")
         memory_gb = get("rollout_memory_gb")
-        fmt = get_format(backbone.tool_format, chat=chat_for(policy.tokenizer))
+        fmt = get_format(backbone.tool_format, chat=chat_for(policy.tokenizer), tools=tool_rendering)
         return cls(
             policy, fmt, context_length=backbone.context_length, max_new_tokens=get("max_new_tokens"),
             batch_size=get("batch_size"), max_steps_per_turn=get("max_steps_per_turn", 20),
+            step_limit=check_step_limit(get("step_limit", "turn"), "budget.step_limit"),
             oracle=getattr(backbone, "oracle", False), compute_dtype=getattr(policy, "compute_dtype", None),
             memory_bytes=None if memory_gb is None else int(float(memory_gb) * 2**30),
             memory_fraction=get("rollout_memory_fraction", 0.5),
@@ -174,7 +178,7 @@ class RolloutEngine:
 
     def _turn_text(self, turn: TurnStart, view: View) -> str:
         if turn.new_functions:
-            return self.format.holdout_opening(view.tool_docs(turn.new_functions))
+            return self.format.holdout_opening(view.delivered_docs(turn.new_functions))
         return self.format.turn_opening(turn.messages)
 
     def _prompt(self, entry: Entry, view: View, turn: TurnStart) -> tuple[str, list[int], int]:
@@ -205,16 +209,20 @@ class RolloutEngine:
         temperature: float,
         seeds: list[int] | None = None,
         progress: bool = False,
+        step_limit: str | None = None,
     ) -> list[EpisodeRollout]:
         """Play every entry to the end; rollouts come back in the order of `entries` (which may repeat).
 
         `seeds` (one per entry) key the sampling of each episode (seal.policy.generation); the default
-        is a fixed seed per position."""
+        is a fixed seed per position. `step_limit` overrides the engine's (evaluation keeps its own
+        protocol next to training's)."""
         if seeds is None:
             seeds = [derive_seed(0, i) for i in range(len(entries))]
         if len(seeds) != len(entries):
             raise ValueError(f"{len(seeds)} seeds for {len(entries)} entries")
-        runs = [_Run(i, entry, view, self.max_steps_per_turn, int(seed)) for i, (entry, seed) in enumerate(zip(entries, seeds))]
+        limit = step_limit or self.step_limit
+        runs = [_Run(i, entry, view, self.max_steps_per_turn, int(seed), limit)
+                for i, (entry, seed) in enumerate(zip(entries, seeds))]
         queue, active = deque(runs), []
         model = self.model
         was_training = bool(model is not None and model.training)

@@ -4,7 +4,8 @@ TRL calls the three stages in this order (seal.rl.trainer wires them):
 
     play_round()    TRL's rollout_func: this rank's episodes under Omega_t, verified (reward)
     close_round()   TRL's advantage hook: gather every rank's episodes, diagnose them (labels),
-                    C_t, weights w_j (A~_j = w_j A_j), rho_{t+1}, Omega_{t+1} = Evolve(Omega_t, C_t)
+                    C_t; rho_t moves (closed loop, from the epoch's tags so far), weights w_j
+                    (A~_j = w_j A_j); Omega_{t+1} = Evolve(Omega_t, C_t)
     finish_round()  after the round's optimizer steps (TRL: GRPO update with the KL term), before
                     its checkpoint: the optimizer's own signals join the round's record
 
@@ -21,7 +22,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from seal.diagnosis import FailureProfile, profile_labels, round_profiles, trajectory_profile
+from seal.diagnosis import FailureProfile, profile_labels, round_profiles
 from seal.interface import apply, evolve, omega_diff
 from seal.policy.generation import derive_seed
 from seal.rl.distributed import Dist
@@ -83,7 +84,7 @@ class CoEvolution:
         """Play this rank's episodes (prompts arrive repeated G times) under Omega_t."""
         t0 = time.perf_counter()
         entries = [self.entries[p] for p in prompts]
-        view = apply(self.omega, self.engine.format.call_example)
+        view = apply(self.omega, self.engine.format.call_example, self.interface_cfg)
         # sampling is keyed by (run seed, round, global episode index): the same episodes whatever the
         # number of ranks, and a resumed round draws exactly what it drew
         offset = self.dist.rank * len(prompts)
@@ -121,19 +122,20 @@ class CoEvolution:
         rewards = [e["reward"] for e in episodes]
         # weights read the layer reweighting.profile_layer names (outcome by default), evolve() the causes
         profiles = round_profiles(labels, [self.entries[e["id"]].category for e in episodes], rewards)
-        layer = self.reweighting.profile_layer
         weights = None
         if self.weighted:
-            weights = self.reweighting.weights([trajectory_profile(profile_labels(t, layer)) for t in labels])
+            # the release's order: the batch's tags enter the epoch's statistics, rho moves, then the
+            # batch is weighted with the moved rho
+            layer = self.reweighting.profile_layer
+            weights = self.reweighting.weigh_batch([profile_labels(t, layer) for t in labels], rewards)
 
         record = RoundRecord(round=len(self.history), global_step=global_step)
         record.metrics = self._metrics(episodes, profiles, weights)
         record.labels = {f"{k}/{label}": n for k, p in profiles.items() for label, n in p.counts.items()}
+        # the rho that weighted this round
         record.rho = dict(self.reweighting.rho)
         t2 = time.perf_counter()
         if self.diagnoser.provides_labels:
-            p = profiles[layer]
-            self.reweighting.end_round(p.prevalence, p.counts, p.mean_reward)
             old = self.omega
             self.omega = evolve(self.omega, profiles["cause"], self.interface_cfg)
             record.interface_diff = omega_diff(old, self.omega)

@@ -77,6 +77,7 @@ def return_freed_memory_to_the_os() -> None:
 def train(cfg: DictConfig, out_dir: Path) -> None:
     from transformers import set_seed
 
+    from seal.env.episode import check_step_limit
     from seal.eval.evaluate import evaluate_entries, fits, select_entries
     from seal.interface import apply, initial_interface, widest_interface
     from seal.policy.backbones import check_training_fits, param_dtype
@@ -100,6 +101,7 @@ def train(cfg: DictConfig, out_dir: Path) -> None:
     plan = round_plan(cfg.budget, dist.world)
 
     # -- the pieces, from the config -------------------------------------------------------------
+    eval_step_limit = check_step_limit(cfg.eval.step_limit, "eval.step_limit")
     split = instantiate(cfg.split)
     backbone = instantiate(cfg.backbone)
     if not backbone.trainable:
@@ -112,10 +114,10 @@ def train(cfg: DictConfig, out_dir: Path) -> None:
         reference=cfg.trainer.beta != 0, gradient_checkpointing=cfg.trainer.gradient_checkpointing,
     )
     policy = backbone.load(training=True)
-    engine = RolloutEngine.for_backbone(backbone, policy, cfg.budget)
+    engine = RolloutEngine.for_backbone(backbone, policy, cfg.budget, tool_rendering=cfg.rendering.tools)
     # no episode may start without room to generate: the prompts are measured under the widest
     # interface this run can show, and those that cannot fit are left out (and counted)
-    widest = apply(widest_interface(interface_cfg), engine.format.call_example)
+    widest = apply(widest_interface(interface_cfg), engine.format.call_example, interface_cfg)
     pool = select_entries(engine, split.train, None)
     fitting = [e for e in pool if fits(engine, e, widest)]
     train_entries = select_entries(engine, [e.id for e in fitting], cfg.budget.train_entries, per_category=False)
@@ -126,6 +128,8 @@ def train(cfg: DictConfig, out_dir: Path) -> None:
     if not train_entries:
         raise UserError(f"no train entry of split={split.name} fits backbone {backbone.name}'s context "
                         f"({backbone.context_length} tokens with budget.max_new_tokens={cfg.budget.max_new_tokens})")
+    # rho's statistics window restarts every epoch; the release drops an epoch's last partial batch
+    reweighting.rounds_per_epoch = max(1, len(train_entries) // cfg.budget.prompts_per_round)
     coevolution = CoEvolution(
         engine=engine, entries={e.id: e for e in train_entries}, omega=initial_interface(interface_cfg),
         interface_cfg=interface_cfg, diagnoser=diagnoser, reweighting=reweighting,
@@ -146,6 +150,9 @@ def train(cfg: DictConfig, out_dir: Path) -> None:
         "round_plan": vars(plan) | {"episodes_per_step": plan.episodes_per_step},
         "train_filter": {"train_part": len(pool), "fit": len(fitting), "left_out_unfit": len(pool) - len(fitting),
                          "context_length": backbone.context_length, "max_new_tokens": cfg.budget.max_new_tokens},
+        "protocol": {"tool_rendering": cfg.rendering.tools, "schema_style": interface_cfg.schema_style,
+                     "train_step_limit": engine.step_limit, "eval_step_limit": eval_step_limit,
+                     "max_steps": engine.max_steps_per_turn, "rounds_per_epoch": reweighting.rounds_per_epoch},
     }
     if dist.main:
         write_json(out_dir / "leakage.json", split.leakage())
@@ -177,7 +184,7 @@ def train(cfg: DictConfig, out_dir: Path) -> None:
     evals = {}
     before_path = out_dir / "eval_before.json"
     if heldout and not before_path.exists():
-        metrics, _ = evaluate_entries(engine, heldout, out_dir / "eval_before", dist=dist)
+        metrics, _ = evaluate_entries(engine, heldout, out_dir / "eval_before", dist=dist, step_limit=eval_step_limit)
         if dist.main:
             write_json(before_path, metrics)
         evals["before"] = metrics
@@ -210,7 +217,7 @@ def train(cfg: DictConfig, out_dir: Path) -> None:
 
     # -- after: the trained model on the same held-out slice --------------------------------------
     if heldout:
-        metrics, _ = evaluate_entries(engine, heldout, out_dir / "eval_after", dist=dist)
+        metrics, _ = evaluate_entries(engine, heldout, out_dir / "eval_after", dist=dist, step_limit=eval_step_limit)
         if dist.main:
             write_json(out_dir / "eval_after.json", metrics)
         evals["after"] = metrics
@@ -230,7 +237,8 @@ def train(cfg: DictConfig, out_dir: Path) -> None:
         header={"backbone": backbone.describe(), "seed": cfg.seed, "interface": interface_cfg.name,
                 "diagnoser": diagnoser.name, "reweighting": reweighting.mode, "budget": cfg.budget.name,
                 "precision": "params {param_dtype}, compute {compute_dtype}".format(**run_config["precision"]),
-                "ranks": dist.world,
+                "ranks": dist.world, "rendering": cfg.rendering.tools,
+                "step limit": f"train {engine.step_limit}, eval {eval_step_limit} ({engine.max_steps_per_turn} steps)",
                 "train entries": f"{len(train_entries)} ({len(pool) - len(fitting)} of {len(pool)} in the train part "
                                  f"left out: their prompt does not fit {backbone.context_length} tokens with "
                                  f"{cfg.budget.max_new_tokens} to generate)",

@@ -172,3 +172,77 @@ def test_a_recorded_call_does_not_change_when_the_backend_mutates_its_state():
     execute(backends, f"mention(tweet_id={tweet_id}, mentioned_usernames=['@b'])")
     assert backends.instances["TwitterAPI"].tweets[tweet_id]["mentions"] == ["@a", "@b"]
     assert record.call.kwargs["mentions"] == ["@a"]
+
+
+# ---------------------------------------------------------------------------------------- per-episode limit
+
+
+def play_script(episode):
+    """Each turn: the gold calls in one step (when gold has any), then a text reply; stops when the
+    episode ends. Returns the outcomes in order."""
+    outcomes = []
+    while (turn := episode.next_turn()) is not None:
+        calls = [parse_call(c) for c in episode.entry.gold[turn.index]]
+        if calls:
+            outcomes.append(episode.step(calls))
+            if episode.done:
+                break
+        outcomes.append(episode.step([], raw="Done."))
+        if episode.done:
+            break
+    return outcomes
+
+
+def test_episode_limit_counts_every_model_output_across_turns(bench):
+    # base_0's gold has calls in all 4 turns: 2 outputs per turn, 8 in all. Three outputs are
+    # turn 0's calls, turn 0's reply, turn 1's calls: the third one ends the episode in turn 1.
+    entry = bench["multi_turn_base_0"]
+    episode = Episode(entry, max_steps=3, step_limit="episode")
+    outcomes = play_script(episode)
+    assert len(outcomes) == 3 and outcomes[-1].turn_over and outcomes[-1].ended == "force_terminated"
+    assert episode.model_steps == 3 and episode.ended == "force_terminated" and len(episode.result) == 2
+    assert episode.next_turn() is None
+    assert episode.verdict().error_type == "multi_turn:force_terminated"
+    # BFCL's rule on the same script: no turn has more than 3 steps, the episode passes
+    per_turn = Episode(entry, max_steps=3)
+    play_script(per_turn)
+    assert per_turn.ended == "completed" and per_turn.verdict().valid
+
+
+def test_a_reply_ending_the_last_turn_on_the_last_step_completes_the_episode(bench):
+    entry = bench["multi_turn_miss_param_1"]
+    # gold calls in turns 0, 1, 2, 4, none in turn 3: 2 + 2 + 2 + 1 + 2 = 9 outputs
+    episode = Episode(entry, max_steps=9, step_limit="episode")
+    outcomes = play_script(episode)
+    assert len(outcomes) == 9 and outcomes[-1].ended is None and episode.next_turn() is None
+    assert episode.ended == "completed" and episode.verdict().valid
+    # one output fewer: the limit falls on the last turn's calls; all turns exist, so the official
+    # runner scores the entry normally (valid: the calls ran) although the episode was cut
+    episode = Episode(entry, max_steps=8, step_limit="episode")
+    outcomes = play_script(episode)
+    assert len(outcomes) == 8 and episode.ended == "force_terminated"
+    assert episode.verdict().valid and episode.verdict().error_type is None
+    # the reply closing turn 3 (the 7th output) is not in the last turn: force-quit there
+    episode = Episode(entry, max_steps=7, step_limit="episode")
+    outcomes = play_script(episode)
+    assert len(outcomes) == 7 and outcomes[-1].ended == "force_terminated" and len(episode.result) == 4
+    assert episode.verdict().error_type == "multi_turn:force_terminated"
+
+
+def test_undecodable_outputs_count_towards_the_episode_limit(bench):
+    episode = Episode(bench["multi_turn_base_0"], max_steps=2, step_limit="episode")
+    episode.next_turn()
+    assert not episode.step([], raw="<tool_call>{bad", keep_turn=True).turn_over
+    outcome = episode.step([], raw="again", keep_turn=True)
+    assert outcome.turn_over and episode.ended == "force_terminated" and episode.result == [[]]
+
+
+def test_step_limit_mode_is_checked():
+    from seal.env.benchmark import get_entries
+    from seal.env.episode import check_step_limit
+    from seal.errors import UserError
+
+    with pytest.raises(ValueError, match="step_limit"):
+        Episode(get_entries(["multi_turn_base_0"])[0], step_limit="trajectory")
+    with pytest.raises(UserError, match="eval.step_limit='trajectory': choose turn"):
+        check_step_limit("trajectory", "eval.step_limit")

@@ -53,3 +53,31 @@ def test_an_empty_part_is_a_clear_error(tmp_path):
     with pytest.raises(SystemExit) as exc:
         evaluate(tmp_path, "backbone=oracle", "eval_part=val")
     assert exc.value.code == 2
+
+
+def test_evaluation_keeps_bfcls_step_rule_unless_asked_and_reports_the_protocol(tmp_path):
+    # a paper arm trains with the per-episode rule and the release rendering; its evaluation keeps BFCL's rule
+    metrics = evaluate(tmp_path / "bfcl", "backbone=oracle", "experiment=seal", "budget.max_steps_per_turn=1")
+    assert metrics["protocol"] == {
+        "step_limit": "turn", "max_steps": 1, "step_rule": "more than 1 steps in one turn force-quits (BFCL's rule)",
+        "tool_format": "qwen_xml", "tool_rendering": "release", "interface": "plain",
+    }
+    report = (tmp_path / "bfcl" / "report.md").read_text()
+    assert "tools rendered `release`" in report and "Step limit `turn`" in report
+    records = [json.loads(line) for line in (tmp_path / "bfcl" / "trajectories.jsonl").read_text().splitlines()]
+    # the oracle needs two outputs in a turn with gold calls: one per turn is never too many for BFCL's rule
+    assert all(r["valid"] for r in records) and any(sum(map(len, r["turns"])) > 1 for r in records)
+
+    metrics = evaluate(tmp_path / "release", "backbone=oracle", "experiment=seal", "budget.max_steps_per_turn=1",
+                       "eval.step_limit=episode")
+    assert metrics["protocol"]["step_limit"] == "episode"
+    assert "Step limit `episode`: 1 model outputs per episode" in (tmp_path / "release" / "report.md").read_text()
+    records = [json.loads(line) for line in (tmp_path / "release" / "trajectories.jsonl").read_text().splitlines()]
+    # one model output per episode in all, whatever the entry
+    assert [sum(map(len, r["turns"])) for r in records] == [1] * len(records)
+
+
+def test_a_bad_step_limit_is_one_clear_error(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exc:
+        evaluate(tmp_path, "backbone=oracle", "eval.step_limit=trajectory")
+    assert exc.value.code == 2 and "eval.step_limit='trajectory': choose turn" in capsys.readouterr().err

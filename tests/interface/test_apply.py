@@ -94,3 +94,80 @@ def test_a_tool_not_yet_shown_is_never_named(base0):
     record = CallRecord("sort(file_name=5)", "Error during execution: boom", parse_call("sort(file_name=5)"), "exception")
     got = hint(apply(ALL_ON, EXAMPLE), record, visible)
     assert "sort" not in got.replace("sorted", "") and "not one of the available tools" in got
+
+
+# ---------------------------------------------------------------------------------------- release style
+
+RELEASE_NOTE = ("Observation note: parameters marked [required] must be provided exactly when calling a tool; "
+                "do not invent tools outside the current schema.")
+
+
+def release_cfg(**kw):
+    from seal.interface import InterfaceConfig
+
+    return InterfaceConfig(schema="always", schema_style="release", **kw)
+
+
+def test_release_style_appends_required_and_adds_no_allowed_values():
+    docs = load_benchmark()["multi_turn_base_50"].functions
+    before = copy.deepcopy(docs)
+    view = apply(Omega(phi_schema=True), EXAMPLE, release_cfg())
+    shown = view.tool_docs(docs)
+    assert docs == before
+    by_name = {d["name"]: d["parameters"]["properties"] for d in shown}
+    # the pinned example
+    assert by_name["startEngine"]["ignitionMode"]["description"].endswith('[Enum]: ["START", "STOP"] [required]')
+    assert by_name["activateParkingBrake"]["mode"]["description"] == 'The mode to set. [Enum]: ["engage", "release"] [required]'
+    # optional parameters keep their text, "[Enum]" phrases are not turned into allowed values
+    original = {d["name"]: d["parameters"]["properties"] for d in docs}
+    assert by_name["adjustClimateControl"]["unit"] == original["adjustClimateControl"]["unit"]
+    assert view.system_extra() == RELEASE_NOTE
+    assert view.tool_docs(shown) == shown
+
+
+def test_release_style_on_every_entry_adds_exactly_one_mark_per_required_parameter(bench):
+    view = apply(Omega(phi_schema=True), EXAMPLE, release_cfg())
+    for entry in bench.values():
+        docs = entry.functions + [d for extra in entry.holdout.values() for d in extra]
+        for old, new in zip(docs, view.tool_docs(docs)):
+            required = set(old["parameters"].get("required", []))
+            for name, prop in old["parameters"]["properties"].items():
+                want = prop["description"] + (" [required]" if name in required else "")
+                assert new["parameters"]["properties"][name] == {**prop, "description": want}, (entry.id, name)
+            assert {k: v for k, v in new.items() if k != "parameters"} == {k: v for k, v in old.items() if k != "parameters"}
+
+
+def test_release_style_uses_only_explicit_enum_keys():
+    doc = {"name": "f", "description": "F.", "parameters": {"type": "dict", "required": ["m"], "properties": {
+        "m": {"type": "string", "description": "Mode.", "enum": ["a", "b"]},
+        "n": {"type": "string", "description": "Name. [Enum]: [\"x\", \"y\"]", "enum": ["x", "y"]},
+        "nested": {"type": "dict", "description": "Opts.", "properties": {"k": {"type": "string", "description": "K."}},
+                   "required": ["k"]},
+    }}}
+    (shown,) = apply(Omega(phi_schema=True), EXAMPLE, release_cfg()).tool_docs([doc])
+    props = shown["parameters"]["properties"]
+    assert props["m"]["description"] == "Mode. [required] Allowed values: a, b"
+    assert props["n"]["description"] == 'Name. [Enum]: ["x", "y"] Allowed values: x, y'
+    # only top-level parameters are marked
+    assert props["nested"]["properties"]["k"]["description"] == "K."
+
+
+def test_tools_delivered_later_are_annotated_only_in_the_project_style():
+    entry = load_benchmark()["multi_turn_miss_func_0"]
+    (docs,) = entry.holdout.values()
+    release = apply(Omega(phi_schema=True), EXAMPLE, release_cfg())
+    project = apply(Omega(phi_schema=True), EXAMPLE)
+    assert release.delivered_docs(docs) == docs
+    assert "[required]" in str(project.delivered_docs(docs)) and "[required]" not in str(docs)
+    assert PLAIN.delivered_docs(docs) is docs
+
+
+def test_the_note_is_a_config_value_and_the_style_is_checked():
+    from seal.interface import InterfaceConfig
+
+    view = apply(Omega(phi_schema=True), EXAMPLE, release_cfg(schema_note="Observation note: be exact."))
+    assert view.system_extra() == "Observation note: be exact."
+    assert apply(Omega(phi_schema=True), EXAMPLE, release_cfg(schema_note="")).system_extra() == ""
+    assert apply(Omega(version=3), EXAMPLE, release_cfg()) is PLAIN
+    with pytest.raises(ValueError, match="schema_style"):
+        InterfaceConfig(schema_style="fancy")

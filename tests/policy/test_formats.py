@@ -144,3 +144,71 @@ def test_holdout_message_is_bfcls(bench):
 def test_unknown_format_is_a_user_error():
     with pytest.raises(UserError, match="qwen_xml"):
         get_format("hermes")
+
+
+# ---------------------------------------------------------------------------------------- release rendering
+
+# Qwen2.5's function-calling tool block (its chat template with `tools`), which the release used as
+# the whole system prompt: no persona line before it
+QWEN_TOOLS_HEAD = (
+    "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+    "You are provided with function signatures within <tools></tools> XML tags:\n<tools>\n"
+)
+QWEN_TOOLS_TAIL = (
+    "\n</tools>\n\nFor each function call, return a json object with function name and arguments within "
+    '<tool_call></tool_call> XML tags:\n<tool_call>\n{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>'
+)
+
+
+@pytest.fixture(scope="module")
+def raw_bfcl_docs():
+    """Entry id -> its initial tool docs as bfcl-eval loads them without the language hint."""
+    from seal.env.benchmark import CATEGORIES, prepare_bfcl_import
+
+    prepare_bfcl_import()
+    from bfcl_eval.utils import load_dataset_entry
+
+    return {item["id"]: item["function"] for c in CATEGORIES
+            for item in load_dataset_entry(f"multi_turn_{c}", include_language_specific_hint=False)}
+
+
+def test_release_rendering_is_qwens_tool_block_over_the_raw_bfcl_documents(bench, raw_bfcl_docs):
+    import json
+
+    for entry_id in ("multi_turn_base_50", "multi_turn_miss_func_0", "multi_turn_long_context_120"):
+        entry = bench[entry_id]
+        text = get_format("qwen_xml", tools="release").system_prompt(entry.functions)
+        expected = QWEN_TOOLS_HEAD + "\n".join(json.dumps(d) for d in raw_bfcl_docs[entry_id]) + QWEN_TOOLS_TAIL
+        assert text == expected
+        assert '"type": "dict"' in text and '"response": {' in text and "Python 3 syntax" not in text
+    # the note goes after the tools block and a blank line
+    noted = get_format("qwen_xml", tools="release").system_prompt(bench["multi_turn_base_50"].functions, "Observation note: x.")
+    assert noted.endswith("</tool_call>\n\nObservation note: x.")
+
+
+def test_release_rendering_drops_only_the_loaders_sentence_in_every_entry(bench, raw_bfcl_docs):
+    from seal.policy.formats import DEFAULT_PERSONA, raw_doc
+
+    for entry in bench.values():
+        assert [raw_doc(d) for d in entry.functions] == raw_bfcl_docs[entry.id]
+    base = bench["multi_turn_base_0"]
+    for name in NAMES:
+        release = get_format(name, tools="release").system_prompt(base.functions)
+        project = get_format(name, tools="project").system_prompt(base.functions)
+        assert "Python 3 syntax" not in release and "Python 3 syntax" in project
+        assert DEFAULT_PERSONA not in release
+    assert DEFAULT_PERSONA in get_format("qwen_xml").system_prompt(base.functions)
+    with pytest.raises(UserError, match="release"):
+        get_format("qwen_xml", tools="raw")
+
+
+def test_release_holdout_delivery_is_bfcls_prompting_message_over_the_raw_documents(bench):
+    import json
+
+    entry = bench["multi_turn_miss_func_0"]
+    (docs,) = entry.holdout.values()
+    for name in NAMES:
+        text = get_format(name, tools="release").holdout_message(docs)
+        # one JSON list of the held-out documents, then BFCL's sentence
+        assert text == json.dumps(docs) + "\nI have updated some more functions you can choose from. What about now?"
+        assert '"name": "sort"' in text and "<tools>" not in text

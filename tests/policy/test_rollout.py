@@ -250,6 +250,18 @@ def test_step_limit_force_terminates(oracle_policy, bench):
     assert r.ended == "force_terminated" and not r.verdict.valid and fmt.name == "bfcl_python"
 
 
+def test_episode_step_limit_and_the_per_play_override(oracle_policy, bench):
+    entry = bench["multi_turn_base_0"]
+    eng = Scripted(oracle_policy, "bfcl_python", ["[pwd()]"] * 10, max_steps_per_turn=3, step_limit="episode")
+    (r,) = eng.play([entry], temperature=0.0)
+    # three model outputs in all, then the force-quit (no fourth query)
+    assert r.ended == "force_terminated" and [len(t) for t in r.episode.steps] == [3]
+    # evaluation keeps BFCL's rule on the same engine: more than 3 steps in the turn
+    eng.texts = ["[pwd()]"] * 10
+    (r,) = eng.play([entry], temperature=0.0, step_limit="turn")
+    assert r.ended == "force_terminated" and [len(t) for t in r.episode.steps] == [4]
+
+
 def test_context_overflow_is_a_clean_failure(tiny_policy, oracle_policy, short_entries):
     entry = short_entries[0]
     eng = engine(tiny_policy, max_new_tokens=8)
@@ -281,6 +293,12 @@ def test_for_backbone_builds_from_config(tiny_policy):
     budget = OmegaConf.create({"max_new_tokens": 16, "batch_size": 2, "max_steps_per_turn": 5})
     eng = RolloutEngine.for_backbone(TinyRandomBackbone(tool_format="bfcl_python"), tiny_policy, budget)
     assert (eng.format.name, eng.format.chat.name, eng.max_new_tokens, eng.batch_size) == ("bfcl_python", "chatml", 16, 2)
+    assert (eng.format.tools, eng.step_limit, eng.max_steps_per_turn) == ("project", "turn", 5)
+    eng = RolloutEngine.for_backbone(TinyRandomBackbone(), tiny_policy, {**budget, "step_limit": "episode"},
+                                     tool_rendering="release")
+    assert (eng.format.tools, eng.step_limit) == ("release", "episode")
+    with pytest.raises(UserError, match="budget.step_limit"):
+        RolloutEngine.for_backbone(TinyRandomBackbone(), tiny_policy, {**budget, "step_limit": "trajectory"})
     with pytest.raises(UserError, match="backbone.generation"):
         RolloutEngine.for_backbone(TinyRandomBackbone(generation="bogus"), tiny_policy, budget)
 
@@ -299,3 +317,24 @@ def test_buffer_cache_layer_grows_and_selects_rows():
     assert layer.capacity >= 5 and torch.equal(keys, torch.cat([a, b], 2)) and torch.equal(values, torch.cat([a, b], 2) + 1)
     layer.batch_select_indices(torch.tensor([2, 0]))
     assert torch.equal(layer.keys, torch.cat([a, b], 2)[[2, 0]]) and layer.get_seq_length() == 5
+
+
+def test_release_rendering_in_play_training_view_and_plain_view(oracle_policy, bench):
+    from seal.interface import InterfaceConfig, Omega, apply
+
+    entry = bench["multi_turn_miss_func_0"]
+    (docs,) = entry.holdout.values()
+    eng = RolloutEngine(oracle_policy, get_format("qwen_xml", tools="release"), context_length=10**6,
+                        max_new_tokens=8, batch_size=2, oracle=True)
+    train_view = apply(Omega(phi_schema=True), eng.format.call_example, InterfaceConfig(schema_style="release"))
+    (trained,) = eng.play([entry], train_view, temperature=0.0)
+    (plain,) = eng.play([entry], PLAIN, temperature=0.0)
+    assert trained.verdict.valid and plain.verdict.valid
+    system = trained.transcript[0].text
+    assert system.startswith("<|im_start|>system\n# Tools\n") and "</tool_call>\n\nObservation note:" in system
+    assert '"type": "dict"' in system and "[required]" in system
+    # the held-out tool arrives as BFCL wrote it, without annotation
+    (holdout,) = [s.text for s in trained.transcript if not s.model and '"name": "sort"' in s.text]
+    assert "[required]" not in holdout
+    # evaluation: nothing of the interface anywhere
+    assert not any("[required]" in s.text or "Observation note" in s.text for s in plain.transcript)

@@ -72,15 +72,20 @@ def test_hook_scales_the_group_advantages_by_the_diagnosis_weights(tmp_path, mon
     record = co.history[-1]
     valid = [e["valid"] for e in record.episodes]
     assert valid == [True, False, True, False]  # one pass and one failure per group
-    # the hand computation from the outcome tags (rho0 of Table 6 in the first round): a good episode
-    # plays the gold calls, a bad one makes no call at all; miss_param_1's turn 3 is a "no call" turn
-    # (correct_abstention, 1.8), every other turn passes (1.0) or is an empty turn (1.5)
+    # the hand computation from the outcome tags (rho0 of Table 6): a good episode plays the gold calls, a
+    # bad one makes no call at all; miss_param_1's turn 3 is a "no call" turn (correct_abstention)
     assert rho_before == {"spurious_tool_call": 2.0, "correct_abstention": 1.8, "empty_turn_model_response": 1.5,
                           "state_mismatch": 1.0, "response_mismatch": 0.9, "instance_mismatch": 0.6, "pass": 1.0}
-    empty, abstain = "empty_turn_model_response", "correct_abstention"
+    empty_tag, abstain_tag = "empty_turn_model_response", "correct_abstention"
     assert [[t["outcome"] for t in e["turn_labels"]] for e in record.episodes] == [
-        ["pass"] * 4, [empty] * 4, ["pass"] * 3 + [abstain, "pass"], [empty] * 3 + [abstain, empty]]
-    expected_w = [1.0, 1.5, (4 * 1.0 + 1.8) / 5, (4 * 1.5 + 1.8) / 5]
+        ["pass"] * 4, [empty_tag] * 4, ["pass"] * 3 + [abstain_tag, "pass"], [empty_tag] * 3 + [abstain_tag, empty_tag]]
+    # rho moves on this batch before weighting it (18 counted turns, confidence over 32 samples):
+    #   empty turn:         target = 1.5 * (1 + 8/18 * 1 * 8/32) = 5/3;   rho = 0.75 * 1.5 + 0.25 * 5/3 = 37/24
+    #   correct_abstention: one in a passed, one in a failed episode: stagnation 1/2
+    #                       target = 1.8 * (1 + 2/18 * 1/2 * 2/32) = 1.80625; rho = 1.35 + 0.25 * 1.80625
+    empty, abstain = 37 / 24, 1.35 + 0.25 * 1.80625
+    expected_w = [1.0, empty, (4 + abstain) / 5, (4 * empty + abstain) / 5]
+    assert record.rho["empty_turn_model_response"] == pytest.approx(empty) and record.rho["pass"] == 1.0
     assert torch.allclose(out["advantages"], plain * torch.tensor(expected_w))
     assert torch.equal(torch.sign(out["advantages"]), torch.sign(plain))
     assert plain.abs().min() > 0.5  # real group advantages, not zeros
