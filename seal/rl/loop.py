@@ -46,15 +46,14 @@ def code_version() -> str:
         return "unknown"
 
 
-def _check_run_dir(out_dir: Path, fingerprint: str, write: bool = True) -> None:
+def _check_run_dir(out_dir: Path, fingerprint: str) -> None:
     marker = out_dir / "fingerprint.txt"
     if marker.exists() and marker.read_text().strip() != fingerprint:
         raise UserError(
             f"{out_dir} holds a run with a different configuration; resume it with its original settings, "
             "or start this one elsewhere with hydra.run.dir=<new directory>"
         )
-    if write:
-        marker.write_text(fingerprint + "\n")
+    marker.write_text(fingerprint + "\n")
 
 
 def return_freed_memory_to_the_os() -> None:
@@ -95,7 +94,9 @@ def train(cfg: DictConfig, out_dir: Path) -> None:
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     dist = distributed.current()
     fingerprint = config_fingerprint(cfg)
-    _check_run_dir(out_dir, fingerprint, write=dist.main)
+    # the main rank owns the run directory (the other ranks run the same command line)
+    if dist.main:
+        _check_run_dir(out_dir, fingerprint)
     set_seed(cfg.seed)
     # every rank plays its share of a round; the round's size does not depend on the world size
     plan = round_plan(cfg.budget, dist.world)
