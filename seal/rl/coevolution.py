@@ -57,6 +57,7 @@ class CoEvolution:
         temperature: float,
         seed: int,
         group_size: int = 1,
+        max_train_tokens: int | None = None,
         dist: Dist | None = None,
         on_round_end: Any = None,
     ):
@@ -70,6 +71,8 @@ class CoEvolution:
         self.seed = seed
         # rollouts per prompt: TRL's groups are consecutive runs of this many episodes
         self.group_size = max(1, int(group_size))
+        # the release trains on the first max_train_tokens tokens after the prompt only (None: all)
+        self.max_train_tokens = max_train_tokens
         self.dist = dist or Dist()
         self.history: list[RoundRecord] = []
         self.on_round_end = on_round_end
@@ -95,13 +98,14 @@ class CoEvolution:
         parts["rollout_other"] = max(time.perf_counter() - t0 - sum(parts.values()), 0.0)
         self._played, self._timing = rollouts, parts
         eot = self.engine.eot_ids[:1]
+        cut = slice(None, self.max_train_tokens)
         return {
             "prompt_ids": [r.prompt_ids for r in rollouts],
             # an episode whose prompt did not fit has no completion; TRL needs at least one token, so it
             # gets the end-of-turn marker as an environment token (no loss)
-            "completion_ids": [r.completion_ids or list(eot) for r in rollouts],
-            "logprobs": [r.logprobs or [0.0] for r in rollouts],
-            "env_mask": [r.completion_mask or [0] for r in rollouts],
+            "completion_ids": [r.completion_ids[cut] or list(eot) for r in rollouts],
+            "logprobs": [r.logprobs[cut] or [0.0] for r in rollouts],
+            "env_mask": [r.completion_mask[cut] or [0] for r in rollouts],
             "verifier_reward": [r.reward for r in rollouts],
         }
 

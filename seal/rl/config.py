@@ -9,7 +9,6 @@ round boundaries only.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,9 +22,12 @@ LOSS_TYPES = ("grpo", "bnpo")
 
 
 def rounds_for(budget: DictConfig, num_train: int) -> int:
+    """Rounds of a run: `budget.rounds`, or whole epochs. An epoch is num_train // prompts_per_round
+    rounds: TRL's sampler drops the last partial batch of every pass over the data, as the release does
+    (6 epochs of 400 entries at 32 prompts: 72 rounds, not 75)."""
     if budget.rounds is not None:
         return int(budget.rounds)
-    return math.ceil(budget.epochs * num_train / budget.prompts_per_round)
+    return int(budget.epochs) * max(1, num_train // int(budget.prompts_per_round))
 
 
 @dataclass(frozen=True)
@@ -117,6 +119,10 @@ def grpo_config(cfg: DictConfig, out_dir: Path, num_train: int, compute_dtype: s
         # the paper's KL (verl's low_var_kl) has no importance-ratio factor; seal.rl.trainer computes it
         use_bias_correction_kl=False,
         epsilon=tr.epsilon,
+        # TRL's two-sided clipping caps the ratio at delta for every token; with delta > 1 + epsilon that
+        # changes only negative advantages: verl's dual clip
+        delta=tr.dual_clip,
+        weight_decay=tr.weight_decay,
         max_grad_norm=tr.max_grad_norm,
         loss_type=tr.loss_type,
         scale_rewards=tr.scale_rewards,

@@ -76,6 +76,7 @@ def return_freed_memory_to_the_os() -> None:
 def train(cfg: DictConfig, out_dir: Path) -> None:
     from transformers import set_seed
 
+    from seal.env.benchmark import get_entries
     from seal.env.episode import check_step_limit
     from seal.eval.evaluate import evaluate_entries, fits, select_entries
     from seal.interface import apply, initial_interface, widest_interface
@@ -84,6 +85,7 @@ def train(cfg: DictConfig, out_dir: Path) -> None:
     from seal.rl import distributed
     from seal.rl.checkpoint import latest_complete_checkpoint, read_state
     from seal.rl.coevolution import CoEvolution
+    from seal.rl.selection import ModelSelection
     from seal.rl.config import round_plan, rounds_for
     from seal.rl.trainer import make_trainer
     from seal.report.train_report import write_metrics_log, write_train_report
@@ -134,7 +136,8 @@ def train(cfg: DictConfig, out_dir: Path) -> None:
     coevolution = CoEvolution(
         engine=engine, entries={e.id: e for e in train_entries}, omega=initial_interface(interface_cfg),
         interface_cfg=interface_cfg, diagnoser=diagnoser, reweighting=reweighting,
-        temperature=cfg.budget.temperature, seed=cfg.seed, group_size=cfg.budget.rollouts_per_prompt, dist=dist,
+        temperature=cfg.budget.temperature, seed=cfg.seed, group_size=cfg.budget.rollouts_per_prompt,
+        max_train_tokens=cfg.budget.get("max_train_tokens"), dist=dist,
     )
 
     run_config = {
@@ -153,7 +156,9 @@ def train(cfg: DictConfig, out_dir: Path) -> None:
                          "context_length": backbone.context_length, "max_new_tokens": cfg.budget.max_new_tokens},
         "protocol": {"tool_rendering": cfg.rendering.tools, "schema_style": interface_cfg.schema_style,
                      "train_step_limit": engine.step_limit, "eval_step_limit": eval_step_limit,
-                     "max_steps": engine.max_steps_per_turn, "rounds_per_epoch": reweighting.rounds_per_epoch},
+                     "max_steps": engine.max_steps_per_turn, "rounds_per_epoch": reweighting.rounds_per_epoch,
+                     "max_train_tokens": cfg.budget.get("max_train_tokens"), "dual_clip": cfg.trainer.dual_clip,
+                     "weight_decay": cfg.trainer.weight_decay, "std_epsilon": cfg.trainer.std_epsilon},
     }
     if dist.main:
         write_json(out_dir / "leakage.json", split.leakage())
@@ -168,6 +173,7 @@ def train(cfg: DictConfig, out_dir: Path) -> None:
                      config=run_config, **logger_cfg)
 
     def on_round_end(record) -> None:
+        selection.after_round(record, engine.model)
         if dist.world > 1:
             (out_dir / "ranks").mkdir(exist_ok=True)
             with (out_dir / "ranks" / f"rank{dist.rank}.jsonl").open("a") as fh:
@@ -180,6 +186,12 @@ def train(cfg: DictConfig, out_dir: Path) -> None:
         write_json(out_dir / "interface" / f"round_{record.round:04d}.json", record.interface)
 
     coevolution.on_round_end = on_round_end
+
+    def evaluate(entries, folder):
+        return evaluate_entries(engine, entries, folder, dist=dist, step_limit=eval_step_limit)
+
+    selection = ModelSelection(every=cfg.budget.get("val_every"), val_entries=get_entries(split.val), out_dir=out_dir,
+                               dist=dist, keep_all=bool(cfg.get("eval_all_checkpoints_on_test")), evaluate=evaluate)
 
     # -- before: the initial model on the held-out slice (shared out over the ranks) ---------------
     evals = {}
@@ -222,8 +234,11 @@ def train(cfg: DictConfig, out_dir: Path) -> None:
         if dist.main:
             write_json(out_dir / "eval_after.json", metrics)
         evals["after"] = metrics
+    # model selection on validation: the best-on-val and the final model on test (last: it loads weights over)
+    tests = selection.test_evaluations(engine.model, select_entries(engine, split.test, cfg.budget.eval_entries_per_category))
     if not dist.main:
         return
+    evals.update(tests)
 
     timing = _mean_round_timing(coevolution.history)
     summary = {
@@ -231,6 +246,7 @@ def train(cfg: DictConfig, out_dir: Path) -> None:
         "final_rho": coevolution.reweighting.rho, "final_interface": coevolution.omega.to_dict(),
         "eval_before": evals.get("before"), "eval_after": evals.get("after"), "round_time_split": timing,
         "wall_seconds": time.perf_counter() - started, "world_size": dist.world,
+        **{k: v for k, v in tests.items()},
     }
     write_json(out_dir / "metrics.json", summary)
     write_train_report(

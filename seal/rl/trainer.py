@@ -46,6 +46,22 @@ def aggregate(per_token: torch.Tensor, mask: torch.Tensor, loss_type: str) -> to
     raise ValueError(f"loss_type {loss_type!r} is not supported with the KL term; use grpo or bnpo")
 
 
+# the epsilon TRL adds to a group's reward std before dividing
+TRL_STD_EPSILON = 1e-4
+
+
+def group_std_rescale(rewards: list[float], group_size: int, epsilon: float) -> list[float]:
+    """Per-episode factors that turn TRL's (r - mean) / (std + 1e-4) into (r - mean) / (std + epsilon),
+    std being each group's unbiased standard deviation (groups are consecutive runs of `group_size`)."""
+    factors = []
+    for start in range(0, len(rewards), group_size):
+        group = rewards[start : start + group_size]
+        mean = sum(group) / len(group)
+        std = (sum((r - mean) ** 2 for r in group) / max(len(group) - 1, 1)) ** 0.5
+        factors += [(std + TRL_STD_EPSILON) / (std + epsilon)] * len(group)
+    return factors
+
+
 def trim_bounds(attention_mask: torch.Tensor, completion_width: int) -> tuple[int, int]:
     """Columns [left, right) of a left-padded prompt + right-padded completion batch that any row uses."""
     used = attention_mask.bool().any(0)
@@ -57,14 +73,23 @@ def trim_bounds(attention_mask: torch.Tensor, completion_width: int) -> tuple[in
 
 
 class SealGRPOTrainer(GRPOTrainer):
-    def __init__(self, *args: Any, coevolution: Any, **kwargs: Any):
+    def __init__(self, *args: Any, coevolution: Any, std_epsilon: float = TRL_STD_EPSILON, **kwargs: Any):
         self.coevolution = coevolution
+        # the epsilon under a group's reward std (TRL's is fixed at 1e-4; the release uses 1e-6)
+        self.std_epsilon = float(std_epsilon)
         self._capture: dict[str, torch.Tensor] | None = None
         super().__init__(*args, **kwargs)
 
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
         out = super()._generate_and_score_completions(inputs)
         weights = self.coevolution.close_round(self.state.global_step)
+        epsilon = self.std_epsilon
+        if self.scale_rewards == "group" and epsilon != TRL_STD_EPSILON:
+            rewards = [e["reward"] for e in self.coevolution.history[-1].episodes]
+            n = len(out["advantages"])
+            rank = self.accelerator.process_index
+            factors = group_std_rescale(rewards, self.num_generations, epsilon)[rank * n : (rank + 1) * n]
+            out["advantages"] = scale_advantages(out["advantages"], factors)
         if weights is not None:
             out["advantages"] = scale_advantages(out["advantages"], weights)
         return out
@@ -162,4 +187,5 @@ def make_trainer(
         peft_config=peft_config,
         callbacks=[SealStateCallback(coevolution, cfg.budget.steps_per_round)],
         coevolution=coevolution,
+        std_epsilon=cfg.trainer.get("std_epsilon", TRL_STD_EPSILON),
     )

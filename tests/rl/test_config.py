@@ -27,8 +27,9 @@ def test_paper_budget_grpo_config_per_backbone_and_world(tmp_path, backbone, wor
     # TRL's generation batch = per-device batch x world x steps_per_generation: the whole round
     assert args.per_device_train_batch_size * world * args.steps_per_generation == 256
     assert args.gradient_accumulation_steps == 64 // world and args.num_generations == 8
-    # 6 epochs of 400 entries at 32 prompts per round: ceil(75) rounds of 4 steps
-    assert rounds_for(cfg.budget, 400) == 75 and args.max_steps == 300
+    # 6 epochs of 400 entries at 32 prompts per round, each epoch dropping its last partial batch (as TRL's
+    # sampler and the release do): 6 x 12 = 72 rounds of 4 steps
+    assert rounds_for(cfg.budget, 400) == 72 and args.max_steps == 288
     assert args.save_steps == 4 and args.bf16 and not args.fp16
     assert args.model_init_kwargs == {"dtype": "bfloat16"}
 
@@ -42,6 +43,8 @@ def test_every_number_the_paper_fixes_reaches_trl(tmp_path):
     assert args.temperature == 1.0 and args.max_completion_length == 4096
     # the release's loss aggregation: a per-episode token mean, averaged over episodes
     assert args.loss_type == "grpo" and args.lr_scheduler_type == "constant" and args.num_iterations == 1
+    # the release's optimizer and loss details: weight decay 0.01, dual clip 10 (TRL's two-sided delta)
+    assert args.weight_decay == 0.01 and args.delta == 10.0
 
 
 @pytest.mark.parametrize("override, world", [("budget.steps_per_round=3", 1), ("budget.prompts_per_round=33", 4)])

@@ -86,13 +86,15 @@ def test_hook_scales_the_group_advantages_by_the_diagnosis_weights(tmp_path, mon
     empty, abstain = 37 / 24, 1.35 + 0.25 * 1.80625
     expected_w = [1.0, empty, (4 + abstain) / 5, (4 * empty + abstain) / 5]
     assert record.rho["empty_turn_model_response"] == pytest.approx(empty) and record.rho["pass"] == 1.0
-    assert torch.allclose(out["advantages"], plain * torch.tensor(expected_w))
+    # TRL divides by (std + 1e-4), the release by (std + 1e-6): each group (pass, fail) has std sqrt(1/2)
+    std = 0.5 ** 0.5
+    assert torch.allclose(out["advantages"], plain * (std + 1e-4) / (std + 1e-6) * torch.tensor(expected_w))
     assert torch.equal(torch.sign(out["advantages"]), torch.sign(plain))
     assert plain.abs().min() > 0.5  # real group advantages, not zeros
 
 
-def test_reweighting_off_leaves_trl_advantages_untouched(tmp_path, monkeypatch):
-    co, trainer = build(config("reweighting=off"), tmp_path)
+def test_reweighting_off_leaves_trl_advantages_unweighted(tmp_path, monkeypatch):
+    co, trainer = build(config("reweighting=off", "trainer.std_epsilon=1e-4"), tmp_path)
     out, plain = one_generation_batch(co, trainer, monkeypatch)
     assert torch.equal(out["advantages"], plain)
 
@@ -256,3 +258,37 @@ def test_weights_move_at_the_papers_learning_rate_and_the_kv_cache_stays_bf16(tm
     engine.model = trainer.model
     engine.play(entries, temperature=1.0)
     assert kept and set(kept) == {torch.bfloat16}
+
+
+# ---------------------------------------------------------------------------------------- release details
+
+
+def test_group_std_rescale_by_hand():
+    from seal.rl.trainer import group_std_rescale
+
+    # group (1, 0, 0, 0): mean 1/4, unbiased variance (9/16 + 3/16) / 3 = 1/4, std 1/2
+    # group (1, 1, 0, 0): mean 1/2, unbiased variance 4 * 1/4 / 3 = 1/3
+    factors = group_std_rescale([1, 0, 0, 0, 1, 1, 0, 0], 4, 1e-6)
+    s2 = (1 / 3) ** 0.5
+    assert factors == pytest.approx([(0.5 + 1e-4) / (0.5 + 1e-6)] * 4 + [(s2 + 1e-4) / (s2 + 1e-6)] * 4, rel=1e-12)
+
+
+def test_advantages_use_the_releases_std_epsilon(tmp_path, monkeypatch):
+    co, trainer = build(config("reweighting=off"), tmp_path)
+    out, _ = one_generation_batch(co, trainer, monkeypatch)
+    # two groups of (pass, fail): mean 1/2, unbiased std sqrt(1/2); advantage +-(1/2) / (std + 1e-6)
+    a = 0.5 / (0.5 ** 0.5 + 1e-6)
+    assert out["advantages"].tolist() == pytest.approx([a, -a, a, -a], rel=1e-7)
+
+
+def test_training_sees_only_the_first_max_train_tokens(tmp_path):
+    from seal.policy.generation import derive_seed  # noqa: F401  (the round's seeds come from it)
+
+    cfg = config()
+    co, _ = build(cfg, tmp_path)
+    co.max_train_tokens = 5
+    out = co.play_round(["multi_turn_base_0", "multi_turn_base_0"])
+    full = co._played
+    assert [len(c) for c in out["completion_ids"]] == [5, 5]
+    assert out["completion_ids"] == [r.completion_ids[:5] for r in full]
+    assert out["env_mask"] == [r.completion_mask[:5] for r in full] and out["verifier_reward"] == [r.reward for r in full]

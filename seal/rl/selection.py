@@ -1,0 +1,111 @@
+"""Model selection on a validation part carved from train, never on test.
+
+Every `budget.val_every` rounds the current model is evaluated (greedy, plain interface) on the
+validation part; the best one so far is kept in `best_model/` (`best.json` says which round and why).
+After training, the best-on-validation model and the final model are both evaluated on the test part,
+and reports show both. The authors' release instead validated on the test set and kept the best
+checkpoint by it; `eval_all_checkpoints_on_test=true` reproduces that optimism as a diagnostic only:
+every validated model is kept in `validated/` and scored on test after training, and the best of those
+test scores is reported in a column marked test-selected, never used for a claim.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+from seal.errors import UserError
+
+AVG = "eval/bfcl_v3/avg"
+
+
+class ModelSelection:
+    def __init__(self, *, every: int | None, val_entries: list[Any], out_dir: Path, dist: Any,
+                 keep_all: bool = False, evaluate: Any):
+        if every is not None and int(every) < 1:
+            raise UserError(f"budget.val_every={every}: give a number of rounds (at least 1) or null")
+        if every is not None and not val_entries:
+            raise UserError("budget.val_every needs a validation part carved from train: set split.val_scenarios=<n> "
+                            "(model selection never touches test)")
+        if keep_all and every is None:
+            raise UserError("eval_all_checkpoints_on_test=true scores the validated models: set budget.val_every too")
+        self.every = None if every is None else int(every)
+        self.val_entries, self.out_dir, self.dist = val_entries, out_dir, dist
+        self.keep_all, self.evaluate = keep_all, evaluate
+        self.best_path = out_dir / "best.json"
+        self.best = json.loads(self.best_path.read_text()) if self.best_path.exists() else None
+
+    @property
+    def active(self) -> bool:
+        return self.every is not None
+
+    def after_round(self, record: Any, model: Any) -> None:
+        """Validate after every `every`-th round; keep the model when it is the best so far."""
+        if not self.active or (record.round + 1) % self.every:
+            return
+        metrics, _ = self.evaluate(self.val_entries, self.out_dir / "val" / f"round_{record.round:04d}")
+        score = metrics[AVG]
+        record.metrics["val/bfcl_v3/avg"] = score
+        if not self.dist.main:
+            return
+        # ties keep the earlier model: a later one has to be better, not equal
+        if self.best is None or score > self.best["score"]:
+            self.best = {"round": record.round, "global_step": record.global_step, "score": score,
+                         "metric": f"val {AVG}", "entries": len(self.val_entries)}
+            _save(model, self.out_dir / "best_model")
+            self.best_path.write_text(json.dumps(self.best, indent=2))
+        if self.keep_all:
+            _save(model, self.out_dir / "validated" / f"round_{record.round:04d}")
+
+    def test_evaluations(self, model: Any, test_entries: list[Any]) -> dict[str, Any]:
+        """The final and the best-on-validation models on test (and, as a diagnostic, every validated one)."""
+        if not self.active:
+            return {}
+        out: dict[str, Any] = {}
+        out["test_final"], _ = self.evaluate(test_entries, self.out_dir / "eval_test_final")
+        # the final weights are in final_model/ already; the model is loaded over from here on
+        if self.best is not None:
+            _load(model, self.out_dir / "best_model")
+            out["test_best_on_val"], _ = self.evaluate(test_entries, self.out_dir / "eval_test_best")
+            out["test_best_on_val"]["selected"] = self.best
+        if self.keep_all:
+            scores = {}
+            for folder in sorted((self.out_dir / "validated").glob("round_*")):
+                _load(model, folder)
+                metrics, _ = self.evaluate(test_entries, None)
+                scores[folder.name] = metrics[AVG]
+            best = max(scores, key=scores.get)
+            out["test_selected_diagnostic"] = {
+                "note": "selected on TEST, as the authors' release did: optimistic, never use for a claim",
+                "by_round": scores, "round": best, AVG: scores[best]}
+        return out
+
+
+def _unwrapped(model: Any) -> Any:
+    return getattr(model, "module", model)
+
+
+def _save(model: Any, folder: Path) -> None:
+    if folder.exists():
+        shutil.rmtree(folder)
+    _unwrapped(model).save_pretrained(folder)
+
+
+def _load(model: Any, folder: Path) -> None:
+    from safetensors.torch import load_file
+
+    state = {}
+    for shard in sorted(folder.glob("*.safetensors")):
+        state.update(load_file(shard))
+    target = _unwrapped(model)
+    if hasattr(target, "get_base_model") and (folder / "adapter_config.json").exists():
+        from peft import set_peft_model_state_dict
+
+        set_peft_model_state_dict(target, state)
+        return
+    missing, unexpected = target.load_state_dict(state, strict=False)
+    # tied embeddings are saved once: only the tied head may be missing
+    if unexpected or any("lm_head" not in k for k in missing):
+        raise RuntimeError(f"{folder} does not match the model (missing {missing[:3]}, unexpected {unexpected[:3]})")
