@@ -256,6 +256,7 @@ def train(cfg: DictConfig, out_dir: Path) -> None:
                 "precision": "params {param_dtype}, compute {compute_dtype}".format(**run_config["precision"]),
                 "ranks": dist.world, "rendering": cfg.rendering.tools,
                 "step limit": f"train {engine.step_limit}, eval {eval_step_limit} ({engine.max_steps_per_turn} steps)",
+                "protocol": ", ".join(f"{k} {v}" for k, v in run_config["protocol"].items()),
                 "train entries": f"{len(train_entries)} ({len(pool) - len(fitting)} of {len(pool)} in the train part "
                                  f"left out: their prompt does not fit {backbone.context_length} tokens with "
                                  f"{cfg.budget.max_new_tokens} to generate)",
