@@ -292,3 +292,23 @@ def test_training_sees_only_the_first_max_train_tokens(tmp_path):
     assert [len(c) for c in out["completion_ids"]] == [5, 5]
     assert out["completion_ids"] == [r.completion_ids[:5] for r in full]
     assert out["env_mask"] == [r.completion_mask[:5] for r in full] and out["verifier_reward"] == [r.reward for r in full]
+
+
+def test_an_episode_whose_prompt_cannot_fit_reaches_trl_as_one_environment_token(tmp_path):
+    from seal.policy.backbones import TinyRandomBackbone
+    from seal.policy.formats import get_format
+    from seal.policy.rollout import RolloutEngine
+
+    policy = TinyRandomBackbone().load()
+    entries = get_entries(IDS)
+    # a context shorter than any prompt: every episode ends as context_overflow before the model speaks
+    engine = RolloutEngine(policy, get_format("qwen_xml"), context_length=100, max_new_tokens=8, batch_size=2)
+    cfg = config()
+    icfg = instantiate(cfg.env_interface)
+    co = CoEvolution(engine=engine, entries={e.id: e for e in entries}, omega=initial_interface(icfg),
+                     interface_cfg=icfg, diagnoser=instantiate(cfg.diagnoser), reweighting=instantiate(cfg.reweighting),
+                     temperature=1.0, seed=0, group_size=2)
+    out = co.play_round(IDS)
+    im_end = policy.tokenizer.convert_tokens_to_ids("<|im_end|>")
+    assert out["completion_ids"] == [[im_end], [im_end]] and out["env_mask"] == [[0], [0]]
+    assert out["verifier_reward"] == [0.0, 0.0] and {r.ended for r in co._played} == {"context_overflow"}
