@@ -134,6 +134,11 @@ class VLLMGenerator:
         if max_num_seqs is not None:
             options["max_num_seqs"] = int(max_num_seqs)
         self.context_length = int(context_length)
+        if self.cpu:
+            # vLLM 0.31 crashes on the CPU when a seeded request's prompt is split over engine steps
+            # (chunked prefill rewinds the request's generator, and CPU generators cannot rewind):
+            # prefill whole prompts, up to one full context per step
+            options.update(enable_chunked_prefill=False, max_num_batched_tokens=max(self.context_length, 2048))
         with _process_state_kept():
             self.llm = vllm.LLM(
                 model=str(model_path),
