@@ -5,8 +5,7 @@
 Both play the same whole episodes (the entries and turn cut of the rollout section) through the one
 episode protocol of seal.policy.rollout; only "continue these token sequences" differs: the
 transformers engine's batched decoding with per-episode KV caches, or seal.policy.generation_vllm
-(prefix caching, one request per episode per step). Until the rollout engine takes a generation
-backend, a small subclass here routes its generation step to vLLM.
+(prefix caching, one request per episode per step).
 """
 
 from __future__ import annotations
@@ -22,30 +21,6 @@ EPISODES = 8
 MAX_NEW_TOKENS = 24
 # vLLM's KV cache on the CPU (GiB): 8 episodes of a few thousand tokens need far less
 KV_CACHE_GIB = 1.0
-
-
-def _vllm_engine(base, generator):
-    """A RolloutEngine whose generation step is the vLLM generator (same protocol, same stops)."""
-    from seal.policy.generation_vllm import GenerationRequest
-
-    class VLLMRollout(type(base)):
-        def _generate(self, runs, temperature, _torch_generator):
-            t0 = time.perf_counter()
-            stops = [s[0] for s in self.stops if len(s) == 1]
-            requests = [
-                GenerationRequest(key=id(r), ids=r.prompt_ids + r.ids, seed=hash(r.entry.id) % 2**31 + i,
-                                  max_new_tokens=self.max_new_tokens)
-                for i, r in enumerate(runs)
-            ]
-            out = generator.generate(requests, temperature=temperature, stop_ids=stops)
-            share = (time.perf_counter() - t0) / len(runs)
-            for r in runs:
-                r.timings["generation"] += share
-            return [(g.ids, g.logprobs, g.stop == self.eot_ids[-1]) for g in out]
-
-    engine = VLLMRollout.__new__(VLLMRollout)
-    engine.__dict__.update(base.__dict__)
-    return engine
 
 
 def vllm() -> None:
@@ -85,7 +60,8 @@ def vllm() -> None:
     )
     load_s = time.perf_counter() - t0
     loaded_gib = psutil.Process().memory_info().rss / 2**30
-    vllm_engine = _vllm_engine(hf_engine, generator)
+    vllm_engine = RolloutEngine(policy, hf_engine.format, context_length=backbone.context_length,
+                                max_new_tokens=MAX_NEW_TOKENS, batch_size=EPISODES, generator=generator)
 
     prompt = sum(hf_engine.prompt_tokens(e) for e in distinct) / len(distinct)
     print(f"\n## vllm: {backbone.describe()}, {torch.get_num_threads()} torch threads, "
@@ -109,7 +85,7 @@ def vllm() -> None:
             # (both share prefixes within a play only)
             generator.llm.reset_prefix_cache()
             start = time.perf_counter()
-            rollouts = eng.play(entries, temperature=temperature, generator=torch.Generator().manual_seed(0))
+            rollouts = eng.play(entries, temperature=temperature)
             seconds = time.perf_counter() - start
             tokens = sum(r.num_model_tokens for r in rollouts)
             rates[name] = tokens / seconds

@@ -120,14 +120,10 @@ def test_slurm_launcher_takes_account_and_partition_from_the_local_config(tmp_pa
     assert (launcher.account, launcher.partition) == ("lab42", "gpu-a100")
 
 
-def test_vllm_requests_fail_with_the_fix():
+def test_a_loss_type_the_kl_term_cannot_follow_fails_with_the_fix():
     from seal.errors import UserError
     from seal.rl.config import check_hardware
 
-    check_hardware(compose_with())  # the default CPU setup passes
-    with pytest.raises(UserError, match="colocate or server"):
-        check_hardware(compose_with("trainer.vllm_mode=sometimes"))
-    with pytest.raises(UserError, match="GPU"):
-        check_hardware(compose_with("trainer.vllm_mode=colocate"))
+    check_hardware(compose_with())  # the default setup passes
     with pytest.raises(UserError, match="loss_type"):
         check_hardware(compose_with("trainer.loss_type=dr_grpo"))

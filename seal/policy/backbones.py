@@ -281,6 +281,7 @@ class HFBackbone:
         upstream: str | None = None,
         generation: str = "transformers",
         arch: Any = None,
+        vllm: Any = None,
         **extra: Any,
     ):
         self.name, self.source, self.local_path, self.gguf_file = name, source, local_path, gguf_file
@@ -288,6 +289,7 @@ class HFBackbone:
         self.params_b, self.lora, self.upstream, self.generation = float(params_b), lora, upstream, generation
         # the architecture from the model's published config.json: memory plans without the weights
         self.arch = dict(arch) if arch else None
+        self.vllm = dict(vllm) if vllm else {}
         self.extra = extra
         self._path: Path | None = None
 
@@ -388,9 +390,11 @@ class TinyRandomBackbone:
         params_b: float = 0.004,
         lora: Any = None,
         generation: str = "transformers",
+        vllm: Any = None,
         **extra: Any,
     ):
         self.name = name
+        self.vllm = dict(vllm) if vllm else {}
         self.shape = dict(
             hidden_size=int(hidden_size), num_hidden_layers=int(num_layers), num_attention_heads=int(num_heads),
             num_key_value_heads=int(num_kv_heads), intermediate_size=int(intermediate_size),

@@ -24,32 +24,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from seal.errors import UserError
+from seal.policy.generation import Generated, GenerationRequest
 
 # KV cache of an engine on the CPU when nothing is configured: vLLM's own default takes about 11 GiB
 DEFAULT_CPU_KV_CACHE_GIB = 1.0
 # share of the GPU a colocated engine may take (weights, KV cache, activations); the trainer keeps the rest
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.3
-
-
-@dataclass
-class GenerationRequest:
-    # identifies the episode within one play() (stable across its steps)
-    key: int
-    # the whole token sequence so far (prompt + everything appended), never re-tokenised
-    ids: list[int]
-    # the episode's sampling seed; each step's randomness comes from (seed, len(ids))
-    seed: int
-    max_new_tokens: int
-
-
-@dataclass
-class Generated:
-    # sampled tokens, including the stop token when one ended the message
-    ids: list[int]
-    # logprob of each sampled token under softmax(logits / T) (the raw logits when T == 0)
-    logprobs: list[float]
-    # the stop token id that ended the message, None when cut at max_new_tokens
-    stop: int | None
 
 
 @dataclass(frozen=True)
@@ -123,13 +103,16 @@ class VLLMGenerator:
         context_length: int,
         seed: int,
         memory: VLLMMemory | None = None,
-        enforce_eager: bool = False,
+        enforce_eager: bool | None = None,
         max_num_seqs: int | None = None,
     ):
         vllm = _import_vllm()
         from vllm.platforms import current_platform
 
         self.cpu = current_platform.is_cpu()
+        if enforce_eager is None:
+            # torch.compile's warm-up costs about 70 s on 2 CPU cores and pays off only on long runs
+            enforce_eager = self.cpu
         options = engine_options(cpu=self.cpu, memory=memory or VLLMMemory())
         if max_num_seqs is not None:
             options["max_num_seqs"] = int(max_num_seqs)
@@ -156,13 +139,29 @@ class VLLMGenerator:
             )
         self._sampling_params = vllm.SamplingParams
         self._tokens_prompt = vllm.inputs.TokensPrompt
+        # the torch model whose weights the engine takes at every play (None: the checkpoint's, as loaded)
+        self.model: Any = None
+
+    def begin(self) -> None:
+        """A play starts: the engine takes the trained model's current weights first (when it has one)."""
+        if self.model is not None:
+            self.sync_weights(self.model)
+
+    def end(self) -> None:
+        pass
 
     def generate(
-        self, requests: list[GenerationRequest], *, temperature: float, stop_ids: list[int]
+        self, requests: list[GenerationRequest], *, temperature: float, stops: list[tuple[int, ...]]
     ) -> list[Generated]:
         """One message for every request, in the order given."""
         if not requests:
             return []
+        if any(len(s) != 1 for s in stops):
+            raise UserError(
+                "backbone.generation=vllm stops on single tokens only, and this tokenizer spells an end-of-turn "
+                "marker in several tokens: use backbone.generation=transformers with this tokenizer"
+            )
+        stop_ids = [s[0] for s in stops]
         prompts, params = [], []
         for r in requests:
             if len(r.ids) + r.max_new_tokens > self.context_length:
@@ -192,7 +191,7 @@ class VLLMGenerator:
             completion = out.outputs[0]
             ids = list(completion.token_ids)
             logprobs = [float(step[token].logprob) for step, token in zip(completion.logprobs, ids)]
-            stop = ids[-1] if ids and ids[-1] in stops and completion.finish_reason == "stop" else None
+            stop = (ids[-1],) if ids and ids[-1] in stops and completion.finish_reason == "stop" else None
             generated.append(Generated(ids=ids, logprobs=logprobs, stop=stop))
         return generated
 

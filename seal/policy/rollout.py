@@ -150,17 +150,27 @@ class RolloutEngine:
             return budget.get(key, default) if hasattr(budget, "get") else getattr(budget, key, default)
 
         generation = getattr(backbone, "generation", "transformers")
-        if generation != "transformers":
-            raise UserError(f"backbone.generation={generation!r}: choose transformers")
+        if generation not in ("transformers", "vllm"):
+            raise UserError(f"backbone.generation={generation!r}: choose transformers or vllm")
         memory_gb = get("rollout_memory_gb")
         fmt = get_format(backbone.tool_format, chat=chat_for(policy.tokenizer), tools=tool_rendering)
+        generator = None
+        if generation == "vllm" and not getattr(backbone, "oracle", False):
+            from seal.policy.generation_vllm import VLLMGenerator, VLLMMemory
+
+            options = dict(getattr(backbone, "vllm", None) or {})
+            generator = VLLMGenerator(
+                backbone.model_path(), dtype=backbone.dtype, context_length=backbone.context_length, seed=0,
+                memory=VLLMMemory(kv_cache_gib=memory_gb, gpu_memory_utilization=options.get("gpu_memory_utilization")),
+                enforce_eager=options.get("enforce_eager"),
+            )
         return cls(
             policy, fmt, context_length=backbone.context_length, max_new_tokens=get("max_new_tokens"),
             batch_size=get("batch_size"), max_steps_per_turn=get("max_steps_per_turn", 20),
             step_limit=check_step_limit(get("step_limit", "turn"), "budget.step_limit"),
             oracle=getattr(backbone, "oracle", False), compute_dtype=getattr(policy, "compute_dtype", None),
             memory_bytes=None if memory_gb is None else int(float(memory_gb) * 2**30),
-            memory_fraction=get("rollout_memory_fraction", 0.5),
+            memory_fraction=get("rollout_memory_fraction", 0.5), generator=generator,
         )
 
     # ------------------------------------------------------------------------------------ rendering

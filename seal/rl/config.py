@@ -70,19 +70,6 @@ def check_hardware(cfg: DictConfig) -> None:
     """Fail at once, with the fix, when the config asks for hardware or extras this machine lacks."""
     import importlib.util
 
-    mode = cfg.trainer.get("vllm_mode")
-    if mode not in (None, "colocate", "server"):
-        raise UserError(f"trainer.vllm_mode={mode!r}: choose null, colocate or server")
-    if mode is not None:
-        if not torch.cuda.is_available():
-            raise UserError(f"trainer.vllm_mode={mode} needs a CUDA GPU; on a CPU keep trainer.vllm_mode=null")
-        if importlib.util.find_spec("vllm") is None:
-            raise UserError(f"trainer.vllm_mode={mode} needs vLLM: run `make install` (on a CUDA machine it "
-                            "installs vllm==0.31.0, the newest TRL 1.16 supports)")
-        raise UserError(
-            f"trainer.vllm_mode={mode}: the multi-turn rollout engine generates with transformers only in this "
-            "version; vLLM generation is not wired in yet. Use trainer.vllm_mode=null (HF generate on the GPU)"
-        )
     if cfg.trainer.loss_type not in LOSS_TYPES:
         raise UserError(f"trainer.loss_type={cfg.trainer.loss_type!r}: choose one of {', '.join(LOSS_TYPES)}")
 

@@ -13,7 +13,8 @@ import torch
 
 from seal.errors import UserError
 from seal.policy import generation_vllm as gv
-from seal.policy.generation_vllm import GenerationRequest, VLLMMemory, engine_options, step_seed
+from seal.policy.generation import GenerationRequest
+from seal.policy.generation_vllm import VLLMMemory, engine_options, step_seed
 
 # fp32 on both sides; what is left is kernel order (measured here: at most 3e-5 on 2,500-token prompts)
 LOGPROB_TOL = 5e-4
@@ -151,7 +152,7 @@ def _hf_logprobs(model, ids: list[int], continuation: list[int], temperature: fl
 def test_greedy_matches_transformers_on_bfcl_prompts(generator, hf, bfcl_prompts, stop_ids):
     max_new = 24
     requests = [GenerationRequest(i, p, seed=i, max_new_tokens=max_new) for i, p in enumerate(bfcl_prompts)]
-    got = generator.generate(requests, temperature=0.0, stop_ids=stop_ids)
+    got = generator.generate(requests, temperature=0.0, stops=[(t,) for t in stop_ids])
     assert len(got) == len(bfcl_prompts) and all(1000 < len(p) < CONTEXT for p in bfcl_prompts)
     for prompt, g in zip(bfcl_prompts, got):
         expected, seen = _hf_greedy(hf.model, prompt, max_new, stop_ids)
@@ -171,13 +172,13 @@ def test_greedy_matches_transformers_on_bfcl_prompts(generator, hf, bfcl_prompts
 def test_logprobs_match_a_transformers_forward_pass(generator, hf, bfcl_prompts, stop_ids, temperature):
     prompt = bfcl_prompts[0][:800]  # any sequence does; a shorter one keeps the reference passes cheap
     request = GenerationRequest(key=0, ids=prompt, seed=3, max_new_tokens=12)
-    first = generator.generate([request], temperature=temperature, stop_ids=stop_ids)[0]
+    first = generator.generate([request], temperature=temperature, stops=[(t,) for t in stop_ids])[0]
     expected = _hf_logprobs(hf.model, prompt, first.ids, temperature)
     assert first.logprobs == pytest.approx(expected, abs=LOGPROB_TOL)
     # a second step continues the sequence: its prefix comes from vLLM's prefix cache
     grown = prompt + first.ids + _chat(hf, "Go on.")
     request = GenerationRequest(key=0, ids=grown, seed=3, max_new_tokens=8)
-    second = generator.generate([request], temperature=temperature, stop_ids=stop_ids)[0]
+    second = generator.generate([request], temperature=temperature, stops=[(t,) for t in stop_ids])[0]
     expected = _hf_logprobs(hf.model, grown, second.ids, temperature)
     assert second.logprobs == pytest.approx(expected, abs=LOGPROB_TOL)
     if temperature:
@@ -195,8 +196,8 @@ def test_seeded_sampling_is_reproducible_and_seeds_differ(generator, hf, stop_id
     assert len(long_a) + len(long_b) > CONTEXT
     batch = [GenerationRequest(key=k, ids=p, seed=s, max_new_tokens=32) for k, (p, s) in
              enumerate([(long_a, 1), (long_a, 1), (long_a, 2), (long_b, 1)])]
-    a = generator.generate(batch, temperature=1.0, stop_ids=stop_ids)
-    b = generator.generate(batch[::-1], temperature=1.0, stop_ids=stop_ids)[::-1]
+    a = generator.generate(batch, temperature=1.0, stops=[(t,) for t in stop_ids])
+    b = generator.generate(batch[::-1], temperature=1.0, stops=[(t,) for t in stop_ids])[::-1]
     assert [g.ids for g in a] == [g.ids for g in b]
     # the second call reads the prompts from the prefix cache in another batch order: the same draws,
     # logprobs equal up to kernel order (measured: 2e-5)
@@ -213,11 +214,11 @@ def test_stop_tokens_end_the_message_and_are_included(generator, hf, stop_ids):
     expected, _ = _hf_greedy(hf.model, prompt, 64, stop_ids)
     assert expected[-1] == stop_ids[0] and len(expected) < 64  # this reply does end by itself
     requests = [GenerationRequest(0, prompt, 0, 64), GenerationRequest(1, prompt, 0, 3)]
-    ended, cut = generator.generate(requests, temperature=0.0, stop_ids=stop_ids)
+    ended, cut = generator.generate(requests, temperature=0.0, stops=[(t,) for t in stop_ids])
     (unstoppable,) = generator.generate(
-        [GenerationRequest(2, prompt, 0, len(expected) + 4)], temperature=0.0, stop_ids=[]
+        [GenerationRequest(2, prompt, 0, len(expected) + 4)], temperature=0.0, stops=[]
     )
-    assert ended.ids == expected and ended.stop == stop_ids[0] and len(ended.logprobs) == len(expected)
+    assert ended.ids == expected and ended.stop == (stop_ids[0],) and len(ended.logprobs) == len(expected)
     assert cut.ids == expected[:3] and cut.stop is None
     # with no stop ids the end-of-turn token is just a token (eos of the checkpoint is ignored too)
     assert unstoppable.ids[: len(expected)] == expected and len(unstoppable.ids) == len(expected) + 4
@@ -245,7 +246,7 @@ def test_sync_weights_makes_vllm_follow_the_trained_model(generator, hf, bfcl_pr
 
     prompt = bfcl_prompts[1][:600]
     request = [GenerationRequest(key=0, ids=prompt, seed=0, max_new_tokens=8)]
-    before = generator.generate(request, temperature=0.0, stop_ids=stop_ids)[0]
+    before = generator.generate(request, temperature=0.0, stops=[(t,) for t in stop_ids])[0]
     reply = hf.tokenizer("The sea is big and blue.", add_special_tokens=False)["input_ids"]
     target = _chat(hf, "Tell me about the sea.") + reply
 
@@ -256,7 +257,7 @@ def test_sync_weights_makes_vllm_follow_the_trained_model(generator, hf, bfcl_pr
     for trained, lr in [(full, 1e-3), (lora, 1e-2)]:
         _train_a_little(trained, prompt[-200:] + target, lr=lr)
         generator.sync_weights(trained)
-        after = generator.generate(request, temperature=0.0, stop_ids=stop_ids)[0]
+        after = generator.generate(request, temperature=0.0, stops=[(t,) for t in stop_ids])[0]
         with torch.no_grad():
             new = _hf_logprobs(trained, prompt, after.ids, 0.0)
             old = _hf_logprobs(hf.model, prompt, after.ids, 0.0)
@@ -267,5 +268,34 @@ def test_sync_weights_makes_vllm_follow_the_trained_model(generator, hf, bfcl_pr
     assert not any(getattr(m, "merged", False) for m in lora.modules())
 
     generator.sync_weights(hf.model)
-    again = generator.generate(request, temperature=0.0, stop_ids=stop_ids)[0]
+    again = generator.generate(request, temperature=0.0, stops=[(t,) for t in stop_ids])[0]
     assert again.ids == before.ids and again.logprobs == pytest.approx(before.logprobs, abs=1e-5)
+
+
+@needs_vllm
+def test_greedy_evaluation_with_either_backend_gives_the_same_calls_and_verdicts(generator, hf, bench):
+    """The smoke evaluation's entries (the shortest prompt of each category) played greedily through the
+    one episode protocol: only the generation backend differs."""
+    from seal.eval.evaluate import select_entries
+    from seal.env.splits import seal_release
+    from seal.policy.formats import chat_for, get_format
+    from seal.policy.rollout import RolloutEngine
+
+    fmt = get_format("qwen_xml", chat=chat_for(hf.tokenizer))
+    args = dict(context_length=CONTEXT, max_new_tokens=48, batch_size=4)
+    hf_engine = RolloutEngine(hf, fmt, **args)
+    vllm_engine = RolloutEngine(hf, fmt, **args, generator=generator)
+    entries = select_entries(hf_engine, seal_release().test, 1)
+    assert len(entries) == 4
+    ours, theirs = hf_engine.play(entries, temperature=0.0), vllm_engine.play(entries, temperature=0.0)
+    for a, b in zip(ours, theirs):
+        if a.completion_ids != b.completion_ids:
+            # a differing token must be a near-tie in the transformers logits at that position
+            seq_a, seq_b = a.prompt_ids + a.completion_ids, b.prompt_ids + b.completion_ids
+            at = next(i for i, (x, y) in enumerate(zip(seq_a, seq_b)) if x != y)
+            top = _logits(hf.model, seq_a[:at])[-1].topk(2).values
+            assert (top[0] - top[1]).item() < NEAR_TIE, (a.entry.id, at)
+            continue
+        assert [[c.text for s in t for c in s.calls] for t in a.episode.steps] == \
+               [[c.text for s in t for c in s.calls] for t in b.episode.steps]
+        assert a.verdict.valid == b.verdict.valid and a.verdict.error_type == b.verdict.error_type
