@@ -156,6 +156,10 @@ class CoEvolution:
         n = len(local)
         return weights[self.dist.rank * n : (self.dist.rank + 1) * n]
 
+    def round_rewards(self) -> list[float]:
+        """The closed round's rewards over all ranks, in global episode order (groups consecutive)."""
+        return [e["reward"] for e in self.history[-1].episodes]
+
     # -- after the round's optimizer steps ----------------------------------------------------------
     def finish_round(self, global_step: int, optimizer_metrics: dict[str, float] | None = None) -> None:
         """Called once the round's optimizer steps are done (before its checkpoint is written)."""

@@ -50,6 +50,7 @@ class ChoiceTask:
         self.target_id = first[options.index(target)]
         self.history: list[dict[str, float]] = []
         self._rewards: list[float] = []
+        self._round_rewards: list[float] = []
 
     def prompt_ids(self, prompt: str) -> list[int]:
         """The chat-formatted question for prompt `sanity_<i>`: the options in an order fixed by i."""
@@ -87,8 +88,13 @@ class ChoiceTask:
 
     def close_round(self, global_step: int) -> None:
         rewards = self.dist.gather(self._rewards)
+        self._round_rewards = rewards
         self.history.append({"round": len(self.history), "reward_mean": sum(rewards) / len(rewards)})
         return None
+
+    def round_rewards(self) -> list[float]:
+        """The closed round's rewards over all ranks, in global episode order."""
+        return list(self._round_rewards)
 
     def finish_round(self, global_step: int, optimizer_metrics: dict[str, float] | None = None) -> None:
         record = self.history[-1]

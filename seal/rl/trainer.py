@@ -85,7 +85,7 @@ class SealGRPOTrainer(GRPOTrainer):
         weights = self.coevolution.close_round(self.state.global_step)
         epsilon = self.std_epsilon
         if self.scale_rewards == "group" and epsilon != TRL_STD_EPSILON:
-            rewards = [e["reward"] for e in self.coevolution.history[-1].episodes]
+            rewards = self.coevolution.round_rewards()
             n = len(out["advantages"])
             rank = self.accelerator.process_index
             factors = group_std_rescale(rewards, self.num_generations, epsilon)[rank * n : (rank + 1) * n]
