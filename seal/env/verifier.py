@@ -7,6 +7,8 @@ diagnosis needs: every turn is checked, not only up to the first failure.
 
 from __future__ import annotations
 
+import copy
+
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -81,7 +83,9 @@ def _compare_state(model: Backends, gold: Backends) -> dict[str, dict[str, dict[
                 continue
             model_value, gold_value = getattr(model_instance, attr), getattr(gold_instance, attr)
             if model_value != gold_value:
-                diffs.setdefault(class_name, {})[attr] = {"model": model_value, "ground_truth": gold_value}
+                # copies: the backends play on, and the evidence must stay this turn's
+                diffs.setdefault(class_name, {})[attr] = {"model": copy.deepcopy(model_value),
+                                                          "ground_truth": copy.deepcopy(gold_value)}
     return diffs
 
 

@@ -308,7 +308,7 @@ class QwenXML(_JSONFormat):
 
     name = "qwen_xml"
     args_key = "arguments"
-    call_example = '<tool_call>\n{"name": "cd", "arguments": {"folder": "documents"}}\n</tool_call>'
+    call_example = '<tool_call>\n{"name": "tool_name", "arguments": {"parameter": "value"}}\n</tool_call>'
     _BLOCK = re.compile(r"<tool_call>(.*?)(</tool_call>|\Z)", re.DOTALL)
 
     def _tools_block(self, docs: list[dict[str, Any]]) -> str:
@@ -351,7 +351,7 @@ class Llama3JSON(_JSONFormat):
 
     name = "llama3_json"
     args_key = "parameters"
-    call_example = '{"name": "cd", "parameters": {"folder": "documents"}}'
+    call_example = '{"name": "tool_name", "parameters": {"parameter": "value"}}'
 
     def _tools_text(self, docs: list[dict[str, Any]]) -> str:
         return "\n\n".join(self._tools_json(docs, indent=4))
@@ -408,7 +408,7 @@ class BFCLPython(ToolFormat):
     """BFCL's own prompting mode: its system prompt, and calls as a Python list `[f(a=1), g(b='x')]`."""
 
     name = "bfcl_python"
-    call_example = "[cd(folder='documents'), ls()]"
+    call_example = "[tool_name(parameter='value'), other_tool()]"
     _CALL_LIKE = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*\s*\(")
 
     def system_prompt(self, docs: list[dict[str, Any]], extra: str = "") -> str:

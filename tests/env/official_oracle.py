@@ -19,35 +19,67 @@ _CHILD = r"""
 import json, sys
 from seal.env.benchmark import load_benchmark, prepare_bfcl_import
 prepare_bfcl_import()
-from bfcl_eval.eval_checker.multi_turn_eval.multi_turn_checker import multi_turn_checker
+import types
+# the runner's module imports every API model handler (anthropic, openai, ...), which the project does
+# not install; the per-entry evaluation used here never reads that table
+sys.modules["bfcl_eval.constants.model_config"] = types.SimpleNamespace(MODEL_CONFIG_MAPPING={})
+from bfcl_eval.eval_checker.eval_runner import _evaluate_single_multi_turn_entry
+
+
+class Calls:
+    # the trajectories hold call strings already: decoding one step returns it as it is
+
+    @staticmethod
+    def decode_execute(step, has_tool_call_tag=False):
+        return step
+
+
 bench = load_benchmark()
 items = json.load(sys.stdin)
 out = []
 for n, item in enumerate(items):
     entry = bench[item["id"]]
-    result = item["result"]
-    # the eval runner's own pre-checks, then the checker; a fresh model name per trajectory
-    # keeps the checker's cached instances apart
-    if len(result) != len(entry.gold):
-        out.append({"valid": False, "error_type": "multi_turn:force_terminated"})
-        continue
-    decoded = [[step for step in turn if step] for turn in result]
-    res = multi_turn_checker(decoded, entry.gold, entry.to_bfcl(), entry.category, f"oracle_{n}")
-    out.append({"valid": res["valid"], "error_type": res.get("error_type")})
+    # the eval runner's own per-entry evaluation (pre-checks, decoding, checker); a fresh model
+    # name per trajectory keeps the checker's cached instances apart
+    res = _evaluate_single_multi_turn_entry(Calls(), entry.id, item["result"], entry.gold, entry.to_bfcl(),
+                                            f"oracle_{n}", entry.category)
+    out.append({"valid": res["valid"], "error_type": res.get("error", {}).get("error_type")})
 json.dump(out, sys.stdout)
 """
 
 
 def official_verdicts(items: list[dict]) -> list[dict]:
     """items: [{"id": entry id, "result": per turn, per step, call strings}] -> official verdicts."""
-    proc = subprocess.run(
-        [sys.executable, "-c", _CHILD],
-        input=json.dumps(items),
-        capture_output=True,
-        text=True,
-        check=False,
-        cwd=REPO,
-    )
+    return _child(_CHILD, items)
+
+
+_EXECUTE = r"""
+import json, sys
+from seal.env.benchmark import load_benchmark, prepare_bfcl_import
+prepare_bfcl_import()
+from bfcl_eval.eval_checker.multi_turn_eval.multi_turn_utils import execute_multi_turn_func_call
+
+bench = load_benchmark()
+out = []
+for item in json.load(sys.stdin):
+    entry = bench[item["id"]]
+    # one model name per entry: the official executor keeps each entry's instances across its turns
+    out.append([execute_multi_turn_func_call(calls, entry.initial_config, entry.involved_classes, "oracle",
+                                             entry.id, long_context=entry.long_context)[0]
+                for calls in item["turns"]])
+json.dump(out, sys.stdout)
+"""
+
+
+def _child(script: str, items: list[dict]):
+    proc = subprocess.run([sys.executable, "-c", script], input=json.dumps(items), capture_output=True,
+                          text=True, check=False, cwd=REPO)
     if proc.returncode != 0:
-        raise RuntimeError(f"official checker process failed:\n{proc.stderr[-3000:]}")
+        raise RuntimeError(f"official bfcl-eval process failed:\n{proc.stderr[-3000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def official_observations(items: list[dict]) -> list[list[list[str]]]:
+    """items: [{"id": entry id, "turns": per turn, call strings}] -> per entry, per turn, the strings
+    bfcl-eval's executor returns for those calls (run in order on one set of instances)."""
+    return _child(_EXECUTE, items)

@@ -1,17 +1,10 @@
 import pytest
 
-from seal.env import verify
-from seal.env.tasks import replay_gold
+from seal.env import parse_call, verify
+from seal.env.executor import Backends, execute
 from seal.env.verifier import CONTEXT_OVERFLOW, EMPTY_TURN, RESPONSE_MISMATCH, STATE_MISMATCH
 from tests.env.official_oracle import official_verdicts
 from tests.env.perturb import KINDS, perturbed_set
-
-
-def test_gold_replay_passes_all_800(bench):
-    results = replay_gold(list(bench))
-    assert len(results) == 800
-    failed = [(i, e) for i, ok, e in results if not ok]
-    assert failed == []
 
 
 def _agreement(items, bench):
@@ -61,15 +54,26 @@ def test_turn_evidence_is_kept_for_every_turn(bench):
 def test_state_mismatch_reports_the_differing_attribute(bench):
     entry = bench["multi_turn_base_0"]
     trajectory = [[list(turn)] if turn else [] for turn in entry.gold]
-    first = trajectory[0][0]
-    trajectory[0][0] = [c for c in first if not c.startswith("mkdir")] or first[1:]
+    # turn 0's gold is a cd, a mkdir and a mv into the new folder: drop the mkdir and the folder never
+    # exists (the mv renames the file instead)
+    assert [c.split("(")[0] for c in entry.gold[0]] == ["cd", "mkdir", "mv"]
+    trajectory[0] = [[c for c in entry.gold[0] if not c.startswith("mkdir")]]
+    # and turn 1 changes the tree again, after turn 0 was checked
+    trajectory[1] = [trajectory[1][0] + ["mkdir(dir_name='made_later')"]]
     verdict = verify(entry, trajectory)
+    official = official_verdicts([{"id": entry.id, "result": trajectory}])[0]
+    assert (verdict.valid, verdict.error_type) == (official["valid"], official["error_type"]) == (False, STATE_MISMATCH)
     turn = verdict.turns[0]
-    if turn.status == STATE_MISMATCH:
-        diff = turn.state_diff["GorillaFileSystem"]
-        assert set(diff) and all({"model", "ground_truth"} == set(d) for d in diff.values())
-    else:
-        assert turn.missing_results
+    assert turn.status == STATE_MISMATCH
+    diff = turn.state_diff["GorillaFileSystem"]
+    # the file system differs in its directory tree (root), and each entry names both sides
+    assert set(diff) == {"root"} and all(set(d) == {"model", "ground_truth"} for d in diff.values())
+    assert diff["root"]["model"] != diff["root"]["ground_truth"]
+    # the diff is turn 0's state, kept as it was: turn 1's new folder is not in it
+    alone = Backends(entry.involved_classes, entry.initial_config, entry.long_context)
+    for text in trajectory[0][0]:
+        execute(alone, parse_call(text))
+    assert diff["root"]["model"] == alone.instances["GorillaFileSystem"].root
 
 
 def test_context_overflow_is_a_failure_even_on_the_last_turn(bench):
