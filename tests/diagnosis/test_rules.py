@@ -250,6 +250,34 @@ def test_a_recovered_error_fails_the_turn_only_when_something_else_is_wrong(benc
     assert at(bench, BASE0, 0, calls)[0] == ("state_mismatch", "state_mismatch")
 
 
+def test_an_error_the_gold_calls_also_get_is_not_the_models_to_recover():
+    from seal.diagnosis.rules import _unrecovered_error
+    from seal.env.executor import CallRecord
+
+    # no gold call of the 800 entries errors, so the case is built by hand: the model's cd fails exactly
+    # as the gold cd does (same backend answer) and is never retried
+    text = "cd(folder='reports')"
+    answer = '{"error": "cd: reports: No such file or directory"}'
+    model = [CallRecord(text, answer, parse_call(text), "backend_error")]
+    gold = [parse_call(text)]
+    assert not _unrecovered_error(model, [CallRecord(text, answer, gold[0], "backend_error")], gold)
+    # the gold cd succeeds: the same model error is one the model had to make good
+    assert _unrecovered_error(model, [CallRecord(text, '{"current_working_directory": "reports"}', gold[0])], gold)
+
+
+def test_a_call_identical_to_a_gold_call_is_no_argument_mismatch(bench):
+    # base_173's turn-3 gold, close_ticket(ticket_id='ticket_001'), passes a string where the schema says
+    # integer. Called as gold calls it, plus a budget change nobody asked for: the state is wrong because
+    # of the extra call (all gold calls made with gold values), not because of the gold-identical call
+    gold = "close_ticket(ticket_id='ticket_001')"
+    extra = "set_budget_limit(access_token='abc123xyz', budget_limit=5.0)"
+    assert bench["multi_turn_base_173"].gold[3] == [gold]
+    assert at(bench, "multi_turn_base_173", 3, [gold, extra])[0] == ("state_mismatch", "state_mismatch")
+    # the same schema problem in a call that is not gold's is an argument mismatch
+    other = "close_ticket(ticket_id='ticket_002')"
+    assert at(bench, "multi_turn_base_173", 3, [other, extra])[0] == ("state_mismatch", "argument_mismatch")
+
+
 def test_missing_tool_call(bench):
     # cd(temp) alone: the state matches, grep's result is missing
     assert at(bench, BASE0, 1, ["cd(folder='temp')"])[0] == ("response_mismatch", "missing_tool_call")

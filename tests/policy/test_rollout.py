@@ -371,3 +371,26 @@ def test_no_interface_text_names_a_tool_before_the_turn_that_delivers_it(oracle_
     assert [i for i, t in enumerate(env[:delivery]) if sort.search(t)] == []
     # from the delivery on, the hints name it (the test would pass vacuously otherwise)
     assert [i for i in hints if i >= delivery and sort.search(env[i])] == [i for i in hints if i >= delivery] != []
+
+
+def test_a_message_cut_at_max_new_tokens_is_closed_as_the_template_closes_one(oracle_policy, bench):
+    class Cut(Scripted):
+        # the first step's output stops at the token budget: no stop token at its end
+        def _oracle_output(self, run):
+            out = super()._oracle_output(run)
+            if len(self.texts) == 1:
+                return Generated(out.ids[: -len(self.eot_ids)], out.logprobs[: -len(self.eot_ids)], None)
+            return out
+
+    entry = bench["multi_turn_base_0"]
+    eng = Cut(oracle_policy, "qwen_xml", ["I will look at the files", "Done."])
+    (r,) = eng.play([entry], temperature=0.0)
+    model = [i for i, s in enumerate(r.transcript) if s.model]
+    cut, after = r.transcript[model[0]], r.transcript[model[0] + 1]
+    assert cut.text == "I will look at the files" and not after.model
+    # ChatML ends every message with <|im_end|> and a newline; the next turn's user message follows
+    assert after.text.startswith("<|im_end|>\n<|im_start|>user\n")
+    # a message that ended with its own stop token is not closed twice
+    done = r.transcript[model[1]]
+    assert done.text.endswith("<|im_end|>") and not r.transcript[model[1] + 1].text.startswith("<|im_end|>")
+    check_accounting(eng, r)
