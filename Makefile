@@ -20,7 +20,7 @@ PIP := $(PY) -m pip install -q --disable-pip-version-check
 ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help install test test-slow run bench clean
+.PHONY: help install test test-slow run bench mutate clean
 
 help: ## show this list
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -44,6 +44,14 @@ test: install ## run the default test suite (what CI runs)
 
 test-slow: install ## run the heavier tests marked slow
 	$(PY) -m pytest -q -m slow
+
+# which mutants `make mutate` runs: mutmut name globs, e.g. MUTANTS="seal.rl.reweighting.*" (empty: all)
+MUTANTS ?=
+
+mutate: install ## mutation testing (mutmut) of the modules in pyproject's [tool.mutmut]: score per module, survivors
+	rm -rf mutants
+	$(PY) -m mutmut run --max-children 2 $(MUTANTS) > mutants.log 2>&1 || (tail -20 mutants.log; exit 1)
+	$(PY) experiments/mutation_report.py
 
 run: install ## run the main job: full SEAL on the embedded SmolLM2-135M, smoke budget
 	$(PY) run.py $(ARGS)

@@ -97,6 +97,22 @@ def test_reweighting_instantiates(choice):
     assert rw.mode == choice
 
 
+# paper Table 6 (the release's rho0 per outcome tag)
+TABLE_6 = {"spurious_tool_call": 2.0, "correct_abstention": 1.8, "empty_turn_model_response": 1.5,
+           "state_mismatch": 1.0, "response_mismatch": 0.9, "instance_mismatch": 0.6, "pass": 1.0}
+
+
+def test_reweighting_variants_differ_from_closed_loop_only_in_mode():
+    base = OmegaConf.to_container(compose_with("reweighting=closed_loop").reweighting)
+    assert base["rho0"] == TABLE_6
+    assert (base["w_min"], base["w_max"], base["ema_beta"], base["prevalence_alpha"]) == (0.5, 2.0, 0.25, 1.0)
+    for choice in ("fixed", "shuffled", "off"):
+        variant = OmegaConf.to_container(compose_with(f"reweighting={choice}").reweighting)
+        assert variant == {**base, "mode": choice}, choice
+    # an override of the base reaches every variant
+    assert compose_with("reweighting=fixed", "reweighting.rho0.pass=1.2").reweighting.rho0["pass"] == 1.2
+
+
 def test_slurm_launcher_composes_with_a_local_override():
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         cfg = compose(config_name="config", overrides=["hydra/launcher=submitit_slurm", "hydra.launcher.partition=gpu"],

@@ -11,6 +11,7 @@ from seal.diagnosis import diagnose, diagnose_result, profile_labels, trajectory
 from seal.diagnosis.injections import Step, gold_script, play
 from seal.env import parse_call, verify
 from seal.rl.reweighting import trajectory_weight
+from tests.config_values import RHO0
 from tests.env.official_oracle import official_verdicts
 from tests.env.perturb import perturbed_set
 
@@ -21,8 +22,6 @@ OFFICIAL = {
     "response_mismatch": "multi_turn:execution_response_mismatch",
 }
 FORCE_TERMINATED = "multi_turn:force_terminated"
-RHO0 = {"spurious_tool_call": 2.0, "correct_abstention": 1.8, "empty_turn_model_response": 1.5,
-        "state_mismatch": 1.0, "response_mismatch": 0.9, "instance_mismatch": 0.6, "pass": 1.0}
 
 
 def test_the_first_failing_outcome_is_the_official_verdict(bench, signatures):

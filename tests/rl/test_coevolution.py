@@ -8,10 +8,9 @@ from seal.env.benchmark import get_entries
 from seal.interface import InterfaceConfig, initial_interface
 from seal.rl.coevolution import CoEvolution
 from seal.rl.reweighting import Reweighting
+from tests.config_values import RHO0
 from tests.rl.scripted import ScriptedEngine
 
-RHO0 = {"spurious_tool_call": 2.0, "correct_abstention": 1.8, "empty_turn_model_response": 1.5,
-        "state_mismatch": 1.0, "response_mismatch": 0.9, "instance_mismatch": 0.6, "pass": 1.0}
 IDS = ["multi_turn_base_0", "multi_turn_base_0"]
 
 

@@ -1,6 +1,7 @@
 """Reweighting maths against values computed by hand (fractions in the comments)."""
 
 import json
+import random
 
 import pytest
 
@@ -8,13 +9,13 @@ from seal.diagnosis import trajectory_profile
 from seal.rl.reweighting import (
     Reweighting,
     TagWindow,
+    rho_target,
     trajectory_weight,
     update_rho,
     weight_stats,
 )
+from tests.config_values import RHO0
 
-RHO0 = {"spurious_tool_call": 2.0, "correct_abstention": 1.8, "empty_turn_model_response": 1.5,
-        "state_mismatch": 1.0, "response_mismatch": 0.9, "instance_mismatch": 0.6, "pass": 1.0}
 RULE = dict(alpha=1.0, beta=0.25, confidence_samples=32, w_min=0.5, w_max=2.0)
 
 
@@ -166,8 +167,12 @@ def test_state_round_trips_mid_epoch():
 
 
 def test_bad_settings_are_rejected():
-    with pytest.raises(ValueError, match="not one of"):
+    with pytest.raises(ValueError, match="not one of off, fixed, closed_loop, shuffled"):
         Reweighting(mode="sometimes")
+    with pytest.raises(ValueError, match="w_min"):
+        Reweighting(w_min=0.0)
+    # the bounds may touch 1 (no down- or no up-weighting)
+    assert Reweighting(w_min=1.0, w_max=2.0).w_min == 1.0 and Reweighting(w_min=0.5, w_max=1.0).w_max == 1.0
     with pytest.raises(ValueError, match="w_min"):
         Reweighting(w_min=1.5, w_max=2.0)
     with pytest.raises(ValueError, match="rounds_per_epoch"):
@@ -178,3 +183,51 @@ def test_weight_stats():
     stats = weight_stats([0.5, 1.0, 2.0, 1.5], 0.5, 2.0)
     assert stats["mean"] == pytest.approx(1.25) and stats["clipped_frac"] == 0.5
     assert stats["min"] == 0.5 and stats["max"] == 2.0
+
+
+def test_window_and_rule_edges_by_hand():
+    # a tag the checker could not judge, first in its trajectory, is skipped and the rest still counts
+    window = TagWindow()
+    window.add([["checker_error", "state_mismatch", "pass"]], [0.0])
+    assert window.counts == {"state_mismatch": 1, "pass": 1}
+    # an absent tag has prevalence 0 (also in an empty window) and stagnation 0
+    assert window.prevalence("spurious_tool_call") == 0.0 and TagWindow().prevalence("pass") == 0.0
+    assert window.stagnation("spurious_tool_call") == 0.0
+    # excluded tags target 1.0 whatever their base
+    assert rho_target("checker_error", 1.7, window, alpha=1.0, confidence_samples=32, w_min=0.5, w_max=2.0) == 1.0
+    # confidence saturates at 1: 64 state_mismatch turns (n_conf 32) of 80, all failed:
+    # target = 1.0 * (1 + 1.0 * 64/80 * 1 * 1) = 1.8 (not clipped); with confidence 2 it would be 2.0 after clipping
+    big = TagWindow()
+    big.add([["state_mismatch"] * 64 + ["pass"] * 16], [0.0])
+    assert rho_target("state_mismatch", 1.0, big, alpha=1.0, confidence_samples=32, w_min=0.5, w_max=2.0) == (
+        pytest.approx(1.8))
+    # a tag missing from the current rho starts from rho0; custom frozen/excluded sets are honoured
+    assert update_rho({}, RHO0, TagWindow(), **RULE) == pytest.approx(RHO0)
+    moved = update_rho(RHO0, RHO0, big, **RULE, frozen=frozenset())
+    # pass: 16 of 80 turns, all failed, 16/32 confidence: target = 1 + 0.2 * 1 * 0.5 = 1.1; rho = 0.75 + 0.275
+    assert moved["pass"] == pytest.approx(1.025)
+    kept = update_rho(RHO0, RHO0, big, **RULE, excluded=frozenset({"state_mismatch"}))
+    assert kept["state_mismatch"] == pytest.approx(0.75 * 1.0 + 0.25 * 1.0)
+
+
+def test_off_weights_are_one_and_state_loads_without_a_window():
+    off = Reweighting(mode="off", rho0=RHO0)
+    assert off.weights([{"spurious_tool_call": 1.0}, {}]) == [1.0, 1.0]
+    rw = Reweighting(mode="closed_loop", rho0=RHO0, rounds_per_epoch=1)  # one round per epoch is valid
+    state = rw.state_dict()
+    del state["window"], state["rounds_in_epoch"]
+    rw.load_state_dict(state)
+    assert rw.window.counts == {} and rw.window.reward_sums == {} and rw.rounds_in_epoch == 0
+
+
+def test_shuffled_permutations_follow_the_seed():
+    profiles = [{"spurious_tool_call": 1.0}, {"instance_mismatch": 1.0}, {"pass": 1.0}, {"correct_abstention": 1.0}]
+    expected = [2.0, 0.6, 1.0, 1.8]
+    random.Random(7).shuffle(expected)  # the permutation Python's RNG seeded with 7 draws
+    assert Reweighting(mode="shuffled", rho0=RHO0, seed=7).weights(profiles) == expected
+
+
+def test_weight_stats_std_by_hand():
+    # weights 0.5, 1.0, 2.0, 1.5: mean 1.25, squared deviations 0.5625 + 0.0625 + 0.5625 + 0.0625 = 1.25
+    assert weight_stats([0.5, 1.0, 2.0, 1.5], 0.5, 2.0)["std"] == pytest.approx((1.25 / 4) ** 0.5)
+    assert weight_stats([], 0.5, 2.0) == {}
