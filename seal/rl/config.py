@@ -68,8 +68,6 @@ def round_plan(budget: DictConfig, world: int = 1) -> RoundPlan:
 
 def check_hardware(cfg: DictConfig) -> None:
     """Fail at once, with the fix, when the config asks for hardware or extras this machine lacks."""
-    import importlib.util
-
     if cfg.trainer.loss_type not in LOSS_TYPES:
         raise UserError(f"trainer.loss_type={cfg.trainer.loss_type!r}: choose one of {', '.join(LOSS_TYPES)}")
 

@@ -51,3 +51,71 @@ def test_every_number_the_paper_fixes_reaches_trl(tmp_path):
 def test_a_round_that_does_not_split_is_one_clear_error(override, world):
     with pytest.raises(UserError, match="do not split"):
         round_plan(compose_with("budget=paper", override).budget, world)
+
+
+def test_each_setting_reaches_its_grpo_config_field(tmp_path):
+    # values no TRL default has, so a dropped or crossed argument shows (the paper's values are mostly
+    # TRL's defaults, which hide a missing mapping)
+    cfg = compose_with(
+        "budget=paper", "seed=11", "trainer.learning_rate=3e-6", "trainer.beta=0.02", "trainer.epsilon=0.3",
+        "trainer.dual_clip=7.0", "trainer.weight_decay=0.05", "trainer.max_grad_norm=0.7", "trainer.loss_type=bnpo",
+        "trainer.lr_scheduler_type=cosine", "trainer.warmup_ratio=0.1", "trainer.scale_rewards=batch",
+        "trainer.gradient_checkpointing=false", "trainer.save_every=3", "trainer.keep_checkpoints=5",
+        "budget.temperature=0.9", "budget.max_new_tokens=1234", "budget.rollouts_per_prompt=4",
+        "budget.micro_batch_size=2", "budget.epochs=2",
+    )
+    args = grpo_config(cfg, tmp_path, num_train=100, compute_dtype="float32")
+    # 32 prompts x 4 rollouts = 128 episodes per round, 4 steps of 32, micro-batches of 2: 16 per step;
+    # 2 epochs of 100 // 32 = 3 rounds: 6 rounds of 4 steps
+    expected = {
+        "learning_rate": 3e-6, "beta": 0.02, "epsilon": 0.3, "delta": 7.0, "weight_decay": 0.05,
+        "max_grad_norm": 0.7, "loss_type": "bnpo", "warmup_steps": 0.1, "scale_rewards": "batch",
+        "gradient_checkpointing": False, "save_total_limit": 5, "temperature": 0.9, "max_completion_length": 1234,
+        "num_generations": 4, "per_device_train_batch_size": 2, "gradient_accumulation_steps": 16,
+        "steps_per_generation": 64, "max_steps": 24, "save_steps": 12, "seed": 11, "data_seed": 11,
+        "output_dir": str(tmp_path / "checkpoints"), "report_to": [], "bf16": False, "fp16": False,
+        "disable_dropout": True, "dataloader_num_workers": 0, "log_completions": False,
+        "mask_truncated_completions": False, "num_iterations": 1, "use_bias_correction_kl": False,
+        "model_init_kwargs": {"dtype": "float32"}, "logging_steps": 1,
+    }
+    assert {k: getattr(args, k) for k in expected} == expected
+    assert getattr(args.lr_scheduler_type, "value", args.lr_scheduler_type) == "cosine"
+    assert rounds_for(compose_with("budget=paper", "budget.rounds=5").budget, 400) == 5
+    # fewer train entries than one round's prompts still make one round per epoch
+    assert rounds_for(compose_with("budget=paper").budget, 20) == 6
+
+
+def test_round_plan_counts_are_integers_and_bad_sizes_are_named(tmp_path):
+    from dataclasses import astuple
+
+    plan = round_plan(compose_with("budget=paper").budget, 2)
+    assert plan.world == 2 and all(type(v) is int for v in astuple(plan))
+    # a group of 2 is the smallest GRPO group
+    smallest = round_plan(compose_with("budget=paper", "budget.rollouts_per_prompt=2").budget)
+    assert (smallest.episodes, smallest.world, smallest.episodes_per_rank) == (64, 1, 64)  # one rank by default
+    with pytest.raises(UserError, match="rollouts_per_prompt=1: GRPO needs at least 2"):
+        round_plan(compose_with("budget=paper", "budget.rollouts_per_prompt=1").budget)
+    # 256 episodes over 2 ranks x micro 4 x 4 steps = 32 split; over 3 ranks they do not
+    assert round_plan(compose_with("budget=paper", "budget.micro_batch_size=4").budget, 2).accumulation == 8
+    with pytest.raises(UserError, match="over 3 rank"):
+        round_plan(compose_with("budget=paper", "budget.micro_batch_size=4").budget, 3)
+    # micro-batches of 3 x 4 steps = 12 does not divide 256
+    with pytest.raises(UserError, match="budget.micro_batch_size=3 x budget.steps_per_round=4"):
+        round_plan(compose_with("budget=paper", "budget.micro_batch_size=3").budget, 1)
+    # 3 ranks x micro-batches of 3 x 4 steps = 36 does not divide 256 either
+    with pytest.raises(UserError, match="over 3 rank"):
+        round_plan(compose_with("budget=paper", "budget.micro_batch_size=3").budget, 3)
+    # as many prompts per round as train entries is allowed; one more is not
+    grpo_config(compose_with("budget=paper"), tmp_path, num_train=32, compute_dtype="float32")
+    with pytest.raises(UserError, match="prompts_per_round=32 exceeds the 31 train entries; lower it or raise budget.train_entries$"):
+        grpo_config(compose_with("budget=paper"), tmp_path, num_train=31, compute_dtype="float32")
+    with pytest.raises(UserError, match="trainer.loss_type='dapo': choose one of grpo, bnpo"):
+        grpo_config(compose_with("budget=paper", "trainer.loss_type=dapo"), tmp_path, 400, "float32")
+
+
+def test_float16_needs_a_gpu(tmp_path, monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(UserError, match="^backbone.dtype=float16 needs a CUDA GPU; use bfloat16 or float32 on a CPU$"):
+        grpo_config(compose_with("budget=paper"), tmp_path, 400, compute_dtype="float16")
