@@ -140,3 +140,75 @@ def test_config_errors_name_the_fix(kwargs, message):
 
 def test_unquoted_off_in_yaml_reads_as_off():
     assert InterfaceConfig(schema=False).schema == "off"
+
+
+def test_config_edges_and_messages():
+    from omegaconf import OmegaConf
+
+    # nested Hydra nodes are resolved to plain values (an interpolation inside a threshold override)
+    node = OmegaConf.create({"base": 0.3, "t": {"cap/format": {"on": "${base}", "off": 0.2}}})
+    cfg = InterfaceConfig(cap="evolve", thresholds=node.t)
+    assert cfg.threshold("cap/format") == (0.3, 0.2) and cfg.threshold("schema") == (0.10, 0.05)
+    # the thresholds may sit on their bounds: off = 0, off = on, on = 1
+    InterfaceConfig(on_threshold=1.0, off_threshold=0.0)
+    InterfaceConfig(on_threshold=0.2, off_threshold=0.2)
+    with pytest.raises(ValueError, match=r"cap/format: need 0 <= off <= on <= 1 for the thresholds, got on=1.5"):
+        InterfaceConfig(thresholds={"cap/format": {"on": 1.5}})
+    with pytest.raises(ValueError, match="^env_interface.err='sometimes' is not a mode; use one of off, always, "
+                                         'evolve \\(write "off" in quotes in YAML\\)$'):
+        InterfaceConfig(err="sometimes")
+    with pytest.raises(ValueError, match="^unknown interface switch\\(es\\) cap/x, y; switches are schema, err, "
+                                         "cap/cautious_call, cap/active_respond, cap/state_aware, cap/scope, cap/format$"):
+        InterfaceConfig(thresholds={"y": {}, "cap/x": {}})
+    with pytest.raises(ValueError, match="^unknown guideline\\(s\\) a, b; guidelines are cautious_call, active_respond, "
+                                         "state_aware, scope, format$"):
+        InterfaceConfig(guidelines=["b", "a"])
+    with pytest.raises(ValueError, match="^schema_style='fancy': choose one of project, release \\(rendering=...\\)$"):
+        InterfaceConfig(schema_style="fancy")
+    # min_evidence 0 (move on any round) is valid; a negative one is not
+    assert InterfaceConfig(min_evidence=0).min_evidence == 0
+    with pytest.raises(ValueError, match="^min_evidence must be >= 0, got -1$"):
+        InterfaceConfig(min_evidence=-1)
+    # a guideline left out of the config is off whatever the cap mode; the others follow it
+    cfg = InterfaceConfig(cap="always", guidelines=["scope"])
+    assert cfg.mode_of("cap/scope") == "always" and cfg.mode_of("cap/format") == "off" and cfg.mode_of("err") == "off"
+
+
+def test_from_dict_without_guidelines_and_with_err_on():
+    assert Omega.from_dict({"phi_schema": False, "phi_err": True, "version": 2}) == Omega(phi_err=True, version=2)
+
+
+def test_evidence_exactly_min_evidence_moves_and_a_fixed_mode_is_set_whatever_came_before():
+    cfg = InterfaceConfig(schema="evolve", cap="off", err="always", min_evidence=4)
+    # 4 turns, all argument mismatches: evidence 4 >= 4, signal 1.0 >= 0.10
+    moved = evolve(Omega(), profile(argument_mismatch=4), cfg)
+    assert moved.phi_schema and moved.phi_err and moved.version == 1
+    # a state that has cap on under a config with cap off: evolve switches it off, and every later
+    # switch is still visited (schema turns on below)
+    stale = Omega(phi_cap=frozenset({"scope"}))
+    out = evolve(stale, profile(argument_mismatch=4), cfg)
+    assert out.phi_cap == frozenset() and out.phi_schema and out.phi_err
+    # a switch on evolve that loses its evidence goes off (False, not None)
+    off = evolve(Omega(phi_schema=True, phi_err=True), profile(**{"pass": 100}), cfg)
+    assert off.switches()["schema"] is False
+
+
+def test_omega_diff_text():
+    old, new = Omega(phi_err=True, version=1), Omega(phi_schema=True, version=2)
+    assert omega_diff(old, new) == "schema: off -> on\nerr: on -> off\nversion: 1 -> 2"
+    assert omega_diff(old, old) == ""
+
+
+def test_widest_interface_has_every_switch_the_config_can_turn_on():
+    from seal.interface.omega import replace, widest_interface
+
+    cfg = InterfaceConfig(schema="evolve", err="off", cap="always", guidelines=["scope", "format"])
+    assert widest_interface(cfg) == Omega(phi_schema=True, phi_cap=frozenset({"scope", "format"}))
+    assert replace(Omega(), version=4) == Omega(version=4)
+
+
+def test_without_evidence_fixed_modes_still_apply_after_an_evolving_switch():
+    # schema (evolving) comes first and waits for evidence; err (always) after it is still set
+    cfg = InterfaceConfig(schema="evolve", err="always", cap="off", min_evidence=4)
+    out = evolve(Omega(), profile(argument_mismatch=3), cfg)
+    assert (out.phi_schema, out.phi_err, out.version) == (False, True, 1)
