@@ -9,6 +9,7 @@ import pytest
 from seal.diagnosis import CAUSES, OUTCOMES, TurnLabel, diagnose, diagnose_result
 from seal.diagnosis.injections import Step, gold_script, play
 from seal.env import Episode, parse_call, verify
+from seal.env.executor import CallRecord
 
 UNDECODABLE = ("<tool_call>{'name': ", "not valid JSON")
 PASS = ("pass", None)
@@ -252,7 +253,6 @@ def test_a_recovered_error_fails_the_turn_only_when_something_else_is_wrong(benc
 
 def test_an_error_the_gold_calls_also_get_is_not_the_models_to_recover():
     from seal.diagnosis.rules import _unrecovered_error
-    from seal.env.executor import CallRecord
 
     # no gold call of the 800 entries errors, so the case is built by hand: the model's cd fails exactly
     # as the gold cd does (same backend answer) and is never retried
@@ -265,7 +265,10 @@ def test_an_error_the_gold_calls_also_get_is_not_the_models_to_recover():
     assert _unrecovered_error(model, [CallRecord(text, '{"current_working_directory": "reports"}', gold[0])], gold)
 
 
-def test_a_call_identical_to_a_gold_call_is_no_argument_mismatch(bench):
+def test_a_call_identical_to_a_gold_call_is_no_argument_mismatch(bench, monkeypatch):
+    from seal.diagnosis import rules
+
+    monkeypatch.setattr(rules, "_ALL_GOLD", {})  # the gold set is built here, not taken from a cache
     # base_173's turn-3 gold, close_ticket(ticket_id='ticket_001'), passes a string where the schema says
     # integer. Called as gold calls it, plus a budget change nobody asked for: the state is wrong because
     # of the extra call (all gold calls made with gold values), not because of the gold-identical call
@@ -364,3 +367,62 @@ def test_score_input_gets_the_same_labels_as_the_played_episode(bench):
     verdict, steps = play(entry, script)
     result = [[calls]] + [[list(t)] for t in entry.gold[1:]]
     assert diagnose_result(entry, result, verify(entry, result)) == diagnose(entry, verdict, steps)
+
+
+# ------------------------------------------------------------------ the rules' building blocks, by hand
+
+
+def _record(text, observation, error=None):
+    return CallRecord(text, observation, parse_call(text), error)
+
+
+def test_canonical_binds_positional_arguments_and_orders_keywords():
+    from seal.diagnosis.rules import canonical
+    from seal.env.calls import ToolCall
+
+    # cd's one parameter is `folder`: positional and keyword spellings are the same call
+    assert canonical(ToolCall("cd", ("docs",), {})) == canonical(ToolCall("cd", (), {"folder": "docs"})) == (
+        "cd", repr([("folder", "docs")]))
+    # a tool outside the registry keeps its positional arguments and sorts its keywords by name
+    assert canonical(ToolCall("nope", (1,), {"b": 2, "a": "x"})) == ("nope", repr(((1,), [("a", "x"), ("b", 2)])))
+
+
+def test_unrecovered_error_cases_by_hand():
+    from seal.diagnosis.rules import _unrecovered_error
+
+    err = _record("cd(folder='nope')", '{"error": "cd: nope: No such file or directory"}', "backend_error")
+    ok_cd = _record("cd(folder='docs')", '{"current_working_directory": "docs"}')
+    ok_ls = _record("ls()", '{"current_directory_content": []}')
+    cd, ls = parse_call("cd(folder='docs')"), parse_call("ls()")
+    # retried once, but gold changes directory twice and the model succeeded once: not made good
+    assert _unrecovered_error([err, ok_cd], [], [cd, cd])
+    # retried, and as many successful cds as gold has: made good
+    assert not _unrecovered_error([err, ok_cd], [], [cd])
+    # an error after a successful call is still found
+    assert _unrecovered_error([ok_ls, err], [], [ls, cd])
+    # a later success of another tool is no retry of cd
+    assert _unrecovered_error([err, ok_ls], [], [ls])
+
+
+def test_outcome_of_an_unplayed_or_unknown_status_is_a_checker_error(bench):
+    from seal.diagnosis.rules import turn_outcome
+
+    entry = bench[BASE0]
+    check = verify(entry, [[list(t)] if t else [] for t in entry.gold]).turns[0]
+    assert turn_outcome(check) == "pass"
+    assert turn_outcome(dataclasses.replace(check, status="not_played")) == "checker_error"
+    assert turn_outcome(dataclasses.replace(check, status="some_new_error")) == "checker_error"
+
+
+def test_a_verdict_with_the_wrong_number_of_turns_is_a_checker_error(bench):
+    from seal.diagnosis.rules import steps_from_verdict
+
+    entry = bench[BASE0]
+    verdict = verify(entry, [[list(t)] if t else [] for t in entry.gold])
+    short = dataclasses.replace(verdict, turns=verdict.turns[:-1])
+    assert diagnose(entry, short, steps_from_verdict(verdict, entry.num_turns)) == [
+        TurnLabel("checker_error", "checker_error")] * entry.num_turns
+    # steps rebuilt from a verdict carry the executed calls and no raw text
+    steps = steps_from_verdict(verdict, 2)
+    assert len(steps) == 2 and [s[0].raw for s in steps] == ["", ""]
+    assert [r.text for r in steps[0][0].calls] == entry.gold[0]
