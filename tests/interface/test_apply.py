@@ -171,3 +171,96 @@ def test_the_note_is_a_config_value_and_the_style_is_checked():
     assert apply(Omega(version=3), EXAMPLE, release_cfg()) is PLAIN
     with pytest.raises(ValueError, match="schema_style"):
         InterfaceConfig(schema_style="fancy")
+
+
+# ---------------------------------------------------------------------------------------- exact texts
+
+ERR_ONLY = Omega(phi_err=True, version=1)
+VISIBLE = frozenset({"cd", "ls", "mv"})
+TOOLS = "Available tools: cd, ls, mv. If no tool fits, answer in plain text."
+
+
+def _hinted(text, observation, error, call=True):
+    record = CallRecord(text, observation, parse_call(text) if call else None, error)
+    out = apply(ERR_ONLY, EXAMPLE).tool_response(record, VISIBLE)
+    assert out.startswith(observation + "\nHint: ")
+    return out[len(observation + "\nHint: "):]
+
+
+def test_every_hint_class_word_for_word():
+    # text that is not a plain call
+    assert _hinted("os.system('x')", "Error during execution: refused", "unsafe", call=False) == (
+        f"The call could not be read as a plain tool call with literal arguments. Expected a tool call in this "
+        f"format: {EXAMPLE} {TOOLS}")
+    # a tool that is not shown, or blocked
+    for error in ("unknown_function", "blocked"):
+        assert _hinted("rm(file_name='a')", "Error during execution: no", error) == (
+            "That function is not one of the available tools. " + TOOLS)
+    # the error class decides, even for a visible tool or a call that parsed
+    for error in ("unknown_function", "blocked"):
+        assert _hinted("ls()", "Error during execution: no", error) == (
+            "That function is not one of the available tools. " + TOOLS)
+    assert _hinted("ls()", "Error during execution: refused", "unsafe").startswith("The call could not be read")
+    # missing, unknown, positional-overflow and wrong-type arguments
+    assert _hinted("mv()", "Error during execution: missing", "bad_arguments") == (
+        "Required argument(s) destination, source of mv were missing.")
+    assert _hinted("cd(folder='a', depth=2, x=1)", "Error during execution: unexpected", "bad_arguments") == (
+        "cd does not accept argument(s) depth, x; re-check the schema.")
+    assert _hinted("cd()", "Error during execution: missing", "bad_arguments") == (
+        "Required argument(s) folder of cd were missing.")
+    assert _hinted("cd(folder='a', depth=2)", "Error during execution: unexpected", "bad_arguments") == (
+        "cd does not accept argument(s) depth; re-check the schema.")
+    assert _hinted("cd('a', 'b')", "Error during execution: too many", "bad_arguments") == (
+        "cd does not accept that many positional arguments; re-check the schema.")
+    assert _hinted("cd(folder=5)", "Error during execution: type", "exception") == (
+        "cd rejected an argument type or value; re-check the schema.")
+    # a well-formed call the backend refused
+    assert _hinted("cd(folder='nope')", '{"error": "cd: nope: No such file or directory"}', "backend_error") == (
+        "cd reported an error. Re-check its arguments against the schema and the earlier results, then call it "
+        "again or explain the problem in plain text.")
+    # a call that worked gets no hint at all
+    ok = CallRecord("ls()", '{"current_directory_content": []}', parse_call("ls()"), None)
+    assert apply(ERR_ONLY, EXAMPLE).tool_response(ok, VISIBLE) == ok.observation
+    assert apply(ERR_ONLY, EXAMPLE).parse_error_feedback([("x", "y")], VISIBLE) == (
+        f"Your output could not be decoded as a tool call. Expected a tool call in this format: {EXAMPLE} {TOOLS}")
+
+
+def test_system_extra_and_docs_word_for_word():
+    from seal.interface.render import GUIDELINE_TEXT
+
+    view = apply(Omega(phi_schema=True, phi_cap=frozenset({"format", "scope"}), version=1), EXAMPLE)
+    assert view.system_extra() == (SCHEMA_NOTE + "\n\nGuidelines:\n- " + GUIDELINE_TEXT["scope"] + "\n- "
+                                   + GUIDELINE_TEXT["format"])
+    # without phi_schema the docs are the very list given
+    docs = [{"name": "f", "description": "d", "parameters": {"type": "dict", "properties": {}}}]
+    assert apply(ERR_ONLY, EXAMPLE).tool_docs(docs) is docs
+
+
+def test_annotation_by_hand_and_the_input_is_never_shared():
+    from seal.interface.render import annotate_docs
+
+    doc = {"name": "f", "description": "d", "response": {"type": "dict", "properties": {"r": {"type": "string"}}},
+           "parameters": {"type": "dict", "required": ["mode"], "extra": {"k": [1]}, "properties": {
+               "mode": {"type": "string", "description": "The mode. [Enum]: [\"a\", \"b\"]  "},
+               "note": {"type": "string"},
+               "odd": "not a dict",
+           }}}
+    before = copy.deepcopy(doc)
+    (project,) = annotate_docs([doc], "project")
+    props = project["parameters"]["properties"]
+    assert props["mode"]["description"] == '[required] The mode. [Enum]: ["a", "b"] Allowed values: a, b.'
+    assert props["note"] == {"type": "string", "description": ""} and props["odd"] == "not a dict"
+    (release,) = annotate_docs([{**doc, "parameters": {**doc["parameters"], "properties": {
+        "mode": {"type": "string", "enum": ["x", "y"]}, "note": {"type": "string", "description": "n"}}}}], "release")
+    assert release["parameters"]["properties"]["mode"]["description"] == "[required] Allowed values: x, y"
+    assert release["parameters"]["properties"]["note"]["description"] == "n"
+    # every part of the output is the output's own: changing it leaves the input as it was
+    project["response"]["properties"]["r"]["type"] = "int"
+    project["parameters"]["extra"]["k"].append(2)
+    props["note"]["type"] = "int"
+    assert doc == before
+    # a doc without parameters is copied, not shared
+    src = {"name": "g", "tags": ["x"], "parameters": {"type": "dict", "properties": {}}}
+    (bare,) = annotate_docs([src], "project")
+    bare["tags"].append("y")
+    assert src == {"name": "g", "tags": ["x"], "parameters": {"type": "dict", "properties": {}}}
