@@ -94,3 +94,51 @@ def test_the_round_records_both_profiles():
 def test_an_unknown_layer_is_refused():
     with pytest.raises(ValueError, match="layers are outcome, cause"):
         Reweighting(rho0=RHO0, profile_layer="causes")
+
+
+class RecordingEngine(ScriptedEngine):
+    """ScriptedEngine that keeps what play() was asked for; the second entry's prompt does not fit."""
+
+    def play(self, entries, view=None, *, temperature=1.0, seeds=None, progress=False):
+        self.asked = {"view": view, "temperature": temperature, "seeds": list(seeds)}
+        out = super().play(entries, view, temperature=temperature, seeds=seeds)
+        out[1].completion_ids, out[1].completion_mask, out[1].logprobs = [], [], []
+        out[0].timings = {"generation": 2.0, "execution": 0.5, "verification": 0.25}
+        return out
+
+
+def test_play_round_hands_trl_the_round_as_played():
+    from seal.interface import Omega
+    from seal.interface.render import InterfaceView
+    from seal.policy.generation import derive_seed
+    from tests.rl.scripted import MASK
+
+    entries = get_entries(IDS)
+    cfg = InterfaceConfig(err="always", schema_style="release")
+    engine = RecordingEngine(100)
+    co = CoEvolution(
+        engine=engine, entries={e.id: e for e in entries}, omega=Omega(phi_err=True), interface_cfg=cfg,
+        diagnoser=FixedDiagnoser(LABELS), reweighting=Reweighting(mode="off", rho0=RHO0),
+        temperature=0.7, seed=5, max_train_tokens=4,
+    )
+    batch = co.play_round(IDS)
+    # the current interface, in the configured style, with the engine's call example; the run's temperature
+    view = engine.asked["view"]
+    assert isinstance(view, InterfaceView) and view.omega == Omega(phi_err=True)
+    assert view.schema_style == "release" and view.call_example == ScriptedEngine.format.call_example
+    assert engine.asked["temperature"] == 0.7
+    # seeds keyed by (run seed, round 0, global episode index), one rank
+    assert engine.asked["seeds"] == [derive_seed(5, 0, 0), derive_seed(5, 0, 1)]
+    # completions cut at max_train_tokens; the one that did not fit is one end-of-turn token, masked out
+    assert set(batch) == {"prompt_ids", "completion_ids", "logprobs", "env_mask", "verifier_reward"}
+    assert [len(p) for p in batch["prompt_ids"]] == [3, 3]
+    assert len(batch["completion_ids"][0]) == 4 and batch["completion_ids"][1] == [2]
+    assert batch["env_mask"] == [MASK[:4], [0]] and batch["logprobs"] == [[0.0] * 4, [0.0]]
+    # ScriptedEngine plays the gold calls at even positions: rewards 1, 0
+    assert batch["verifier_reward"] == [1.0, 0.0]
+    timing = co._timing
+    assert (timing["generation"], timing["execution"], timing["verification"]) == (2.0, 0.5, 0.25)
+    assert timing["rollout_other"] >= 0.0
+    with pytest.raises(RuntimeError, match="^close_round\\(\\) without a played round$"):
+        CoEvolution(engine=engine, entries={}, omega=Omega(), interface_cfg=cfg, diagnoser=FixedDiagnoser([]),
+                    reweighting=Reweighting(mode="off"), temperature=1.0, seed=0).close_round(0)
