@@ -11,7 +11,7 @@ from seal.diagnosis import FailureProfile
 from seal.interface import GUIDELINES, SWITCHES, InterfaceConfig, Omega, evolve, initial_interface, omega_diff, signals
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
-EVOLVE_ALL = InterfaceConfig(name="seal", schema="evolve", err="evolve", cap="evolve")
+EVOLVE_ALL = InterfaceConfig(name="evolving", schema="evolve", err="evolve", cap="evolve")
 
 
 def profile(**counts):
@@ -47,7 +47,7 @@ def test_round_trip_switches_and_equality():
 
 
 @pytest.mark.parametrize("choice, switches", [
-    ("static", set()), ("schema", {"schema"}), ("seal", set()), ("err_only", set()), ("cap_only", set()),
+    ("static", set()), ("schema", {"schema"}), ("evolving", set()), ("err_only", set()), ("cap_only", set()),
 ])
 def test_presets_and_initial_interface(choice, switches):
     cfg = compose_interface(choice)
