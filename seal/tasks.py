@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import re
 import sys
 import traceback
 from pathlib import Path
@@ -54,14 +55,41 @@ def run(cfg: DictConfig, out_dir: Path | None = None) -> None:
     """
     out_dir = out_dir or output_dir()
     try:
-        resolve(cfg.task)(cfg, out_dir)
+        try:
+            resolve(cfg.task)(cfg, out_dir)
+        except Exception as exc:
+            raise config_error(exc) or exc
     except Exception as exc:
         if in_multirun():
             log.exception("job failed; the sweep continues")
             (out_dir / "error.txt").write_text(traceback.format_exc())
             return
         if isinstance(exc, UserError):
-            log.error("%s", exc)
+            _to_run_log(f"error: {exc}")
             print(f"error: {exc}", file=sys.stderr)
             sys.exit(2)
         raise
+
+
+def config_error(exc: Exception) -> UserError | None:
+    """A value a config group's class refused (Hydra wraps the ValueError or TypeError of the
+    constructor) as one sentence naming the group; None for anything else."""
+    from hydra.errors import InstantiationException
+
+    cause = exc.__cause__
+    if not isinstance(exc, InstantiationException):
+        return None
+    if isinstance(cause, UserError):
+        return cause  # already one sentence that names the key
+    if not isinstance(cause, (ValueError, TypeError)):
+        return None
+    key = re.search(r"full_key: (\S+)", str(exc))
+    group = key.group(1) if key else "config"
+    return UserError(f"{group}: {cause}")
+
+
+def _to_run_log(message: str) -> None:
+    """Record a user error in run.log without printing it a second time on the console."""
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, logging.FileHandler):
+            handler.emit(logging.LogRecord(__name__, logging.ERROR, __file__, 0, message, None, None))

@@ -143,3 +143,43 @@ def test_a_loss_type_the_kl_term_cannot_follow_fails_with_the_fix():
     check_hardware(compose_with())  # the default setup passes
     with pytest.raises(UserError, match="loss_type"):
         check_hardware(compose_with("trainer.loss_type=dr_grpo"))
+
+
+# One wrong value per group; after it, the words the one-line error must contain: the bad value and
+# every valid choice (written out here by hand, from DESIGN.md and the conf files' comments)
+WRONG_VALUES = [
+    ("backbone.dtype=float8", ["float8", "float32", "float16", "bfloat16"]),
+    ("backbone.tool_format=xml", ["'xml'", "qwen_xml", "llama3_json", "bfcl_python"]),
+    ("backbone.generation=sglang", ["sglang", "transformers", "vllm"]),
+    ("env_interface.err=sometimes", ["env_interface", "sometimes", "off", "always", "evolve"]),
+    ("rendering.schema_style=fancy", ["fancy", "project", "release"]),
+    ("reweighting.mode=bogus", ["reweighting", "bogus", "off", "fixed", "closed_loop", "shuffled"]),
+    ("budget.step_limit=sometimes", ["budget.step_limit", "sometimes", "turn", "episode"]),
+    ("trainer.loss_type=dapo", ["trainer.loss_type", "dapo", "grpo", "bnpo"]),
+    ("logger.mode=bogus", ["logger.mode", "bogus", "offline", "online", "disabled"]),
+    ("split.val_scenarios=-3", ["split", "val_scenarios=-3"]),
+]
+
+
+@pytest.mark.parametrize("override, words", WRONG_VALUES, ids=[o for o, _ in WRONG_VALUES])
+def test_a_wrong_value_in_any_group_stops_the_run_with_one_line_and_writes_nothing(override, words, tmp_path, capsys):
+    import seal.tasks
+
+    with pytest.raises(SystemExit) as stop:
+        seal.tasks.run(compose_with(override), tmp_path)
+    assert stop.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: "), err
+    missing = [w for w in words if w not in err[0]]
+    assert not missing, (missing, err[0])
+    # refused before the run directory was claimed: the corrected command can use the same directory
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_scenario_count_the_benchmark_does_not_have_is_refused():
+    from seal.env.splits import scenario_disjoint
+
+    # 200 scenarios in each category (DESIGN.md): 201 cannot be carved, 200 can (and leaves no train)
+    with pytest.raises(ValueError, match="201 scenarios: between 0 and 200"):
+        scenario_disjoint(test_scenarios=201)
+    assert len(scenario_disjoint(test_scenarios=200).test) == 800

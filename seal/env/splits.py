@@ -77,6 +77,9 @@ def _units() -> list[list[int]]:
 
 def _carve(units: list[list[int]], size: int, rng: random.Random) -> tuple[list[int], list[list[int]]]:
     """Take whole units until exactly `size` scenarios are taken; return them and the rest."""
+    available = sum(len(u) for u in units)
+    if not 0 <= size <= available:
+        raise ValueError(f"cannot take {size} scenarios: between 0 and {available} are available")
     units = units[:]
     rng.shuffle(units)
     taken: list[int] = []
@@ -92,7 +95,9 @@ def _carve(units: list[list[int]], size: int, rng: random.Random) -> tuple[list[
 
 
 def _validation_from_train(train: list[str], val_scenarios: int, seed: int) -> tuple[list[str], list[str]]:
-    if val_scenarios <= 0:
+    if val_scenarios < 0:
+        raise ValueError(f"val_scenarios={val_scenarios}: a number of scenarios cannot be negative (0: no validation part)")
+    if val_scenarios == 0:
         return train, []
     present = {scenario_of(i) for i in train}
     # a duplicate group only partly in train (the release split has one) stays together on its side

@@ -83,12 +83,25 @@ def _write_atomically(target: Path, build) -> Path:
     return target
 
 
+GENERATIONS = ("transformers", "vllm")
+
+
 def _torch_dtype(name: str):
     import torch
 
     if name not in _BYTES_PER_PARAM:
         raise UserError(f"unknown dtype {name!r}: choose one of {', '.join(_BYTES_PER_PARAM)} (backbone.dtype=...)")
     return getattr(torch, name)
+
+
+def check_names(dtype: str, tool_format: str, generation: str) -> None:
+    """A backbone's named choices, refused when unknown before any memory plan, file or weight is touched."""
+    from seal.policy.formats import get_format
+
+    _torch_dtype(dtype)
+    get_format(tool_format)
+    if generation not in GENERATIONS:
+        raise UserError(f"backbone.generation={generation!r}: choose {' or '.join(GENERATIONS)}")
 
 
 def _device():
@@ -285,6 +298,7 @@ class HFBackbone:
         **extra: Any,
     ):
         self.name, self.source, self.local_path, self.gguf_file = name, source, local_path, gguf_file
+        check_names(dtype, tool_format, generation)
         self.dtype, self.context_length, self.tool_format = dtype, int(context_length), tool_format
         self.params_b, self.lora, self.upstream, self.generation = float(params_b), lora, upstream, generation
         # the architecture from the model's published config.json: memory plans without the weights
@@ -393,6 +407,7 @@ class TinyRandomBackbone:
         vllm: Any = None,
         **extra: Any,
     ):
+        check_names(dtype, tool_format, generation)
         self.name = name
         self.vllm = dict(vllm) if vllm else {}
         self.shape = dict(

@@ -150,8 +150,6 @@ class RolloutEngine:
             return budget.get(key, default) if hasattr(budget, "get") else getattr(budget, key, default)
 
         generation = getattr(backbone, "generation", "transformers")
-        if generation not in ("transformers", "vllm"):
-            raise UserError(f"backbone.generation={generation!r}: choose transformers or vllm")
         memory_gb = get("rollout_memory_gb")
         fmt = get_format(backbone.tool_format, chat=chat_for(policy.tokenizer), tools=tool_rendering)
         generator = None

@@ -19,6 +19,12 @@ log = logging.getLogger(__name__)
 MODES = ("offline", "online", "disabled")
 
 
+def check_mode(mode: str) -> str:
+    if mode not in MODES:
+        raise UserError(f"logger.mode={mode!r} is not one of {', '.join(MODES)}")
+    return mode
+
+
 def _has_api_key() -> bool:
     if os.environ.get("WANDB_API_KEY"):
         return True
@@ -29,8 +35,7 @@ def _has_api_key() -> bool:
 class WandbRun:
     def __init__(self, *, mode: str, project: str, entity: str | None, tags: list[str], out_dir: Path,
                  run_id: str, name: str, config: dict[str, Any]):
-        if mode not in MODES:
-            raise UserError(f"logger.mode={mode!r} is not one of {', '.join(MODES)}")
+        check_mode(mode)
         if mode == "online" and not _has_api_key():
             raise UserError(
                 "logger.mode=online needs a W&B API key: run `wandb login` (or set WANDB_API_KEY), "

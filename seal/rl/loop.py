@@ -53,7 +53,12 @@ def _check_run_dir(out_dir: Path, fingerprint: str) -> None:
             f"{out_dir} holds a run with a different configuration; resume it with its original settings, "
             "or start this one elsewhere with hydra.run.dir=<new directory>"
         )
-    marker.write_text(fingerprint + "\n")
+
+
+def _claim_run_dir(out_dir: Path, fingerprint: str) -> None:
+    """Mark the directory as this configuration's, once every component has accepted its config
+    (a run refused for a typo leaves nothing that would block the corrected command)."""
+    (out_dir / "fingerprint.txt").write_text(fingerprint + "\n")
 
 
 def return_freed_memory_to_the_os() -> None:
@@ -86,10 +91,10 @@ def train(cfg: DictConfig, out_dir: Path) -> None:
     from seal.rl.checkpoint import latest_complete_checkpoint, read_state
     from seal.rl.coevolution import CoEvolution
     from seal.rl.selection import ModelSelection
-    from seal.rl.config import round_plan, rounds_for
+    from seal.rl.config import check_hardware, round_plan, rounds_for
     from seal.rl.trainer import make_trainer
     from seal.report.train_report import write_metrics_log, write_train_report
-    from seal.report.wandb_run import WandbRun
+    from seal.report.wandb_run import WandbRun, check_mode
 
     started = time.perf_counter()
     return_freed_memory_to_the_os()
@@ -104,7 +109,11 @@ def train(cfg: DictConfig, out_dir: Path) -> None:
     plan = round_plan(cfg.budget, dist.world)
 
     # -- the pieces, from the config -------------------------------------------------------------
+    # every named choice read later is checked now, before anything is written or loaded
     eval_step_limit = check_step_limit(cfg.eval.step_limit, "eval.step_limit")
+    check_step_limit(cfg.budget.get("step_limit", "turn"), "budget.step_limit")
+    check_hardware(cfg)
+    check_mode(cfg.logger.mode)
     split = instantiate(cfg.split)
     backbone = instantiate(cfg.backbone)
     if not backbone.trainable:
@@ -116,6 +125,8 @@ def train(cfg: DictConfig, out_dir: Path) -> None:
         backbone, episode_tokens=backbone.context_length, micro_batch=plan.micro_batch,
         reference=cfg.trainer.beta != 0, gradient_checkpointing=cfg.trainer.gradient_checkpointing,
     )
+    if dist.main:
+        _claim_run_dir(out_dir, fingerprint)
     policy = backbone.load(training=True)
     engine = RolloutEngine.for_backbone(backbone, policy, cfg.budget, tool_rendering=cfg.rendering.tools)
     # no episode may start without room to generate: the prompts are measured under the widest
