@@ -49,6 +49,7 @@ def mean_ci(values: list[float]) -> tuple[float, float]:
 
 
 def load_runs(root: Path) -> list[dict]:
+    """Every finished training run below `root` (run_config.json and metrics.json with eval_after)."""
     runs = []
     for metrics_path in sorted(root.rglob("metrics.json")):
         run_dir = metrics_path.parent
@@ -65,6 +66,27 @@ def load_runs(root: Path) -> list[dict]:
     return runs
 
 
+def missing_runs(root: Path) -> list[dict]:
+    """Job directories below `root` (Hydra wrote their .hydra/) without a finished run: what stopped them."""
+    finished = {run["dir"] for run in load_runs(root)}
+    missing = []
+    for hydra_dir in sorted(root.rglob(".hydra")):
+        run_dir = hydra_dir.parent
+        if str(run_dir) in finished:
+            continue
+        error = run_dir / "error.txt"
+        if error.exists():
+            lines = [line for line in error.read_text().splitlines() if line.strip()]
+            state = "failed: " + (lines[-1].strip() if lines else "see error.txt")
+        elif (run_dir / "run_config.json").exists():
+            done = (run_dir / "metrics.jsonl").read_text().count("\n") if (run_dir / "metrics.jsonl").exists() else 0
+            state = f"unfinished: {done} round(s) done"
+        else:
+            state = "not started"
+        missing.append({"dir": str(run_dir.relative_to(root)), "state": state})
+    return missing
+
+
 def _pct(metrics: dict, column: str) -> float:
     return 100.0 * metrics[f"eval/bfcl_v3/{column}"]
 
@@ -72,9 +94,15 @@ def _pct(metrics: dict, column: str) -> float:
 def main_table(runs: list[dict]) -> list[dict]:
     """Per backbone: the base model (every run's before-evaluation) and each trained arm."""
     groups: dict[tuple[str, str], list[dict]] = defaultdict(list)
+    # the base model is one evaluation per seed, however many arms started from it: the arms of
+    # one seed evaluate the same initial model, so they count once (their mean, should they differ)
+    before: dict[tuple[str, int], list[dict]] = defaultdict(list)
     for run in runs:
-        groups[(run["backbone"], "base model")].append(run["before"])
+        before[(run["backbone"], run["seed"])].append(run["before"])
         groups[(run["backbone"], run["experiment"])].append(run["after"])
+    for (backbone, _seed), evals in before.items():
+        keys = [f"eval/bfcl_v3/{c}" for c in COLUMNS]
+        groups[(backbone, "base model")].append({k: statistics.fmean(e[k] for e in evals) for k in keys})
     rows = []
     for (backbone, arm), evals in sorted(groups.items()):
         row = {"backbone": backbone, "arm": arm, "runs": len(evals)}
@@ -116,6 +144,10 @@ def main() -> None:
         + ", ".join(f"{k} {v}" for k, v in PAPER_ABLATION.items())
         + "\n"
     )
+    missing = missing_runs(args.root)
+    if missing:
+        text += f"\n## Missing or unfinished runs ({len(missing)})\n\n" + "\n".join(
+            f"- {m['dir']}: {m['state']}" for m in missing) + "\n"
     print(text)
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
