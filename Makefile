@@ -20,7 +20,7 @@ PIP := $(PY) -m pip install -q --disable-pip-version-check
 ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help install test test-slow run bench mutate clean
+.PHONY: help install test test-slow test-slurm run bench mutate clean
 
 help: ## show this list
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -40,10 +40,13 @@ $(STAMP): requirements.txt requirements-dev.txt
 	touch $(STAMP)
 
 test: install ## run the default test suite (what CI runs)
-	$(PY) -m pytest -q -m "not slow"
+	$(PY) -m pytest -q -m "not slow and not slurm"
 
 test-slow: install ## run the heavier tests marked slow
 	$(PY) -m pytest -q -m slow
+
+test-slurm: install ## sweeps on a local one-node SLURM cluster (root: installs slurm-wlm, starts it, stops it)
+	$(PY) -m pytest -q -m slurm
 
 # which mutants `make mutate` runs: mutmut name globs, e.g. MUTANTS="seal.rl.reweighting.*" (empty: all)
 MUTANTS ?=

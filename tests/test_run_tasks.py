@@ -86,3 +86,13 @@ def test_unknown_task_and_group_choice_name_the_valid_ones(tmp_path):
     assert proc.returncode == 2 and "choose one of train, eval, replay, score" in proc.stderr
     proc = run("task=replay", "split=nope", f"hydra.run.dir={tmp_path}")
     assert proc.returncode != 0 and "seal_release" in proc.stderr and "scenario_disjoint" in proc.stderr
+
+
+def test_in_a_sweep_a_failing_job_leaves_its_error_and_the_next_job_runs(tmp_path):
+    proc = run("-m", "task=replay", "split=seal_release", "split.val_scenarios=-3,0", f"hydra.sweep.dir={tmp_path}",
+               cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    bad, good = tmp_path / "split.val_scenarios=-3,split=seal_release", tmp_path / "split.val_scenarios=0,split=seal_release"
+    assert "val_scenarios=-3" in (bad / "error.txt").read_text() and not (bad / "summary.json").exists()
+    summary = json.loads((good / "summary.json").read_text())
+    assert summary["total"] == summary["passed"] == 800
