@@ -5,8 +5,17 @@
 
 Reads each run's run_config.json (backbone, experiment, seed) and metrics.json (evaluation of the
 initial and the trained model), groups runs by (backbone, experiment), and prints, per table, the
-mean over seeds with a 95% confidence interval next to the paper's single-run number. Writes the
-same tables as Markdown and CSV.
+mean over seeds with a 95% confidence interval next to the paper's single-run number:
+
+- Table 1: per backbone, the base model and every trained arm, all five columns;
+- Table 3: the ablation arms (and seal) per backbone, Avg, with the paper's Avg on Qwen2.5-7B;
+- the comparison the paper did not make: seal minus vanilla_rl and seal minus each ablation, per
+  backbone, over the held-out entries and seeds both arms have, with a paired bootstrap (entries and
+  seeds resampled) giving the 95% interval of the difference and a two-sided p-value;
+- the runs that failed or did not finish.
+
+Writes the same as Markdown and CSV (tables.md, tables.csv, table3.csv, differences.csv) and a bar
+chart with the 95% intervals (tables.png).
 """
 
 from __future__ import annotations
@@ -62,6 +71,7 @@ def load_runs(root: Path) -> list[dict]:
         runs.append({
             "dir": str(run_dir), "backbone": config["backbone"]["name"], "experiment": config["experiment_name"],
             "seed": config["seed"], "before": metrics["eval_before"], "after": metrics["eval_after"],
+            "part": config.get("heldout_part", "?"), "entries": metrics["eval_after"].get("num_entries"),
         })
     return runs
 
@@ -114,6 +124,70 @@ def main_table(runs: list[dict]) -> list[dict]:
     return rows
 
 
+ABLATIONS = ("wo_env_adaptation", "wo_reweighting", "wo_closed_loop")
+
+
+def ablation_table(runs: list[dict]) -> list[dict]:
+    """Table 3: per backbone that has an ablation run, each ablation arm and seal (Avg)."""
+    rows = []
+    for backbone in sorted({r["backbone"] for r in runs if r["experiment"] in ABLATIONS}):
+        for arm in (*ABLATIONS, "seal"):
+            evals = [r["after"] for r in runs if r["backbone"] == backbone and r["experiment"] == arm]
+            if evals:
+                rows.append({"backbone": backbone, "arm": arm, "runs": len(evals),
+                             "avg": mean_ci([_pct(e, "avg") for e in evals]),
+                             "paper_avg": PAPER_ABLATION.get(arm) if backbone == "qwen2.5-7b" else None})
+    return rows
+
+
+def entry_rewards(run: dict) -> dict[str, float]:
+    """Per held-out entry, 1.0 if the trained model's trajectory passed the official check, else 0.0."""
+    path = Path(run["dir"]) / "eval_after" / "trajectories.jsonl"
+    if not path.exists():
+        return {}
+    return {t["id"]: float(bool(t["valid"])) for t in map(json.loads, path.read_text().splitlines())}
+
+
+def paired_bootstrap(a: dict[int, dict[str, float]], b: dict[int, dict[str, float]], *, n: int = 10000,
+                     seed: int = 0) -> dict | None:
+    """Arm a minus arm b (accuracy points) over the seeds and entries both have, each seed's entry
+    paired with the same seed's entry. Replicates resample seeds and entries with replacement (two
+    levels); the interval is the 2.5/97.5 percentile, the p-value 2 min(P(d* <= 0), P(d* >= 0))."""
+    import numpy as np
+
+    seeds = sorted(set(a) & set(b))
+    ids = sorted(set.intersection(*(set(a[s]) & set(b[s]) for s in seeds))) if seeds else []
+    if not ids:
+        return None
+    d = np.array([[a[s][i] - b[s][i] for i in ids] for s in seeds]) * 100.0
+    rng = np.random.default_rng(seed)
+    rows = rng.integers(0, len(seeds), size=(n, len(seeds)))
+    cols = rng.integers(0, len(ids), size=(n, len(ids)))
+    # mean over the resampled grid = mean over resampled seeds of each seed's mean over resampled entries
+    reps = np.array([d[r][:, c].mean() for r, c in zip(rows, cols)])
+    low, high = np.percentile(reps, [2.5, 97.5])
+    p = min(1.0, 2 * min(float((reps <= 0).mean()), float((reps >= 0).mean())))
+    return {"diff": float(d.mean()), "ci_low": float(low), "ci_high": float(high), "p": p,
+            "seeds": len(seeds), "entries": len(ids)}
+
+
+def differences(runs: list[dict], *, n: int = 10000) -> list[dict]:
+    """seal minus vanilla_rl and seal minus each ablation, per backbone (paired bootstrap)."""
+    by_arm: dict[tuple[str, str], dict[int, dict[str, float]]] = defaultdict(dict)
+    for run in runs:
+        by_arm[(run["backbone"], run["experiment"])][run["seed"]] = entry_rewards(run)
+    rows = []
+    for backbone in sorted({r["backbone"] for r in runs}):
+        if (backbone, "seal") not in by_arm:
+            continue
+        for other in ("vanilla_rl", *ABLATIONS):
+            if (backbone, other) in by_arm:
+                result = paired_bootstrap(by_arm[(backbone, "seal")], by_arm[(backbone, other)], n=n)
+                if result:
+                    rows.append({"backbone": backbone, "comparison": f"seal - {other}", **result})
+    return rows
+
+
 def _fmt(cell) -> str:
     if isinstance(cell, tuple):
         mean, half = cell
@@ -121,29 +195,74 @@ def _fmt(cell) -> str:
     return "-" if cell is None else str(cell)
 
 
-def to_markdown(rows: list[dict]) -> str:
-    header = ["backbone", "arm", "runs", *COLUMNS, "paper_avg"]
+def to_markdown(rows: list[dict], header: list[str] | None = None) -> str:
+    header = header or ["backbone", "arm", "runs", *COLUMNS, "paper_avg"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(_fmt(row[h]) for h in header) + " |" for row in rows]
     return "\n".join(lines)
 
 
+def evaluated_on(runs: list[dict]) -> str:
+    """Which split part and how many entries the trained models were evaluated on."""
+    sizes = sorted({(r["part"], r["entries"]) for r in runs}, key=str)
+    text = "; ".join(f"{part} part, {entries} entries" for part, entries in sizes)
+    if any(part != "test" or entries != 400 for part, entries in sizes):
+        text += " (the paper's tables are on the 400-entry test part: these numbers are not comparable to them)"
+    return text
+
+
+def plot(rows: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(max(4.0, 0.9 * len(rows)), 3.5))
+    labels = [f"{r['backbone']}\n{r['arm']}" for r in rows]
+    ax.bar(range(len(rows)), [r["avg"][0] for r in rows], yerr=[r["avg"][1] for r in rows], capsize=4)
+    ax.set_xticks(range(len(rows)), labels, fontsize=7)
+    ax.set_ylim(0, max(5.0, *(r["avg"][0] + r["avg"][1] for r in rows)) * 1.1)
+    ax.set_ylabel("BFCL V3 multi-turn Avg (%)")
+    ax.set_title("mean ± 95% CI over seeds")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def _write_csv(path: Path, header: list[str], rows: list[list]) -> None:
+    with path.open("w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(header)
+        writer.writerows(rows)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("root", type=Path, help="directory holding run directories (searched recursively)")
-    parser.add_argument("--out", type=Path, default=None, help="write tables.md and tables.csv here")
+    parser.add_argument("--out", type=Path, default=None, help="write tables.md, the CSVs and tables.png here")
+    parser.add_argument("--bootstrap", type=int, default=10000, help="bootstrap replicates (default 10000)")
     args = parser.parse_args()
     runs = load_runs(args.root)
     if not runs:
         raise SystemExit(f"no finished training run (metrics.json with eval_after) under {args.root}")
-    rows = main_table(runs)
+    rows, table3, diffs = main_table(runs), ablation_table(runs), differences(runs, n=args.bootstrap)
     text = (
         f"# BFCL V3 multi-turn accuracy (%), mean ± 95% CI over seeds; {len(runs)} runs\n\n"
-        + to_markdown(rows)
-        + "\n\nPaper ablations on Qwen2.5-7B (Avg %): "
-        + ", ".join(f"{k} {v}" for k, v in PAPER_ABLATION.items())
-        + "\n"
+        f"Evaluated on: {evaluated_on(runs)}\n\n"
+        "## Table 1: base model and trained arms\n\n" + to_markdown(rows) + "\n"
     )
+    if table3:
+        text += "\n## Table 3: ablations (Avg; the paper's on Qwen2.5-7B)\n\n" + to_markdown(
+            table3, ["backbone", "arm", "runs", "avg", "paper_avg"]) + "\n"
+    else:
+        text += ("\nPaper ablations on Qwen2.5-7B (Avg %): "
+                 + ", ".join(f"{k} {v}" for k, v in PAPER_ABLATION.items()) + "\n")
+    if diffs:
+        text += ("\n## Differences (accuracy points), paired bootstrap over entries and seeds\n\n"
+                 "| backbone | comparison | difference | 95% CI | p | seeds | entries |\n|---|---|---|---|---|---|---|\n"
+                 + "\n".join(f"| {d['backbone']} | {d['comparison']} | {d['diff']:+.2f} | "
+                              f"[{d['ci_low']:+.2f}, {d['ci_high']:+.2f}] | {d['p']:.3f} | {d['seeds']} | {d['entries']} |"
+                              for d in diffs) + "\n")
     missing = missing_runs(args.root)
     if missing:
         text += f"\n## Missing or unfinished runs ({len(missing)})\n\n" + "\n".join(
@@ -152,12 +271,16 @@ def main() -> None:
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "tables.md").write_text(text)
-        with (args.out / "tables.csv").open("w", newline="") as fh:
-            writer = csv.writer(fh)
-            writer.writerow(["backbone", "arm", "runs", *(f"{c}_{s}" for c in COLUMNS for s in ("mean", "ci95")), "paper_avg"])
-            for row in rows:
-                writer.writerow([row["backbone"], row["arm"], row["runs"],
-                                 *(v for c in COLUMNS for v in row[c]), row["paper_avg"]])
+        _write_csv(args.out / "tables.csv",
+                   ["backbone", "arm", "runs", *(f"{c}_{s}" for c in COLUMNS for s in ("mean", "ci95")), "paper_avg"],
+                   [[r["backbone"], r["arm"], r["runs"], *(v for c in COLUMNS for v in r[c]), r["paper_avg"]] for r in rows])
+        _write_csv(args.out / "table3.csv", ["backbone", "arm", "runs", "avg_mean", "avg_ci95", "paper_avg"],
+                   [[r["backbone"], r["arm"], r["runs"], *r["avg"], r["paper_avg"]] for r in table3])
+        _write_csv(args.out / "differences.csv",
+                   ["backbone", "comparison", "diff", "ci_low", "ci_high", "p", "seeds", "entries"],
+                   [[d[k] for k in ("backbone", "comparison", "diff", "ci_low", "ci_high", "p", "seeds", "entries")]
+                    for d in diffs])
+        plot(rows, args.out / "tables.png")
 
 
 if __name__ == "__main__":

@@ -72,3 +72,67 @@ def test_runs_that_did_not_finish_are_named_with_what_stopped_them(tmp_path):
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert "## Missing or unfinished runs (3)" in proc.stdout and "- seed=2: unfinished: 2 round(s) done" in proc.stdout
+
+
+def _trajectories(root, name, valid):
+    d = root / name / "eval_after"
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "trajectories.jsonl").write_text("".join(json.dumps({"id": i, "valid": v}) + "\n" for i, v in valid.items()))
+
+
+def test_paired_bootstrap_by_hand():
+    from experiments.aggregate import paired_bootstrap
+
+    # one seed; per-entry differences (1, 0, 0, 0): observed +25 points. A replicate's mean is
+    # 25 * Binomial(4, 1/4), so P(d* <= 0) = (3/4)^4 = 0.3164 -> p = 0.633; the 2.5th percentile is 0
+    # and the 97.5th is 75 (P(X <= 2) = 0.949 < 0.975 <= P(X <= 3) = 0.996)
+    a = {0: {"e1": 1.0, "e2": 1.0, "e3": 0.0, "e4": 0.0}}
+    b = {0: {"e1": 0.0, "e2": 1.0, "e3": 0.0, "e4": 0.0, "only_in_b": 1.0}}
+    result = paired_bootstrap(a, b, n=20000)
+    assert result["diff"] == pytest.approx(25.0) and (result["seeds"], result["entries"]) == (1, 4)
+    assert (result["ci_low"], result["ci_high"]) == (0.0, 75.0)
+    assert result["p"] == pytest.approx(2 * 0.75 ** 4, abs=0.02)
+    # every entry better in every seed: no replicate reaches 0
+    ones = {s: {"x": 1.0, "y": 1.0} for s in (0, 1)}
+    zeros = {s: {"x": 0.0, "y": 0.0} for s in (0, 1, 2)}
+    assert paired_bootstrap(ones, zeros, n=500) == {"diff": 100.0, "ci_low": 100.0, "ci_high": 100.0, "p": 0.0,
+                                                    "seeds": 2, "entries": 2}
+    # entries pair within a seed: seed 0 differs on one of two entries, seed 1 on none -> 25 points
+    mixed = paired_bootstrap({0: {"x": 1.0, "y": 0.0}, 1: {"x": 1.0, "y": 1.0}},
+                             {0: {"x": 0.0, "y": 0.0}, 1: {"x": 1.0, "y": 1.0}}, n=500)
+    assert mixed["diff"] == pytest.approx(25.0)
+    assert paired_bootstrap(a, {1: b[0]}) is None  # no seed in common
+
+
+def test_ablation_table_and_differences_from_run_directories(tmp_path):
+    from experiments.aggregate import ablation_table, differences
+
+    zero = _metrics(0, 0, 0, 0, 0)
+    _run(tmp_path, "s0", "qwen2.5-7b", "seal", 0, zero, _metrics(0.40, 0, 0, 0, 0))
+    _run(tmp_path, "s1", "qwen2.5-7b", "seal", 1, zero, _metrics(0.42, 0, 0, 0, 0))
+    _run(tmp_path, "r0", "qwen2.5-7b", "wo_reweighting", 0, zero, _metrics(0.33, 0, 0, 0, 0))
+    _run(tmp_path, "v0", "qwen2.5-7b", "vanilla_rl", 0, zero, _metrics(0.30, 0, 0, 0, 0))
+    _trajectories(tmp_path, "s0", {"a": True, "b": True, "c": False})
+    _trajectories(tmp_path, "s1", {"a": True, "b": False, "c": False})
+    _trajectories(tmp_path, "v0", {"a": True, "b": False, "c": False})
+    runs = load_runs(tmp_path)
+    rows = {r["arm"]: r for r in ablation_table(runs)}
+    assert list(rows) == ["wo_reweighting", "seal"]  # arms without runs are left out, seal last
+    # seal over two seeds: mean 41, half-width t(1) * sd(40, 42) / sqrt(2) = 12.706 * 1
+    assert rows["seal"]["avg"] == (pytest.approx(41.0), pytest.approx(12.706))
+    assert (rows["seal"]["paper_avg"], rows["wo_reweighting"]["paper_avg"]) == (40.25, 32.75)
+    # seal - vanilla_rl pairs seed 0 only (vanilla has no seed 1): entries (1,1,0) - (1,0,0) = +33.3 points;
+    # wo_reweighting left no trajectories, so it has no comparison
+    (diff,) = differences(runs, n=200)
+    assert diff["comparison"] == "seal - vanilla_rl" and diff["diff"] == pytest.approx(100 / 3)
+    assert (diff["seeds"], diff["entries"]) == (1, 3)
+
+    out = tmp_path / "tables"
+    proc = subprocess.run([sys.executable, "-m", "experiments.aggregate", str(tmp_path), "--out", str(out),
+                           "--bootstrap", "200"], cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "| qwen2.5-7b | seal | 2 | 41.00 ± 12.71 | 40.25 |" in proc.stdout
+    assert "| qwen2.5-7b | seal - vanilla_rl | +33.33 |" in proc.stdout
+    assert (out / "table3.csv").read_text().count("\n") == 1 + 2
+    assert (out / "differences.csv").read_text().count("\n") == 1 + 1
+    assert (out / "tables.png").read_bytes()[:4] == b"\x89PNG"
