@@ -241,6 +241,9 @@ def main() -> None:
     parser.add_argument("root", type=Path, help="directory holding run directories (searched recursively)")
     parser.add_argument("--out", type=Path, default=None, help="write tables.md, the CSVs and tables.png here")
     parser.add_argument("--bootstrap", type=int, default=10000, help="bootstrap replicates (default 10000)")
+    parser.add_argument("--wandb", default="disabled", choices=["disabled", "offline", "online"],
+                        help="with --out, also log the tables and the plot as a W&B artifact `seal-tables`")
+    parser.add_argument("--project", default="seal", help="W&B project for --wandb (default seal)")
     args = parser.parse_args()
     runs = load_runs(args.root)
     if not runs:
@@ -281,6 +284,12 @@ def main() -> None:
                    [[d[k] for k in ("backbone", "comparison", "diff", "ci_low", "ci_high", "p", "seeds", "entries")]
                     for d in diffs])
         plot(rows, args.out / "tables.png")
+        if args.wandb != "disabled":
+            from seal.report.wandb_run import log_files_as_artifact
+
+            names = ("tables.md", "tables.csv", "table3.csv", "differences.csv", "tables.png")
+            log_files_as_artifact([args.out / n for n in names], mode=args.wandb, project=args.project,
+                                  name="seal-tables", kind="tables", out_dir=args.out)
 
 
 if __name__ == "__main__":

@@ -124,6 +124,11 @@ up() {
 
 down() {
   need_root
+  # jobs first: a step left running would outlive the daemons
+  if running slurmctld; then
+    squeue -h -o %i 2>/dev/null | xargs -r scancel >/dev/null 2>&1 || true
+    for _ in $(seq 30); do [ -z "$(squeue -h -o %i 2>/dev/null)" ] && break; sleep 1; done
+  fi
   scontrol shutdown >/dev/null 2>&1 || true
   for daemon in slurmd slurmctld; do
     for _ in $(seq 20); do running "$daemon" || break; pkill -x "$daemon" || true; sleep 0.5; done

@@ -8,6 +8,7 @@ tables), validation/evaluation scores and outputs (summary and files).
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 from pathlib import Path
@@ -25,6 +26,24 @@ def check_mode(mode: str) -> str:
     return mode
 
 
+def _short_hash(text: str) -> str:
+    return hashlib.sha1(text.encode()).hexdigest()[:8]
+
+
+def run_identity(*, out_dir: Path, fingerprint: str, experiment: str, backbone: str, seed: int,
+                 tags: list[str] | tuple = (), group: str | None = None, sweep_dir: Path | None = None) -> dict:
+    """How a run appears in W&B, so that the UI compares the arms of a sweep the way ablations are read:
+    group = the sweep (logger.group, else the sweep directory's name and a hash of its path), job_type =
+    the arm, tags = backbone and seed (after logger.tags), and a run id of the configuration and the run
+    directory (two directories never share a W&B run; re-running in one directory resumes it)."""
+    out_dir = Path(out_dir).resolve()
+    if group is None and sweep_dir is not None:
+        sweep = Path(sweep_dir).resolve()
+        group = f"{sweep.name}-{_short_hash(str(sweep))}"
+    return {"run_id": f"seal-{fingerprint}-{_short_hash(str(out_dir))}", "name": out_dir.name or "seal",
+            "group": group, "job_type": experiment, "tags": [*tags, f"backbone={backbone}", f"seed={seed}"]}
+
+
 def _has_api_key() -> bool:
     if os.environ.get("WANDB_API_KEY"):
         return True
@@ -34,7 +53,8 @@ def _has_api_key() -> bool:
 
 class WandbRun:
     def __init__(self, *, mode: str, project: str, entity: str | None, tags: list[str], out_dir: Path,
-                 run_id: str, name: str, config: dict[str, Any]):
+                 run_id: str, name: str, config: dict[str, Any], group: str | None = None,
+                 job_type: str | None = None):
         check_mode(mode)
         if mode == "online" and not _has_api_key():
             raise UserError(
@@ -49,7 +69,7 @@ class WandbRun:
         self._wandb = wandb
         self.run = wandb.init(
             project=project, entity=entity, tags=list(tags), dir=str(out_dir), id=run_id, name=name,
-            resume="allow", mode=mode, config=config, settings=wandb.Settings(console="off", silent=True),
+            group=group, job_type=job_type, resume="allow", mode=mode, config=config, settings=wandb.Settings(console="off", silent=True),
         )
         log.info("W&B run %s (%s) in %s", run_id, mode, out_dir / "wandb")
 
@@ -75,3 +95,23 @@ class WandbRun:
         if self.run is not None:
             self.run.finish()
             self.run = None
+
+
+def log_files_as_artifact(files: list[Path], *, mode: str, project: str, name: str, kind: str, out_dir: Path,
+                          group: str | None = None) -> None:
+    """Log `files` as one W&B artifact from a short run of job_type `name` (offline: under out_dir/wandb)."""
+    check_mode(mode)
+    if mode == "disabled":
+        return
+    if mode == "online" and not _has_api_key():
+        raise UserError("--wandb online needs a W&B API key: run `wandb login` (or set WANDB_API_KEY), or use offline")
+    import wandb
+
+    run = wandb.init(project=project, job_type=name, group=group, dir=str(out_dir), mode=mode,
+                     settings=wandb.Settings(console="off", silent=True))
+    artifact = wandb.Artifact(name, type=kind)
+    for path in files:
+        if path.exists():
+            artifact.add_file(str(path))
+    run.log_artifact(artifact)
+    run.finish()

@@ -94,7 +94,7 @@ def train(cfg: DictConfig, out_dir: Path) -> None:
     from seal.rl.config import check_hardware, round_plan, rounds_for
     from seal.rl.trainer import make_trainer
     from seal.report.train_report import write_metrics_log, write_train_report
-    from seal.report.wandb_run import WandbRun, check_mode
+    from seal.report.wandb_run import WandbRun, check_mode, run_identity
 
     started = time.perf_counter()
     return_freed_memory_to_the_os()
@@ -180,8 +180,10 @@ def train(cfg: DictConfig, out_dir: Path) -> None:
     logger_cfg = OmegaConf.to_container(cfg.logger, resolve=True)
     if not dist.main:
         logger_cfg["mode"] = "disabled"
-    wandb = WandbRun(out_dir=out_dir, run_id=f"seal-{fingerprint}", name=out_dir.name or "seal",
-                     config=run_config, **logger_cfg)
+    identity = run_identity(out_dir=out_dir, fingerprint=fingerprint, experiment=cfg.experiment_name,
+                            backbone=backbone.name, seed=cfg.seed, tags=logger_cfg.pop("tags"),
+                            group=logger_cfg.pop("group", None), sweep_dir=_sweep_dir())
+    wandb = WandbRun(out_dir=out_dir, config=run_config, **identity, **logger_cfg)
 
     def on_round_end(record) -> None:
         selection.after_round(record, engine.model)
@@ -278,6 +280,17 @@ def train(cfg: DictConfig, out_dir: Path) -> None:
     wandb.save_files([out_dir / "report.md", out_dir / "curves.png", out_dir / "metrics.json"])
     wandb.finish()
     log.info("done: %d rounds; report in %s", len(coevolution.history), out_dir / "report.md")
+
+
+def _sweep_dir() -> Path | None:
+    """The multirun's sweep directory (None outside a sweep)."""
+    from seal.tasks import in_multirun
+
+    if not in_multirun():
+        return None
+    from hydra.core.hydra_config import HydraConfig
+
+    return Path(HydraConfig.get().sweep.dir)
 
 
 def _overrides() -> list[str]:

@@ -136,3 +136,17 @@ def test_ablation_table_and_differences_from_run_directories(tmp_path):
     assert (out / "table3.csv").read_text().count("\n") == 1 + 2
     assert (out / "differences.csv").read_text().count("\n") == 1 + 1
     assert (out / "tables.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_the_tables_go_to_wandb_as_one_artifact(tmp_path):
+    _run(tmp_path, "s0", "qwen2.5-7b", "seal", 0, _metrics(0, 0, 0, 0, 0), _metrics(0.4, 0, 0, 0, 0))
+    out = tmp_path / "tables"
+    proc = subprocess.run([sys.executable, "-m", "experiments.aggregate", str(tmp_path), "--out", str(out),
+                           "--wandb", "offline"], cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    (record,) = out.glob("wandb/offline-run-*/run-*.wandb")
+    data = record.read_bytes()
+    # the artifact record names the artifact and each of its five files
+    assert b"seal-tables" in data
+    for name in (b"tables.md", b"tables.csv", b"table3.csv", b"differences.csv", b"tables.png"):
+        assert name in data

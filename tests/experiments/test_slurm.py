@@ -2,10 +2,12 @@
 (experiments/cluster/local_slurm.sh). `make test-slurm` runs these; the default suite does not."""
 
 import json
+import re
 import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -57,6 +59,17 @@ def test_a_sweep_of_two_arms_and_two_seeds_runs_as_slurm_jobs_and_aggregates(clu
              json.loads((r / "run_config.json").read_text())["seed"]) for r in runs}
     assert arms == {("vanilla_rl", 0), ("vanilla_rl", 1), ("seal", 0), ("seal", 1)}
 
+    # W&B (offline files): one group for the sweep, the arm as job_type; the record holds the strings
+    from seal.report.wandb_run import run_identity
+
+    group = run_identity(out_dir=runs[0], fingerprint="", experiment="", backbone="", seed=0, sweep_dir=sweep_dir)["group"]
+    for run in runs:
+        (record,) = run.glob("wandb/offline-run-*/run-*.wandb")
+        config = json.loads((run / "run_config.json").read_text())
+        data = record.read_bytes()
+        assert group.encode() in data and config["experiment_name"].encode() in data
+        assert f"seed={config['seed']}".encode() in data and b"backbone=tiny-random" in data
+
     tables = tmp_path / "tables"
     agg = subprocess.run([sys.executable, "-m", "experiments.aggregate", str(sweep_dir), "--out", str(tables)],
                          cwd=REPO, capture_output=True, text=True)
@@ -76,3 +89,43 @@ def test_a_failing_job_leaves_its_error_and_the_rest_of_the_sweep_finishes(clust
     summary = json.loads((good / "summary.json").read_text())
     assert summary["total"] == summary["passed"] == 800  # every gold trajectory replays (BFCL's checker)
     assert "val_scenarios=-3" in (bad / "error.txt").read_text() and not (bad / "summary.json").exists()
+
+
+def test_a_preempted_job_is_requeued_by_submitit_and_resumes_to_the_same_rounds_and_model(cluster, tmp_path):
+    """SLURM's preemption/time-limit warning is SIGUSR2 (submitit asks for it); submitit's handler
+    requeues the job, and the requeued job resumes from its last complete round."""
+    from safetensors.torch import load_file
+
+    from tests.rl.test_loop import rounds
+
+    args = [*TINY, "budget.rounds=3", "budget.heldout_entries_per_category=0", "logger.mode=disabled"]
+    full = tmp_path / "full"
+    subprocess.run([sys.executable, str(REPO / "run.py"), *args, f"hydra.run.dir={full}"], cwd=tmp_path,
+                   check=True, capture_output=True, timeout=900)
+
+    sweep_dir = tmp_path / "multirun"
+    proc = subprocess.Popen([sys.executable, str(REPO / "run.py"), "-m", *LAUNCHER, *args, "seed=0",
+                             f"hydra.sweep.dir={sweep_dir}"], cwd=tmp_path, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 900
+        marker = None
+        while time.time() < deadline and proc.poll() is None:
+            marker = next(sweep_dir.glob("*/checkpoints/checkpoint-1/seal_state.json"), None)
+            if marker is not None:
+                break
+            time.sleep(0.2)
+        assert marker is not None, "round 1 never finished"
+        run_dir = marker.parents[2]
+        (job,) = [p.name for p in (sweep_dir / ".submitit").iterdir() if re.fullmatch(r"\d+(_\d+)?", p.name)]
+        subprocess.run(["scancel", "--signal=USR2", job], check=True, timeout=30)
+        assert proc.wait(timeout=1800) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    log = "\n".join(p.read_text() for p in (sweep_dir / ".submitit").glob("*/*_log.*"))
+    assert "requeu" in log.lower(), log[-2000:]
+    # it was stopped before the end: round 1's checkpoint existed when the signal came, the last did not
+    assert rounds(run_dir) == rounds(full)
+    a, b = load_file(full / "final_model" / "model.safetensors"), load_file(run_dir / "final_model" / "model.safetensors")
+    assert a.keys() == b.keys() and all((a[k] == b[k]).all() for k in a)

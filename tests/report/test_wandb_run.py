@@ -1,0 +1,52 @@
+"""How runs appear in W&B: a sweep's jobs grouped, the arm as job_type, backbone and seed as tags."""
+
+import hashlib
+from pathlib import Path
+
+import pytest
+
+from seal.report.wandb_run import WandbRun, run_identity
+
+
+def sha8(text):
+    return hashlib.sha1(text.encode()).hexdigest()[:8]
+
+
+def test_the_jobs_of_one_sweep_share_a_group_and_differ_in_arm_tags_and_id(tmp_path):
+    sweep = tmp_path / "multirun" / "train"
+    a = run_identity(out_dir=sweep / "experiment=seal,seed=0", fingerprint="f1", experiment="seal",
+                     backbone="qwen2.5-7b", seed=0, tags=["paper"], sweep_dir=sweep)
+    b = run_identity(out_dir=sweep / "experiment=vanilla_rl,seed=1", fingerprint="f2", experiment="vanilla_rl",
+                     backbone="qwen2.5-7b", seed=1, sweep_dir=sweep)
+    assert a == {"run_id": f"seal-f1-{sha8(str(sweep / 'experiment=seal,seed=0'))}", "name": "experiment=seal,seed=0",
+                 "group": f"train-{sha8(str(sweep))}", "job_type": "seal",
+                 "tags": ["paper", "backbone=qwen2.5-7b", "seed=0"]}
+    assert b["group"] == a["group"] and (b["job_type"], b["tags"]) == ("vanilla_rl", ["backbone=qwen2.5-7b", "seed=1"])
+    # the same configuration in another directory is another W&B run; another sweep is another group
+    other = tmp_path / "elsewhere" / "train"
+    c = run_identity(out_dir=other / "experiment=seal,seed=0", fingerprint="f1", experiment="seal",
+                     backbone="qwen2.5-7b", seed=0, sweep_dir=other)
+    assert c["run_id"] != a["run_id"] and c["group"] != a["group"]
+    # a single run has no group unless logger.group names one
+    single = dict(out_dir=tmp_path / "run", fingerprint="f1", experiment="seal", backbone="b", seed=0)
+    assert run_identity(**single)["group"] is None and run_identity(**single, group="mine")["group"] == "mine"
+
+
+def test_wandb_init_receives_group_and_job_type(tmp_path, monkeypatch):
+    import wandb
+
+    seen = {}
+    monkeypatch.setattr(wandb, "init", lambda **kwargs: seen.update(kwargs) or object())
+    identity = run_identity(out_dir=tmp_path, fingerprint="f", experiment="wo_reweighting", backbone="b", seed=2,
+                            sweep_dir=tmp_path.parent)
+    WandbRun(mode="offline", project="seal", entity=None, out_dir=tmp_path, config={}, **identity)
+    assert (seen["group"], seen["job_type"], seen["tags"], seen["id"]) == (
+        identity["group"], "wo_reweighting", ["backbone=b", "seed=2"], identity["run_id"])
+    assert seen["mode"] == "offline" and seen["resume"] == "allow" and Path(seen["dir"]) == tmp_path
+
+
+def test_an_unknown_mode_is_refused():
+    from seal.errors import UserError
+
+    with pytest.raises(UserError, match="logger.mode='sometimes' is not one of offline, online, disabled"):
+        WandbRun(mode="sometimes", project="p", entity=None, tags=[], out_dir=Path("."), run_id="r", name="n", config={})
