@@ -119,6 +119,7 @@ def main_table(runs: list[dict]) -> list[dict]:
         for column in COLUMNS:
             row[column] = mean_ci([_pct(e, column) for e in evals])
         paper = PAPER_MAIN.get((backbone, arm))
+        row["paper"] = dict(zip(COLUMNS, paper)) if paper else None
         row["paper_avg"] = paper[0] if paper else None
         rows.append(row)
     return rows
@@ -196,9 +197,15 @@ def _fmt(cell) -> str:
 
 
 def to_markdown(rows: list[dict], header: list[str] | None = None) -> str:
-    header = header or ["backbone", "arm", "runs", *COLUMNS, "paper_avg"]
+    """Rows as a Markdown table; a row with the paper's numbers shows each beside its cell, in parentheses."""
+    header = header or ["backbone", "arm", "runs", *COLUMNS]
+
+    def cell(row: dict, h: str) -> str:
+        paper = row.get("paper")
+        return _fmt(row[h]) + (f" ({paper[h]:g})" if paper and h in paper else "")
+
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(_fmt(row[h]) for h in header) + " |" for row in rows]
+    lines += ["| " + " | ".join(cell(row, h) for h in header) + " |" for row in rows]
     return "\n".join(lines)
 
 
@@ -252,7 +259,7 @@ def main() -> None:
     text = (
         f"# BFCL V3 multi-turn accuracy (%), mean ± 95% CI over seeds; {len(runs)} runs\n\n"
         f"Evaluated on: {evaluated_on(runs)}\n\n"
-        "## Table 1: base model and trained arms\n\n" + to_markdown(rows) + "\n"
+        "## Table 1: base model and trained arms (the paper's number in parentheses)\n\n" + to_markdown(rows) + "\n"
     )
     if table3:
         text += "\n## Table 3: ablations (Avg; the paper's on Qwen2.5-7B)\n\n" + to_markdown(
@@ -275,8 +282,9 @@ def main() -> None:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "tables.md").write_text(text)
         _write_csv(args.out / "tables.csv",
-                   ["backbone", "arm", "runs", *(f"{c}_{s}" for c in COLUMNS for s in ("mean", "ci95")), "paper_avg"],
-                   [[r["backbone"], r["arm"], r["runs"], *(v for c in COLUMNS for v in r[c]), r["paper_avg"]] for r in rows])
+                   ["backbone", "arm", "runs", *(f"{c}_{s}" for c in COLUMNS for s in ("mean", "ci95", "paper"))],
+                   [[r["backbone"], r["arm"], r["runs"],
+                     *(v for c in COLUMNS for v in (*r[c], (r["paper"] or {}).get(c)))] for r in rows])
         _write_csv(args.out / "table3.csv", ["backbone", "arm", "runs", "avg_mean", "avg_ci95", "paper_avg"],
                    [[r["backbone"], r["arm"], r["runs"], *r["avg"], r["paper_avg"]] for r in table3])
         _write_csv(args.out / "differences.csv",

@@ -50,7 +50,12 @@ def test_runs_group_by_backbone_and_arm(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "experiments.aggregate", str(tmp_path), "--out", str(tmp_path / "t")],
                           cwd=REPO, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
-    assert "| qwen2.5-3b | seal | 2 | 15.00 ±" in proc.stdout
+    # Table 1 (paper: qwen2.5-3b seal 14.00 / 19 / 15 / 12 / 10): each cell with the paper's beside it
+    # seal base column: runs 19, 21 -> 20.00 +- 12.706 * sqrt(2) / sqrt(2)
+    assert "| qwen2.5-3b | seal | 2 | 15.00 ± 12.71 (14) | 20.00 ± 12.71 (19) |" in proc.stdout
+    header, *lines = (tmp_path / "t" / "tables.csv").read_text().splitlines()
+    seal = dict(zip(header.split(","), next(line for line in lines if ",seal," in line).split(",")))
+    assert (seal["avg_paper"], seal["long_context_paper"], seal["miss_func_mean"]) == ("14.0", "10", "16.0")
     assert (tmp_path / "t" / "tables.csv").read_text().count("\n") == 4
 
 

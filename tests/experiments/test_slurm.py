@@ -129,3 +129,22 @@ def test_a_preempted_job_is_requeued_by_submitit_and_resumes_to_the_same_rounds_
     assert rounds(run_dir) == rounds(full)
     a, b = load_file(full / "final_model" / "model.safetensors"), load_file(run_dir / "final_model" / "model.safetensors")
     assert a.keys() == b.keys() and all((a[k] == b[k]).all() for k in a)
+
+
+def test_reproduce_submits_every_arm_skips_finished_runs_and_aggregates(cluster, tmp_path):
+    """experiments.reproduce end to end, tiny-random standing in for every backbone: Table 1's two arms
+    and Table 3's three ablations (seal shared) for one seed, as five SLURM jobs."""
+    root = tmp_path / "reproduce"
+    args = [sys.executable, "-m", "experiments.reproduce", "--root", str(root), "--backbones", "tiny-random",
+            "--seeds", "0", "--ablation-backbone", "tiny-random", "--", *TINY[1:], *LAUNCHER[1:]]
+    proc = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=2400)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert proc.stdout.startswith("5 jobs, 0 finished, 5 to run")
+    assert len(list(root.glob("*/metrics.json"))) == 5
+    table = (root / "tables" / "tables.md").read_text()
+    for arm in ("vanilla_rl", "seal", "wo_env_adaptation", "wo_reweighting", "wo_closed_loop"):
+        assert f"| tiny-random | {arm} | 1 |" in table
+    assert "seal - vanilla_rl" in table and "seal - wo_closed_loop" in table
+    # again: everything is finished, nothing is submitted
+    again = subprocess.run([*args[:3], "--dry-run", *args[3:]], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert again.stdout.startswith("5 jobs, 5 finished, 0 to run"), again.stdout

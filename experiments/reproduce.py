@@ -1,0 +1,137 @@
+"""Every training run behind the paper's Tables 1 and 3, submitted, then aggregated.
+
+    python -m experiments.reproduce --dry-run                     # the job list and a GPU-hour bound
+    python -m experiments.reproduce                               # submit what has not finished, wait, aggregate
+    python -m experiments.reproduce --launcher basic --backbones tiny-random --seeds 0 -- budget.rounds=1
+
+Table 1 is every backbone x {vanilla_rl, seal} x seed; Table 3 adds the three ablation arms on its
+backbone (seal is shared with Table 1). Each job is `run.py -m` with the launcher of your choice
+(hydra/launcher=submitit_slurm by default: settings in conf/local/default.yaml), its run directory
+under --root named by its overrides as Hydra names it. Finished runs (metrics.json with eval_after)
+are skipped; unfinished ones resume from their last complete round. When every job has returned the
+tables are built with experiments.aggregate into <root>/tables.
+
+The GPU-hour figure is an upper bound from arithmetic, not a measurement: every episode is taken to
+fill the backbone's context, and its tokens cost 2 N FLOPs to generate and 8 N to train (forward,
+backward and the reference model's forward) at --mfu of --gpu-tflops per GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from experiments.aggregate import ABLATIONS
+
+REPO = Path(__file__).resolve().parents[1]
+TABLE1_BACKBONES = ("qwen2.5-3b", "qwen2.5-7b", "toolace-2-8b")
+TABLE1_ARMS = ("vanilla_rl", "seal")
+TABLE3_BACKBONE = "qwen2.5-7b"
+
+
+@dataclass(frozen=True)
+class Job:
+    backbone: str
+    experiment: str
+    seed: int
+
+    def overrides(self, extra: tuple[str, ...] = ()) -> list[str]:
+        return [f"backbone={self.backbone}", f"experiment={self.experiment}", f"seed={self.seed}", *extra]
+
+
+def plan(backbones=TABLE1_BACKBONES, seeds=(0, 1, 2), ablation_backbone: str | None = TABLE3_BACKBONE) -> list[Job]:
+    """Table 1's jobs, then Table 3's that Table 1 does not already have."""
+    jobs = [Job(b, arm, s) for b in backbones for arm in TABLE1_ARMS for s in seeds]
+    if ablation_backbone:
+        jobs += [Job(ablation_backbone, arm, s) for arm in (*ABLATIONS, "seal") for s in seeds]
+    return list(dict.fromkeys(jobs))
+
+
+def run_dir(root: Path, job: Job, extra: tuple[str, ...] = ()) -> Path:
+    """Where Hydra puts the job: its overrides, sorted, as key=value joined by commas (conf/config.yaml);
+    hydra's own overrides and task= are not part of the name."""
+    return root / ",".join(sorted(_task_overrides(job, extra)))
+
+
+def _task_overrides(job: Job, extra: tuple[str, ...]) -> list[str]:
+    return [o for o in job.overrides(extra) if not o.startswith(("hydra.", "hydra/", "task="))]
+
+
+def finished(path: Path) -> bool:
+    metrics = path / "metrics.json"
+    return metrics.exists() and "eval_after" in json.loads(metrics.read_text())
+
+
+def gpu_hours_bound(job: Job, extra: tuple[str, ...], *, gpu_tflops: float, mfu: float) -> float:
+    """Upper bound on one job's GPU-hours (module docstring), from the composed config."""
+    from hydra import compose, initialize_config_dir
+
+    from seal.rl.config import rounds_for
+
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=_task_overrides(job, extra))
+    train_entries = cfg.budget.train_entries or 400
+    rounds = rounds_for(cfg.budget, train_entries)
+    episodes = rounds * cfg.budget.prompts_per_round * cfg.budget.rollouts_per_prompt
+    tokens = episodes * cfg.backbone.context_length
+    params = float(cfg.backbone.get("params_b", 0.0)) * 1e9
+    flops = (2 + 8) * params * tokens
+    return flops / (gpu_tflops * 1e12 * mfu) / 3600
+
+
+def submit(jobs: list[Job], root: Path, extra: tuple[str, ...], launcher: str) -> list[tuple[Job, int]]:
+    """Start one `run.py -m` per job (each waits for its own SLURM job); return their exit codes."""
+    procs = []
+    for job in jobs:
+        args = [sys.executable, str(REPO / "run.py"), "-m", *job.overrides(extra), f"hydra.sweep.dir={root}"]
+        if launcher != "basic":
+            args.insert(3, f"hydra/launcher={launcher}")
+        log = root / ".reproduce" / f"{job.backbone}-{job.experiment}-seed{job.seed}.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with log.open("w") as fh:
+            procs.append((job, subprocess.Popen(args, stdout=fh, stderr=subprocess.STDOUT)))
+    return [(job, proc.wait()) for job, proc in procs]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("extra", nargs="*", help="overrides for every job, after --, e.g. budget=paper")
+    parser.add_argument("--root", type=Path, default=Path("multirun/reproduce"), help="where the run directories go")
+    parser.add_argument("--backbones", default=",".join(TABLE1_BACKBONES), help="Table 1's backbones")
+    parser.add_argument("--seeds", default="0,1,2")
+    parser.add_argument("--ablation-backbone", default=TABLE3_BACKBONE, help="Table 3's backbone ('' for none)")
+    parser.add_argument("--launcher", default="submitit_slurm", help="hydra/launcher choice, or basic (this machine)")
+    parser.add_argument("--dry-run", action="store_true", help="print the jobs and the GPU-hour bound; submit nothing")
+    parser.add_argument("--gpu-tflops", type=float, default=312.0, help="peak bf16 TFLOPS per GPU (A100: 312)")
+    parser.add_argument("--mfu", type=float, default=0.3, help="fraction of the peak reached (default 0.3)")
+    args = parser.parse_args(argv)
+    extra = tuple(args.extra)
+    jobs = plan(tuple(b for b in args.backbones.split(",") if b), tuple(int(s) for s in args.seeds.split(",")),
+                args.ablation_backbone or None)
+    root = args.root.resolve()
+    todo = [j for j in jobs if not finished(run_dir(root, j, extra))]
+    total = 0.0
+    print(f"{len(jobs)} jobs, {len(jobs) - len(todo)} finished, {len(todo)} to run (under {root})")
+    for job in jobs:
+        hours = gpu_hours_bound(job, extra, gpu_tflops=args.gpu_tflops, mfu=args.mfu)
+        state = "to run" if job in todo else "finished"
+        total += hours if job in todo else 0.0
+        print(f"  {state:8s} {' '.join(job.overrides(extra))}  <= {hours:.1f} GPU-h")
+    print(f"GPU-hours to run, upper bound: {total:.1f} (context-filling episodes, {args.mfu:.0%} of "
+          f"{args.gpu_tflops:.0f} TFLOPS)")
+    if args.dry_run:
+        return 0
+    failed = [(j, rc) for j, rc in submit(todo, root, extra, args.launcher) if rc != 0]
+    for job, rc in failed:
+        print(f"failed to launch (exit {rc}): {' '.join(job.overrides(extra))}; see {root}/.reproduce/")
+    tables = subprocess.run([sys.executable, "-m", "experiments.aggregate", str(root), "--out", str(root / "tables")],
+                            cwd=REPO)
+    return 1 if failed or tables.returncode else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,43 @@
+"""experiments.reproduce: the job list behind Tables 1 and 3, the GPU-hour bound, skipping finished runs."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from experiments.reproduce import Job, gpu_hours_bound, plan, run_dir
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_the_plan_is_table_1_and_the_ablations_of_table_3():
+    jobs = plan()
+    # Table 1: 3 backbones x 2 arms x 3 seeds = 18; Table 3 adds 3 ablations x 3 seeds on Qwen2.5-7B
+    # (its seal runs are Table 1's): 27
+    assert len(jobs) == 27 == len(set(jobs))
+    assert {j.experiment for j in jobs if j.backbone != "qwen2.5-7b"} == {"vanilla_rl", "seal"}
+    assert sum(j.backbone == "qwen2.5-7b" for j in jobs) == 5 * 3
+
+
+def test_the_gpu_hour_bound_by_hand():
+    # budget=paper on Qwen2.5-7B (7.62B parameters, 16,384-token context): 6 epochs of 400 // 32 = 12
+    # rounds -> 72 rounds x 256 episodes x 16,384 tokens x 10 FLOPs per parameter-token, at 30% of 312 TFLOPS
+    expected = 72 * 256 * 16384 * 10 * 7.62e9 / (312e12 * 0.3) / 3600
+    assert gpu_hours_bound(Job("qwen2.5-7b", "seal", 0), ("budget=paper",), gpu_tflops=312, mfu=0.3) == pytest.approx(expected)
+    assert expected == pytest.approx(68.29, abs=0.01)
+
+
+def test_a_dry_run_lists_the_jobs_and_skips_finished_ones(tmp_path):
+    done = run_dir(tmp_path, Job("qwen2.5-3b", "seal", 1), ("budget=paper", "hydra.launcher.partition=gpu"))
+    # as Hydra names it: sorted key=value pairs, hydra's own overrides left out
+    assert done.name == "backbone=qwen2.5-3b,budget=paper,experiment=seal,seed=1"
+    done.mkdir(parents=True)
+    (done / "metrics.json").write_text(json.dumps({"eval_after": {}}))
+    proc = subprocess.run([sys.executable, "-m", "experiments.reproduce", "--dry-run", "--root", str(tmp_path),
+                           "--", "budget=paper", "hydra.launcher.partition=gpu"], cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("27 jobs, 1 finished, 26 to run")
+    assert "finished backbone=qwen2.5-3b experiment=seal seed=1 budget=paper" in proc.stdout
+    assert not list(tmp_path.glob(".reproduce"))  # nothing submitted
