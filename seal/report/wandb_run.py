@@ -51,16 +51,21 @@ def _has_api_key() -> bool:
     return netrc.is_file() and "api.wandb.ai" in netrc.read_text(errors="ignore")
 
 
+def _check_can_log(mode: str, setting: str) -> None:
+    """A known mode, and an API key when it is online; `setting` is how the user chose the mode."""
+    check_mode(mode)
+    if mode == "online" and not _has_api_key():
+        raise UserError(
+            f"{setting}=online needs a W&B API key: run `wandb login` (or set WANDB_API_KEY), "
+            f"or use {setting}=offline (files under the run directory, for `wandb sync` later)"
+        )
+
+
 class WandbRun:
     def __init__(self, *, mode: str, project: str, entity: str | None, tags: list[str], out_dir: Path,
                  run_id: str, name: str, config: dict[str, Any], group: str | None = None,
                  job_type: str | None = None):
-        check_mode(mode)
-        if mode == "online" and not _has_api_key():
-            raise UserError(
-                "logger.mode=online needs a W&B API key: run `wandb login` (or set WANDB_API_KEY), "
-                "or keep the default logger.mode=offline"
-            )
+        _check_can_log(mode, "logger.mode")
         self.run = None
         if mode == "disabled":
             return
@@ -69,7 +74,8 @@ class WandbRun:
         self._wandb = wandb
         self.run = wandb.init(
             project=project, entity=entity, tags=list(tags), dir=str(out_dir), id=run_id, name=name,
-            group=group, job_type=job_type, resume="allow", mode=mode, config=config, settings=wandb.Settings(console="off", silent=True),
+            group=group, job_type=job_type, resume="allow", mode=mode, config=config,
+            settings=wandb.Settings(console="off", silent=True),
         )
         log.info("W&B run %s (%s) in %s", run_id, mode, out_dir / "wandb")
 
@@ -100,11 +106,9 @@ class WandbRun:
 def log_files_as_artifact(files: list[Path], *, mode: str, project: str, name: str, kind: str, out_dir: Path,
                           group: str | None = None) -> None:
     """Log `files` as one W&B artifact from a short run of job_type `name` (offline: under out_dir/wandb)."""
-    check_mode(mode)
+    _check_can_log(mode, "--wandb")
     if mode == "disabled":
         return
-    if mode == "online" and not _has_api_key():
-        raise UserError("--wandb online needs a W&B API key: run `wandb login` (or set WANDB_API_KEY), or use offline")
     import wandb
 
     run = wandb.init(project=project, job_type=name, group=group, dir=str(out_dir), mode=mode,

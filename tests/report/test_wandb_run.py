@@ -50,3 +50,20 @@ def test_an_unknown_mode_is_refused():
 
     with pytest.raises(UserError, match="logger.mode='sometimes' is not one of offline, online, disabled"):
         WandbRun(mode="sometimes", project="p", entity=None, tags=[], out_dir=Path("."), run_id="r", name="n", config={})
+
+
+def test_online_without_an_api_key_is_refused_naming_the_setting(tmp_path, monkeypatch):
+    from seal.errors import UserError
+    from seal.report.wandb_run import log_files_as_artifact
+
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.setenv("NETRC", str(tmp_path / "no-netrc"))
+    with pytest.raises(UserError, match=r"^logger.mode=online needs a W&B API key.*or use logger.mode=offline"):
+        WandbRun(mode="online", project="p", entity=None, tags=[], out_dir=tmp_path, run_id="r", name="n", config={})
+    with pytest.raises(UserError, match=r"^--wandb=online needs a W&B API key.*or use --wandb=offline"):
+        log_files_as_artifact([], mode="online", project="p", name="t", kind="tables", out_dir=tmp_path)
+    # with a key in ~/.netrc the check passes (the machine entry W&B's login writes)
+    (tmp_path / "no-netrc").write_text("machine api.wandb.ai\n  login user\n  password x\n")
+    from seal.report.wandb_run import _has_api_key
+
+    assert _has_api_key()
