@@ -23,6 +23,7 @@ verifier re-executes the call text: a call that could not be replayed is a parse
 from __future__ import annotations
 
 import json
+import keyword
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -179,7 +180,8 @@ def _replayable(call: ToolCall) -> str | None:
     if not _IDENTIFIER.match(call.name):
         return f"tool name {call.name!r} is not an identifier"
     for key in call.kwargs:
-        if not isinstance(key, str) or not _IDENTIFIER.match(key):
+        # any Python identifier (BFCL's live tools have names like año_vehiculo) that is not a keyword
+        if not isinstance(key, str) or not key.isidentifier() or keyword.iskeyword(key):
             return f"argument name {key!r} is not an identifier"
     try:
         again = parse_call(call.to_string())

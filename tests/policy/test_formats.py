@@ -95,6 +95,19 @@ def test_unknown_tools_decode_and_are_left_to_the_executor(name):
     assert fmt.parse(text).calls == [ToolCall("launch_rocket", (), {"when": "now"})]
 
 
+@pytest.mark.parametrize("name", NAMES)
+def test_any_python_identifier_names_an_argument_but_no_keyword_does(name):
+    # BFCL's live tools have arguments such as `año_vehiculo` (a Python identifier); `class` is a keyword,
+    # which no call text could carry
+    fmt = get_format(name)
+    call = ToolCall("cotizar", (), {"año_vehiculo": 2024})
+    assert fmt.parse(fmt.render_calls([call], {})).calls == [call]
+    if name != "bfcl_python":  # the JSON formats carry argument names as strings
+        text = fmt.render_calls([ToolCall("cotizar", (), {"x": 1})], {}).replace('"x"', '"class"')
+        parsed = fmt.parse(text)
+        assert parsed.calls == [] and "not an identifier" in parsed.failures[0][1]
+
+
 def test_good_calls_survive_next_to_bad_ones():
     parsed = get_format("qwen_xml").parse(
         '<tool_call>{"name": "pwd", "arguments": {}}</tool_call>\n<tool_call>{"name": oops}</tool_call>'
