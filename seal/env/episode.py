@@ -12,6 +12,11 @@ Protocol (bfcl-eval's multi-turn inference loop, prompting mode):
   replies, undecodable text) it is force-quit, unless that output closed the last turn. Either way the
   official runner then scores it `force_terminated` unless the quit came in the last turn.
 The episode records the decoded calls in BFCL's result layout, so `verdict()` is the official check.
+
+Out-of-domain entries (seal.env.ood) follow their own BFCL protocols through the same steps: a
+single-turn entry takes exactly one reply, whose calls are recorded but never executed; a memory
+entry's first system message carries the memory backend's instructions and core memory, and a
+memory prerequisite conversation flushes its memory to the run's snapshot when it ends.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from seal.env import ood
 from seal.env.benchmark import Entry
 from seal.env.calls import ToolCall
 from seal.env.executor import Backends, CallRecord, execute
@@ -82,6 +88,12 @@ class Episode:
         self.max_steps = max_steps
         self.step_limit = step_limit
         self.backends = Backends(entry.involved_classes, entry.initial_config, entry.long_context)
+        # the turns' messages as this episode delivers them (a memory entry's system message is filled
+        # in from the memory it starts with)
+        self.turns = entry.turns
+        if entry.category in ood.MEMORY_CATEGORIES:
+            self.turns = ood.with_memory_instructions(entry, self.backends)
+        self.single_reply = entry.kind in ("ast", "relevance", "irrelevance")
         self.turn = -1
         self.steps_in_turn = 0
         # every model output of the episode (the release's step count)
@@ -103,7 +115,7 @@ class Episode:
         if self.in_turn:
             raise RuntimeError("the current turn has not ended yet")
         if self.turn + 1 >= self.entry.num_turns:
-            self.ended = "completed"
+            self._end("completed")
             return None
         self.turn += 1
         self.steps_in_turn = 0
@@ -112,7 +124,7 @@ class Episode:
         self.steps.append([])
         return TurnStart(
             self.turn,
-            list(self.entry.turns[self.turn]),
+            list(self.turns[self.turn]),
             list(self.entry.holdout.get(self.turn, [])),
         )
 
@@ -135,12 +147,18 @@ class Episode:
         record = StepRecord(raw, [], list(parse_failures or []), num_tokens)
         self.steps[-1].append(record)
         self.model_steps += 1
+        if self.single_reply:  # one reply, checked unexecuted
+            record.calls = [CallRecord(call.to_string(), "", call) for call in calls]
+            self.result[-1].append([r.text for r in record.calls])
+            self.in_turn = False
+            return StepOutcome([], record.calls, turn_over=True)
         if not calls and not keep_turn:
             self.in_turn = False
             outcome = StepOutcome([], [], turn_over=True)
             # a reply that closes the last turn finishes the episode: nothing is left to cut
             if self._episode_limit_reached() and self.turn + 1 < self.entry.num_turns:
-                self.ended = outcome.ended = "force_terminated"
+                self._end("force_terminated")
+                outcome.ended = self.ended
             return outcome
         record.calls = [execute(self.backends, call) for call in calls]
         if calls:
@@ -150,7 +168,7 @@ class Episode:
         over = self._episode_limit_reached() if self.step_limit == "episode" else self.steps_in_turn > self.max_steps
         if over:
             self.in_turn = False
-            self.ended = "force_terminated"
+            self._end("force_terminated")
             outcome.turn_over, outcome.ended = True, self.ended
         return outcome
 
@@ -160,7 +178,15 @@ class Episode:
     def abort(self, reason: str = "context_overflow") -> None:
         """End the episode early (the rollout engine calls this when the context is full)."""
         self.in_turn = False
+        self._end(reason)
+
+    def _end(self, reason: str) -> None:
         self.ended = reason
+        if ood.is_prereq(self.entry):
+            # as bfcl-eval does, however the conversation ended: the next one of the scenario starts here
+            next(iter(self.backends.instances.values()))._flush_memory_to_local_file()
 
     def verdict(self) -> Verdict:
+        if self.entry.kind != "multi_turn":
+            return ood.verify_ood(self.entry, self.steps, context_overflow=self.ended == "context_overflow")
         return verify(self.entry, self.result, context_overflow=self.ended == "context_overflow")

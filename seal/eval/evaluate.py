@@ -169,6 +169,11 @@ def evaluate_entries(engine: Any, entries: list[Entry], out_dir: Path | None = N
 def evaluate(cfg: DictConfig, out_dir: Path) -> None:
     from seal.policy.rollout import RolloutEngine
 
+    if cfg.benchmark.name != "bfcl_v3":
+        from seal.eval.ood import evaluate_ood
+
+        return evaluate_ood(cfg, out_dir)
+
     split = instantiate(cfg.split)
     ids = split.part(cfg.eval_part)
     if not ids:

@@ -193,7 +193,12 @@ class RolloutEngine:
         """The prompt's text and ids, and how many of them are the system message (shared by every
         entry with the same tools, so a backend can cache it once per play)."""
         chat = self.format.chat
-        system = chat.begin + chat.message("system", self.format.system_prompt(view.tool_docs(entry.functions), view.system_extra()))
+        extra = view.system_extra()
+        if turn.messages and turn.messages[0]["role"] == "system":
+            # as bfcl-eval does: the entry's own system message follows the tool instructions
+            extra = turn.messages[0]["content"] + (f"\n\n{extra}" if extra else "")
+            turn = TurnStart(turn.index, turn.messages[1:], turn.new_functions)
+        system = chat.begin + chat.message("system", self.format.system_prompt(view.tool_docs(entry.functions), extra))
         opening = self._turn_text(turn, view)
         system_ids = self._system_ids.get(system)
         if system_ids is None:

@@ -1,0 +1,169 @@
+"""task=eval benchmark=<out-of-domain benchmark>: BFCL V4 memory, BFCL V4 web search, BFCL single turn.
+
+    python run.py task=eval benchmark=bfcl_v4_memory backbone=qwen2.5-7b budget=paper
+    python run.py task=eval benchmark=bfcl_v4_web_search benchmark.search_url=http://127.0.0.1:8080/search
+    python run.py task=eval benchmark=bfcl_single_turn backbone=oracle
+
+The same engine, tool format, greedy decoding and plain interface as the BFCL V3 evaluation; the entries
+and checkers are bfcl-eval's (seal.env.ood). Writes `metrics.json` (per-category accuracy, the
+benchmark's average over its categories, counts), `trajectories.jsonl` and `report.md`. With
+`budget.eval_entries_per_category=n`, the first n questions of each category in bfcl-eval's order are
+evaluated (memory: with the prerequisite conversations of their scenarios only).
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from hydra.utils import instantiate
+from omegaconf import DictConfig
+
+from seal.env import ood
+from seal.env.episode import check_step_limit
+from seal.errors import UserError
+from seal.interface.view import PLAIN
+from seal.report.tables import markdown_table, write_json
+
+log = logging.getLogger(__name__)
+BENCHMARKS = ("bfcl_v3", "bfcl_v4_memory", "bfcl_v4_web_search", "bfcl_single_turn")
+
+
+def categories_of(benchmark: Any) -> list[str]:
+    """The bfcl-eval categories a benchmark config selects, with one sentence for a wrong value."""
+    name = benchmark.get("name")
+    if name == "bfcl_v4_memory":
+        backends = list(benchmark.get("memory_backends") or [])
+        wrong = [b for b in backends if b not in ood.MEMORY_BACKENDS]
+        if wrong or not backends:
+            raise UserError(f"benchmark.memory_backends={backends}: choose among {', '.join(ood.MEMORY_BACKENDS)}")
+        return [f"memory_{b}" for b in backends]
+    allowed = {"bfcl_v4_web_search": ood.WEB_SEARCH_CATEGORIES, "bfcl_single_turn": ood.SINGLE_TURN_CATEGORIES}.get(name)
+    if allowed is None:
+        raise UserError(f"benchmark={name}: choose one of {', '.join(BENCHMARKS)}")
+    categories = list(benchmark.get("categories") or [])
+    wrong = [c for c in categories if c not in allowed]
+    if wrong or not categories:
+        raise UserError(f"benchmark.categories={categories}: choose among {', '.join(allowed)}")
+    return categories
+
+
+def prepare(benchmark: Any) -> list[str]:
+    """Check everything a benchmark needs before a model is loaded: its categories, the search engine,
+    the vector memory's encoder (loaded now, so a missing one stops the run at once)."""
+    categories = categories_of(benchmark)
+    if benchmark.get("name") == "bfcl_v4_web_search":
+        from seal.env.search import check_search_backend
+
+        check_search_backend(benchmark.get("search_url"))
+    if "memory_vector" in categories:
+        ood.use_encoder(benchmark.get("encoder_path"))
+        ood.vector_memory_class()
+    return categories
+
+
+def select(entries: list[ood.Entry], n: int | None) -> tuple[list[list[ood.Entry]], list[ood.Entry]]:
+    """(prerequisite waves, questions) for the first `n` questions (None: all) of one category."""
+    questions = [e for e in entries if not ood.is_prereq(e)]
+    if n is not None:
+        questions = questions[: max(int(n), 0)]
+    scenarios = {ood.memory_scenario(e) for e in questions if e.category in ood.MEMORY_CATEGORIES}
+    prereqs = [e for e in entries if ood.is_prereq(e) and ood.memory_scenario(e) in scenarios]
+    return ood.prerequisite_waves(prereqs), questions
+
+
+def record_of(rollout: Any) -> dict[str, Any]:
+    verdict = rollout.verdict
+    return {
+        "id": rollout.entry.id,
+        "category": rollout.entry.category,
+        "valid": verdict.valid,
+        "error_type": verdict.error_type,
+        "ended": rollout.ended,
+        "model_tokens": rollout.num_model_tokens,
+        "turns": [[{"raw": s.raw, "calls": [c.text for c in s.calls], "observations": [c.observation for c in s.calls]}
+                   for s in steps] for steps in rollout.episode.steps],
+    }
+
+
+def metrics_of(name: str, categories: list[str], records: list[dict[str, Any]]) -> dict[str, Any]:
+    """`eval/<benchmark>/<category>` accuracies and `eval/<benchmark>/avg`, their unweighted mean (as
+    BFCL averages memory over its backends and web search over its two settings)."""
+    metrics: dict[str, Any] = {}
+    counts = {}
+    for category in categories:
+        rows = [r for r in records if r["category"] == category]
+        passed = sum(r["valid"] for r in rows)
+        counts[category] = {"passed": passed, "total": len(rows)}
+        metrics[f"eval/{name}/{category}"] = passed / len(rows) if rows else 0.0
+    scored = [metrics[f"eval/{name}/{c}"] for c in categories if counts[c]["total"]]
+    metrics[f"eval/{name}/avg"] = sum(scored) / len(scored) if scored else 0.0
+    metrics["counts"] = counts
+    metrics["num_entries"] = len(records)
+    return metrics
+
+
+def evaluate_benchmark(engine: Any, benchmark: Any, out_dir: Path, n: int | None, step_limit: str = "turn",
+                       progress: bool = False) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Play and score one out-of-domain benchmark with `engine`; returns (metrics, records)."""
+    import json
+
+    categories = prepare(benchmark)
+    memory_dir = out_dir / "memory"
+    shutil.rmtree(memory_dir, ignore_errors=True)  # snapshots of an earlier run must not leak in
+    records: list[dict[str, Any]] = []
+    prerequisites = 0
+    start = time.perf_counter()
+    for category in categories:
+        entries = ood.load_category(category, memory_dir, benchmark.get("search_url"))
+        waves, questions = select(entries, n)
+        for wave in waves:  # each conversation starts from the memory the previous one of its scenario left
+            engine.play(wave, PLAIN, temperature=0.0, step_limit=step_limit)
+            prerequisites += len(wave)
+        rollouts = engine.play(questions, PLAIN, temperature=0.0, step_limit=step_limit, progress=progress)
+        records += [record_of(r) for r in rollouts]
+    seconds = time.perf_counter() - start
+    metrics = metrics_of(benchmark.name, categories, records)
+    metrics["prerequisite_conversations"] = prerequisites
+    metrics["timing"] = {"seconds": seconds, "model_tokens": sum(r["model_tokens"] for r in records)}
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with (out_dir / "trajectories.jsonl").open("w") as fh:
+        for r in records:
+            fh.write(json.dumps(r, default=str) + "\n")
+    return metrics, records
+
+
+def evaluate_ood(cfg: DictConfig, out_dir: Path) -> None:
+    from seal.policy.rollout import RolloutEngine
+
+    step_limit = check_step_limit(cfg.eval.step_limit, "eval.step_limit")
+    prepare(cfg.benchmark)
+    backbone = instantiate(cfg.backbone)
+    policy = backbone.load()
+    engine = RolloutEngine.for_backbone(backbone, policy, cfg.budget, tool_rendering=cfg.rendering.tools)
+    name = cfg.benchmark.name
+    log.info("evaluating %s on %s", backbone.describe(), name)
+    metrics, records = evaluate_benchmark(engine, cfg.benchmark, out_dir, cfg.budget.eval_entries_per_category,
+                                          step_limit, progress=True)
+    metrics.update({"backbone": backbone.describe(), "benchmark": name,
+                    "protocol": {"step_limit": step_limit, "tool_format": engine.format.name, "interface": "plain"}})
+    write_json(out_dir / "metrics.json", metrics)
+    rows = [[c, f"{100 * metrics[f'eval/{name}/{c}']:.2f}", f"{n['passed']}/{n['total']}"]
+            for c, n in metrics["counts"].items()]
+    rows.append(["average (unweighted over categories)", f"{100 * metrics[f'eval/{name}/avg']:.2f}", str(len(records))])
+    table = markdown_table(["category", "accuracy %", "passed"], rows)
+    outcomes = Counter(r["error_type"] or "pass" for r in records)
+    oracle_note = ("\n> **Scripted oracle, not a model**: a harness self-check.\n"
+                   if not getattr(backbone, "trainable", True) else "")
+    (out_dir / "report.md").write_text(
+        f"# Evaluation on {name}: {backbone.describe()}\n{oracle_note}\n"
+        f"Budget `{cfg.budget.name}`, greedy decoding, plain benchmark interface, tool format `{engine.format.name}`; "
+        f"{metrics['prerequisite_conversations']} memory prerequisite conversations played first.\n\n{table}\n\n"
+        f"## Outcomes\n\n{markdown_table(['verdict', 'entries'], sorted(outcomes.items()))}\n"
+    )
+    print(table)
+    log.info("outputs in %s", out_dir)
