@@ -8,13 +8,16 @@ initial and the trained model), groups runs by (backbone, experiment), and print
 mean over seeds with a 95% confidence interval next to the paper's single-run number:
 
 - Table 1: per backbone, the base model and every trained arm, all five columns;
+- Table 2: out of domain (budget.ood_benchmarks), per backbone and arm: BFCL V4 memory, web search and
+  their mean (the paper's "BFCL V4 (web search + memory) Avg") beside the paper's number; tau2-bench is
+  not on the package index, so its columns hold only the paper's numbers;
 - Table 3: the ablation arms (and seal) per backbone, Avg, with the paper's Avg on Qwen2.5-7B;
 - the comparison the paper did not make: seal minus vanilla_rl and seal minus each ablation, per
   backbone, over the held-out entries and seeds both arms have, with a paired bootstrap (entries and
   seeds resampled) giving the 95% interval of the difference and a two-sided p-value;
 - the runs that failed or did not finish.
 
-Writes the same as Markdown and CSV (tables.md, tables.csv, table3.csv, differences.csv) and a bar
+Writes the same as Markdown and CSV (tables.md, tables.csv, table2.csv, table3.csv, differences.csv) and a bar
 chart with the 95% intervals (tables.png).
 """
 
@@ -43,6 +46,14 @@ PAPER_MAIN = {
     ("toolace-2-8b", "vanilla_rl"): (38.50, 52, 30, 40, 32),
     ("toolace-2-8b", "seal"): (46.75, 58, 46, 44, 39),
 }
+# Paper Table 2 (out of domain, Avg %): BFCL V4 agentic (web search + memory) and tau2-bench
+PAPER_OOD = {
+    ("qwen2.5-3b", "vanilla_rl"): {"bfcl_v4": 4.69, "tau2": 9.64},
+    ("qwen2.5-3b", "seal"): {"bfcl_v4": 8.63, "tau2": 11.76},
+    ("qwen2.5-7b", "vanilla_rl"): {"bfcl_v4": 9.17, "tau2": 16.11},
+    ("qwen2.5-7b", "seal"): {"bfcl_v4": 12.71, "tau2": 20.79},
+}
+OOD_COLUMNS = ("bfcl_v4_memory", "bfcl_v4_web_search")
 # Paper ablations on Qwen2.5-7B (Avg %)
 PAPER_ABLATION = {"wo_env_adaptation": 35.75, "wo_reweighting": 32.75, "wo_closed_loop": 33.00, "seal": 40.25}
 # two-sided 95% Student t quantiles by degrees of freedom
@@ -72,6 +83,7 @@ def load_runs(root: Path) -> list[dict]:
             "dir": str(run_dir), "backbone": config["backbone"]["name"], "experiment": config["experiment_name"],
             "seed": config["seed"], "before": metrics["eval_before"], "after": metrics["eval_after"],
             "part": config.get("heldout_part", "?"), "entries": metrics["eval_after"].get("num_entries"),
+            "ood_before": metrics.get("ood_before") or {}, "ood_after": metrics.get("ood_after") or {},
         })
     return runs
 
@@ -121,6 +133,33 @@ def main_table(runs: list[dict]) -> list[dict]:
         paper = PAPER_MAIN.get((backbone, arm))
         row["paper"] = dict(zip(COLUMNS, paper)) if paper else None
         row["paper_avg"] = paper[0] if paper else None
+        rows.append(row)
+    return rows
+
+
+def ood_table(runs: list[dict]) -> list[dict]:
+    """Table 2: per backbone and arm with an out-of-domain evaluation, the memory and web-search averages
+    (%), and their mean where a run has both (BFCL's agentic score), beside the paper's numbers."""
+    groups: dict[tuple[str, str], list[dict]] = defaultdict(list)
+    before: dict[tuple[str, int], dict] = {}
+    for run in runs:
+        if run["ood_after"]:
+            groups[(run["backbone"], run["experiment"])].append(run["ood_after"])
+        if run["ood_before"]:  # one evaluation of the initial model per seed, whatever the arm
+            before.setdefault((run["backbone"], run["seed"]), run["ood_before"])
+    for (backbone, _seed), found in before.items():
+        groups[(backbone, "base model")].append(found)
+    rows = []
+    for (backbone, arm), evals in sorted(groups.items()):
+        row = {"backbone": backbone, "arm": arm, "runs": len(evals)}
+        for name in OOD_COLUMNS:
+            values = [100.0 * e[name][f"eval/{name}/avg"] for e in evals if name in e]
+            row[name] = mean_ci(values) if values else None
+        both = [50.0 * (e[OOD_COLUMNS[0]][f"eval/{OOD_COLUMNS[0]}/avg"] + e[OOD_COLUMNS[1]][f"eval/{OOD_COLUMNS[1]}/avg"])
+                for e in evals if all(n in e for n in OOD_COLUMNS)]
+        row["bfcl_v4"] = mean_ci(both) if both else None
+        paper = PAPER_OOD.get((backbone, arm), {})
+        row["paper_bfcl_v4"], row["paper_tau2"] = paper.get("bfcl_v4"), paper.get("tau2")
         rows.append(row)
     return rows
 
@@ -261,6 +300,11 @@ def main() -> None:
         f"Evaluated on: {evaluated_on(runs)}\n\n"
         "## Table 1: base model and trained arms (the paper's number in parentheses)\n\n" + to_markdown(rows) + "\n"
     )
+    table2 = ood_table(runs)
+    if table2:
+        text += ("\n## Table 2: out of domain (%; BFCL V4 = mean of memory and web search; tau2-bench is not "
+                 "evaluated here, the paper's number is shown)\n\n" + to_markdown(
+                     table2, ["backbone", "arm", "runs", *OOD_COLUMNS, "bfcl_v4", "paper_bfcl_v4", "paper_tau2"]) + "\n")
     if table3:
         text += "\n## Table 3: ablations (Avg; the paper's on Qwen2.5-7B)\n\n" + to_markdown(
             table3, ["backbone", "arm", "runs", "avg", "paper_avg"]) + "\n"
@@ -285,6 +329,11 @@ def main() -> None:
                    ["backbone", "arm", "runs", *(f"{c}_{s}" for c in COLUMNS for s in ("mean", "ci95", "paper"))],
                    [[r["backbone"], r["arm"], r["runs"],
                      *(v for c in COLUMNS for v in (*r[c], (r["paper"] or {}).get(c)))] for r in rows])
+        _write_csv(args.out / "table2.csv",
+                   ["backbone", "arm", "runs", *(f"{c}_{s}" for c in (*OOD_COLUMNS, "bfcl_v4") for s in ("mean", "ci95")),
+                    "paper_bfcl_v4", "paper_tau2"],
+                   [[r["backbone"], r["arm"], r["runs"], *(v for c in (*OOD_COLUMNS, "bfcl_v4") for v in (r[c] or (None, None))),
+                     r["paper_bfcl_v4"], r["paper_tau2"]] for r in table2])
         _write_csv(args.out / "table3.csv", ["backbone", "arm", "runs", "avg_mean", "avg_ci95", "paper_avg"],
                    [[r["backbone"], r["arm"], r["runs"], *r["avg"], r["paper_avg"]] for r in table3])
         _write_csv(args.out / "differences.csv",
@@ -295,7 +344,7 @@ def main() -> None:
         if args.wandb != "disabled":
             from seal.report.wandb_run import log_files_as_artifact
 
-            names = ("tables.md", "tables.csv", "table3.csv", "differences.csv", "tables.png")
+            names = ("tables.md", "tables.csv", "table2.csv", "table3.csv", "differences.csv", "tables.png")
             log_files_as_artifact([args.out / n for n in names], mode=args.wandb, project=args.project,
                                   name="seal-tables", kind="tables", out_dir=args.out)
 

@@ -11,6 +11,11 @@ under --root named by its overrides as Hydra names it. Finished runs (metrics.js
 are skipped; unfinished ones resume from their last complete round. When every job has returned the
 tables are built with experiments.aggregate into <root>/tables.
 
+Table 2's BFCL V4 memory column comes from the runs themselves (budget=paper evaluates
+budget.ood_benchmarks=[bfcl_v4_memory] before and after training); for the web-search column, export
+SERPAPI_API_KEY and pass `-- budget.ood_benchmarks=[bfcl_v4_memory,bfcl_v4_web_search]`. The bound below
+counts training only.
+
 The GPU-hour figure is an upper bound from arithmetic, not a measurement: every episode is taken to
 fill the backbone's context, and its tokens cost 2 N FLOPs to generate and 8 N to train (forward,
 backward and the reference model's forward) at --mfu of --gpu-tflops per GPU.

@@ -79,7 +79,8 @@ def eval_rows(evals: dict[str, dict[str, Any]]) -> list[list[Any]]:
 
 
 def write_train_report(out_dir: Path, *, title: str, header: dict[str, Any], history: list[Any],
-                       rho0: dict[str, float], evals: dict[str, dict[str, Any]], timing: dict[str, float]) -> None:
+                       rho0: dict[str, float], evals: dict[str, dict[str, Any]], timing: dict[str, float],
+                       ood: dict[str, dict[str, dict[str, Any]]] | None = None) -> None:
     lines = [f"# {title}", ""]
     lines += [f"- {k}: {v}" for k, v in header.items()]
     lines += ["", "## Rounds", ""]
@@ -116,6 +117,12 @@ def write_train_report(out_dir: Path, *, title: str, header: dict[str, Any], his
     if evals:
         lines += ["", "## Held-out evaluation (greedy, plain benchmark interface)", ""]
         lines.append(markdown_table(["model"] + list(EVAL_KEYS), eval_rows(evals)))
+    if ood:
+        lines += ["", "## Out-of-domain evaluation (accuracy; budget.ood_benchmarks)", ""]
+        rows = [[when.removeprefix("ood_"), name, metrics[f"eval/{name}/avg"],
+                 ", ".join(f"{c} {n['passed']}/{n['total']}" for c, n in metrics["counts"].items())]
+                for when, found in ood.items() for name, metrics in found.items()]
+        lines.append(markdown_table(["model", "benchmark", "average", "passed per category"], rows))
     if timing:
         total = sum(timing.values()) or 1.0
         lines += ["", "## Where a round's time goes", ""]

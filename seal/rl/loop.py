@@ -19,6 +19,7 @@ import os
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
@@ -27,12 +28,14 @@ from seal.errors import UserError
 from seal.report.tables import write_json
 
 log = logging.getLogger(__name__)
+CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 
 
 def config_fingerprint(cfg: DictConfig) -> str:
     """Hash of everything that changes the run's results (not logging or paths)."""
     resolved = OmegaConf.to_container(cfg, resolve=True)
     resolved.pop("logger", None)
+    resolved.pop("benchmark", None)  # read by task=eval only, whose run directory names it
     return hashlib.sha256(json.dumps(resolved, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -114,6 +117,7 @@ def train(cfg: DictConfig, out_dir: Path) -> None:
     check_step_limit(cfg.budget.get("step_limit", "turn"), "budget.step_limit")
     check_hardware(cfg)
     check_mode(cfg.logger.mode)
+    ood_benchmarks = out_of_domain_benchmarks(cfg)
     split = instantiate(cfg.split)
     backbone = instantiate(cfg.backbone)
     if not backbone.trainable:
@@ -217,6 +221,8 @@ def train(cfg: DictConfig, out_dir: Path) -> None:
     elif heldout:
         evals["before"] = json.loads(before_path.read_text())
 
+    ood = evaluate_out_of_domain(engine, ood_benchmarks, cfg, out_dir, "before", dist)
+
     # -- train, resuming from the last complete round ---------------------------------------------
     trainer = make_trainer(
         cfg, model=policy.model, tokenizer=policy.tokenizer, coevolution=coevolution,
@@ -247,6 +253,7 @@ def train(cfg: DictConfig, out_dir: Path) -> None:
         if dist.main:
             write_json(out_dir / "eval_after.json", metrics)
         evals["after"] = metrics
+    ood.update(evaluate_out_of_domain(engine, ood_benchmarks, cfg, out_dir, "after", dist))
     # model selection on validation: the best-on-val and the final model on test (last: it loads weights over)
     tests = selection.test_evaluations(engine.model, select_entries(engine, split.test, cfg.budget.eval_entries_per_category))
     if not dist.main:
@@ -259,6 +266,7 @@ def train(cfg: DictConfig, out_dir: Path) -> None:
         "final_rho": coevolution.reweighting.rho, "final_interface": coevolution.omega.to_dict(),
         "eval_before": evals.get("before"), "eval_after": evals.get("after"), "round_time_split": timing,
         "wall_seconds": time.perf_counter() - started, "world_size": dist.world,
+        "ood_before": ood.get("ood_before"), "ood_after": ood.get("ood_after"),
         **{k: v for k, v in tests.items()},
     }
     write_json(out_dir / "metrics.json", summary)
@@ -274,12 +282,53 @@ def train(cfg: DictConfig, out_dir: Path) -> None:
                                  f"left out: their prompt does not fit {backbone.context_length} tokens with "
                                  f"{cfg.budget.max_new_tokens} to generate)",
                 "code version": run_config["code_version"], "rounds": len(coevolution.history)},
-        history=coevolution.history, rho0=reweighting.rho0, evals=evals, timing=timing,
+        history=coevolution.history, rho0=reweighting.rho0, evals=evals, timing=timing, ood=ood,
     )
-    wandb.summary({f"{k}/{m}": v for k in evals for m, v in evals[k].items() if m.startswith("eval/")})
+    wandb.summary({f"{k}/{m}": v for k in evals for m, v in evals[k].items() if m.startswith("eval/")}
+                  | {f"{when.removeprefix('ood_')}/{m}": v for when, found in ood.items() for metrics in found.values()
+                     for m, v in metrics.items() if m.startswith("eval/")})
     wandb.save_files([out_dir / "report.md", out_dir / "curves.png", out_dir / "metrics.json"])
     wandb.finish()
     log.info("done: %d rounds; report in %s", len(coevolution.history), out_dir / "report.md")
+
+
+def out_of_domain_benchmarks(cfg: DictConfig) -> list[Any]:
+    """The benchmark configs named in budget.ood_benchmarks (conf/benchmark/<name>.yaml; the run's own
+    `benchmark` group when it is one of them, so its overrides apply), each checked now: a missing
+    search key or encoder stops the run before anything is written."""
+    from seal.eval.ood import BENCHMARKS, prepare
+
+    configs = []
+    for name in cfg.budget.get("ood_benchmarks") or []:
+        if name not in BENCHMARKS or name == "bfcl_v3":
+            raise UserError(f"budget.ood_benchmarks: {name!r} is not an out-of-domain benchmark; choose among "
+                            f"{', '.join(b for b in BENCHMARKS if b != 'bfcl_v3')}")
+        node = cfg.benchmark if cfg.benchmark.name == name else OmegaConf.load(CONF_DIR / "benchmark" / f"{name}.yaml")
+        prepare(node)
+        configs.append(node)
+    return configs
+
+
+def evaluate_out_of_domain(engine: Any, benchmarks: list[Any], cfg: DictConfig, out_dir: Path, when: str,
+                           dist: Any) -> dict[str, Any]:
+    """{"ood_<when>": {benchmark: metrics}} for the model as it is now (`when`: before | after training),
+    played on the main rank; results already on disk (a resumed run) are read back."""
+    from seal.env.episode import check_step_limit
+    from seal.eval.ood import evaluate_benchmark
+
+    if not benchmarks or not dist.main:
+        return {}
+    results = {}
+    for node in benchmarks:
+        folder = out_dir / f"ood_{when}" / node.name
+        if (folder / "metrics.json").exists():
+            results[node.name] = json.loads((folder / "metrics.json").read_text())
+            continue
+        metrics, _ = evaluate_benchmark(engine, node, folder, cfg.budget.get("ood_entries_per_category"),
+                                        check_step_limit(cfg.eval.step_limit, "eval.step_limit"))
+        write_json(folder / "metrics.json", metrics)
+        results[node.name] = metrics
+    return {f"ood_{when}": results}
 
 
 def _sweep_dir() -> Path | None:

@@ -155,3 +155,41 @@ def test_the_tables_go_to_wandb_as_one_artifact(tmp_path):
     assert b"seal-tables" in data
     for name in (b"tables.md", b"tables.csv", b"table3.csv", b"differences.csv", b"tables.png"):
         assert name in data
+
+
+def _ood(memory=None, web=None):
+    out = {}
+    if memory is not None:
+        out["bfcl_v4_memory"] = {"eval/bfcl_v4_memory/avg": memory}
+    if web is not None:
+        out["bfcl_v4_web_search"] = {"eval/bfcl_v4_web_search/avg": web}
+    return out
+
+
+def test_table_2_takes_the_out_of_domain_evaluations_with_the_papers_numbers(tmp_path):
+    from experiments.aggregate import ood_table
+
+    zero = _metrics(0, 0, 0, 0, 0)
+    for name, arm, seed, before, after in [
+        ("s0", "seal", 0, _ood(0.02, 0.04), _ood(0.08, 0.10)),
+        ("s1", "seal", 1, _ood(0.04, 0.06), _ood(0.10, 0.12)),
+        ("v0", "vanilla_rl", 0, _ood(0.02, 0.04), _ood(0.05, None)),  # web search not evaluated
+    ]:
+        _run(tmp_path, name, "qwen2.5-3b", arm, seed, zero, zero)
+        metrics = json.loads((tmp_path / name / "metrics.json").read_text())
+        (tmp_path / name / "metrics.json").write_text(json.dumps({**metrics, "ood_before": before, "ood_after": after}))
+    rows = {r["arm"]: r for r in ood_table(load_runs(tmp_path))}
+    # seal: memory {8, 10} -> 9, web {10, 12} -> 11, their per-run means {9, 11} -> 10, half-width 12.706 * 1
+    assert rows["seal"]["bfcl_v4_memory"] == (pytest.approx(9.0), pytest.approx(12.706))
+    assert rows["seal"]["bfcl_v4"] == (pytest.approx(10.0), pytest.approx(12.706))
+    assert (rows["seal"]["paper_bfcl_v4"], rows["seal"]["paper_tau2"]) == (8.63, 11.76)
+    # vanilla_rl has no web-search result: no BFCL V4 mean, the paper's 4.69 beside it
+    assert rows["vanilla_rl"]["bfcl_v4_web_search"] is None and rows["vanilla_rl"]["bfcl_v4"] is None
+    assert rows["vanilla_rl"]["paper_bfcl_v4"] == 4.69
+    # the base model once per seed: seeds 0 and 1 -> memory {2, 4}
+    assert rows["base model"]["runs"] == 2 and rows["base model"]["bfcl_v4_memory"][0] == pytest.approx(3.0)
+    proc = subprocess.run([sys.executable, "-m", "experiments.aggregate", str(tmp_path), "--out", str(tmp_path / "t"),
+                           "--bootstrap", "50"], cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "| qwen2.5-3b | seal | 2 | 9.00 ± 12.71 | 11.00 ± 12.71 | 10.00 ± 12.71 | 8.63 | 11.76 |" in proc.stdout
+    assert (tmp_path / "t" / "table2.csv").read_text().count("\n") == 1 + 3

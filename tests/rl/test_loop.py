@@ -35,8 +35,17 @@ def rounds(out_dir):
 
 
 def test_the_main_job_leaves_its_outputs(tmp_path):
-    metrics = train(tmp_path)
+    # with an out-of-domain benchmark before and after training: one simple_python and one irrelevance entry
+    metrics = train(tmp_path, "budget.ood_benchmarks=[bfcl_single_turn]", "budget.ood_entries_per_category=1",
+                    "benchmark=bfcl_single_turn", "benchmark.categories=[simple_python,irrelevance]")
     assert metrics["rounds"] == 2 == len(rounds(tmp_path))
+    # six new tokens cannot hold a tool call: simple_python fails, and irrelevance (no call) passes
+    for when in ("ood_before", "ood_after"):
+        assert metrics[when]["bfcl_single_turn"]["counts"] == {
+            "simple_python": {"passed": 0, "total": 1}, "irrelevance": {"passed": 1, "total": 1}}
+        assert metrics[when]["bfcl_single_turn"]["eval/bfcl_single_turn/avg"] == 0.5
+        assert (tmp_path / when / "bfcl_single_turn" / "trajectories.jsonl").is_file()
+    assert "## Out-of-domain evaluation" in (tmp_path / "report.md").read_text()
     for name in ["config.yaml", "run_config.json", "leakage.json", "report.md", "curves.png",
                  "eval_before/trajectories.jsonl", "eval_after/trajectories.jsonl", "interface/round_0001.json"]:
         assert (tmp_path / name).is_file(), name
