@@ -50,7 +50,7 @@ from collections import Counter
 from typing import Any
 
 from seal.diagnosis import labels as L
-from seal.diagnosis.schema import bind_arguments, check_call, tool_registry
+from seal.env.schema import bind_arguments, check_call, tool_registry
 from seal.env.benchmark import Entry
 from seal.env.calls import ToolCall, UnsafeCall, parse_call
 from seal.env.episode import StepRecord

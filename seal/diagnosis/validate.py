@@ -140,14 +140,14 @@ AMBIGUITY_NOTES = {
 
 
 def _table(result: dict[str, Any]) -> str:
-    from seal.report.tables import markdown_table
+    from seal.io import markdown_table
 
     rows = [[x, v["n"], v["precision"], v["recall"], v["f1"]] for x, v in result["per_label"].items()]
     return markdown_table(["label", "n", "precision", "recall", "F1"], rows)
 
 
 def _confusion(result: dict[str, Any]) -> str:
-    from seal.report.tables import markdown_table
+    from seal.io import markdown_table
 
     columns = list(next(iter(result["confusion"].values())))
     return markdown_table(
@@ -160,7 +160,7 @@ def write_report(
     out_dir: Path, diagnoser_name: str, result: dict[str, Any], tally: dict[str, Counter],
     unconfirmed: dict[str, dict[str, int]],
 ) -> str:
-    from seal.report.tables import markdown_table
+    from seal.io import markdown_table
 
     recipes = markdown_table(
         ["recipe", "accepted", "rejected", "not applicable"],
@@ -225,59 +225,9 @@ is a legitimate label for what actually happened):
     return "\n\n".join(_table(result[layer]) for layer in L.LAYERS)
 
 
-def _layer_result(truth: list[str], predicted: list[str], layer: str) -> dict[str, Any]:
+def layer_result(truth: list[str], predicted: list[str], layer: str) -> dict[str, Any]:
     result = score(truth, predicted, VOCABULARY[layer])
     worst = min(result["per_label"].items(), key=lambda kv: kv[1]["recall"])
     result.update(min_recall=worst[1]["recall"], min_recall_label=worst[0])
     result["goal_met"] = result["macro_f1"] >= GOAL_MACRO_F1 and result["min_recall"] >= GOAL_MIN_RECALL
-    return result
-
-
-def validate_diagnoser(cfg, out_dir: Path) -> dict[str, Any]:
-    from hydra.utils import instantiate
-
-    from seal.report.tables import write_json
-
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    diagnoser = instantiate(cfg.diagnoser)
-    seed = int(cfg.get("seed", 0) or 0)
-    rejected: list[Case] = []
-    cases, tally = build_cases(seed, rejected=rejected)
-    predicted_all = diagnoser.label_round([(c.entry, c.verdict, c.steps) for c in cases + rejected])
-    unconfirmed: dict[str, Counter] = defaultdict(Counter)
-    for case, labels in zip(rejected, predicted_all[len(cases):]):
-        got = labels[case.target]
-        unconfirmed[case.recipe][f"{got.outcome} / {layer_value(got, 'cause')}"] += 1
-    unconfirmed_counts = {name: dict(c.most_common()) for name, c in unconfirmed.items()}
-    predicted_all = predicted_all[: len(cases)]
-    truth: dict[str, list[str]] = {layer: [] for layer in L.LAYERS}
-    predicted: dict[str, list[str]] = {layer: [] for layer in L.LAYERS}
-    categories: Counter = Counter()
-    for case, labels in zip(cases, predicted_all):
-        for turn, label in [(case.target, case.label)] + case.extra:
-            for layer in L.LAYERS:
-                truth[layer].append(layer_value(label, layer))
-                predicted[layer].append(layer_value(labels[turn], layer))
-            categories[case.entry.category] += 1
-    result: dict[str, Any] = {x: _layer_result(truth[x], predicted[x], x) for x in L.LAYERS}
-    result.update(
-        diagnoser=diagnoser.name,
-        seed=seed,
-        num_cases=len(truth["outcome"]),
-        by_category={c: categories[c] for c in CATEGORIES},
-        recipes={name: dict(c) for name, c in tally.items()},
-        unconfirmed_injections=unconfirmed_counts,
-        ambiguous=AMBIGUITY_NOTES,
-    )
-    result["goal_met"] = all(result[layer]["goal_met"] for layer in L.LAYERS)
-    write_json(out_dir / "diagnoser_validation.json", result)
-    table = write_report(out_dir, diagnoser.name, result, tally, unconfirmed_counts)
-    print(table)
-    print(f"outcome macro-F1 {result['outcome']['macro_f1']:.4f}, "
-          f"cause macro-F1 {result['cause']['macro_f1']:.4f} "
-          f"over {result['num_cases']} scored turns; outputs in {out_dir}")
-    log.info("diagnoser %s: outcome macro-F1 %.4f (min recall %.4f), cause macro-F1 %.4f (min recall %.4f)",
-             diagnoser.name, result["outcome"]["macro_f1"], result["outcome"]["min_recall"],
-             result["cause"]["macro_f1"], result["cause"]["min_recall"])
     return result

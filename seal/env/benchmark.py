@@ -8,6 +8,7 @@ functions of miss_func entries moved out of the initial tool list).
 from __future__ import annotations
 
 import functools
+from collections import defaultdict
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -126,6 +127,25 @@ def load_benchmark() -> dict[str, Entry]:
                 gold=gold[item["id"]],
             )
     return entries
+
+
+def category_summary(results: list[tuple[str, bool]]) -> dict[str, Any]:
+    """Per-category totals and accuracy, and their unweighted mean (BFCL's multi-turn number)."""
+    by_cat: dict[str, dict[str, Any]] = defaultdict(lambda: {"total": 0, "passed": 0})
+    for entry_id, valid in results:
+        cat = by_cat[category_of(entry_id)]
+        cat["total"] += 1
+        cat["passed"] += int(valid)
+    ordered = {c: by_cat[c] for c in CATEGORIES if c in by_cat}
+    for cat in ordered.values():
+        cat["accuracy"] = cat["passed"] / cat["total"]
+    mean = sum(c["accuracy"] for c in ordered.values()) / len(ordered) if ordered else 0.0
+    return {
+        "total": len(results),
+        "passed": sum(v for _, v in results),
+        "by_category": ordered,
+        "accuracy_mean": mean,
+    }
 
 
 def get_entries(ids: list[str]) -> list[Entry]:

@@ -29,7 +29,8 @@ OFFICIAL_BLOCKED_NAMES = frozenset({"kill", "exit", "quit", "remove", "unlink", 
 ERROR_PREFIX = "Error during execution: "
 
 
-def _backend_class(class_name: str) -> type:
+def backend_class(class_name: str) -> type:
+    """The class of one of bfcl-eval's executable backends (the tool schemas read signatures from it)."""
     if class_name == "WebSearchAPI":  # bfcl-eval's, with a pluggable search engine
         from seal.env.search import SearchAPI
 
@@ -56,7 +57,7 @@ class Backends:
         self.instances: dict[str, Any] = {}
         self.methods: dict[str, Any] = {}
         for class_name in involved_classes:
-            instance = _backend_class(class_name)()
+            instance = backend_class(class_name)()
             if class_name not in STATELESS_CLASSES:
                 instance._load_scenario(
                     copy.deepcopy(initial_config.get(class_name, {})), long_context=long_context

@@ -1,13 +1,11 @@
-"""task=eval: a backbone on BFCL V3 multi-turn under the unmodified benchmark interface.
-
-    python run.py task=eval backbone=smollm2-135m split=seal_release budget=smoke
-    python run.py task=eval backbone=qwen2.5-7b budget=paper eval_part=test
+"""Evaluation on BFCL V3 multi-turn under the unmodified benchmark interface (task=eval and the training
+run's before/after and model-selection evaluations).
 
 Greedy decoding, the plain interface (`PLAIN`: whatever interface a model was trained under, it is
 evaluated without it), the official verdict per entry. The tools are shown in the run's rendering
 (`rendering=project|release`); the step limit is BFCL's per-turn rule unless `eval.step_limit=episode`
 asks for the release's per-trajectory one; both are recorded under "protocol" in `metrics.json` and
-in `report.md`. Writes `metrics.json`, `trajectories.jsonl` and `report.md` into the run directory.
+in `report.md`.
 """
 
 from __future__ import annotations
@@ -19,21 +17,22 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from hydra.utils import instantiate
-from omegaconf import DictConfig
-
-from seal.env.benchmark import CATEGORIES, Entry, get_entries
-from seal.env.episode import check_step_limit, describe_step_limit
-from seal.env.tasks import category_summary, summary_table
-from seal.errors import UserError
+from seal.env.benchmark import CATEGORIES, Entry, category_summary, get_entries
+from seal.env.episode import describe_step_limit
 from seal.interface.view import PLAIN
-from seal.report.tables import markdown_table, write_json
+from seal.io import markdown_table
 
 log = logging.getLogger(__name__)
 PREFIX = "eval/bfcl_v3"
 # rendered prompt lengths, keyed by (tokenizer, tool format, tool rendering, entry id): rendering and
 # tokenising all 800 prompts takes about 10 s on two cores, and a process may select entries many times
 _PROMPT_TOKENS: dict[tuple[str, str, str, str], int] = {}
+
+
+def summary_table(summary: dict[str, Any]) -> str:
+    rows = [[c, s["passed"], s["total"], s["accuracy"]] for c, s in summary["by_category"].items()]
+    rows.append(["mean of categories", summary["passed"], summary["total"], summary["accuracy_mean"]])
+    return markdown_table(["category", "passed", "total", "accuracy"], rows)
 
 
 def prompt_tokens(engine: Any, entry: Entry) -> int:
@@ -164,54 +163,3 @@ def evaluate_entries(engine: Any, entries: list[Entry], out_dir: Path | None = N
             for r in records:
                 fh.write(json.dumps(r, default=str) + "\n")
     return metrics, records
-
-
-def evaluate(cfg: DictConfig, out_dir: Path) -> None:
-    from seal.policy.rollout import RolloutEngine
-
-    if cfg.benchmark.name != "bfcl_v3":
-        from seal.eval.ood import evaluate_ood
-
-        return evaluate_ood(cfg, out_dir)
-
-    split = instantiate(cfg.split)
-    ids = split.part(cfg.eval_part)
-    if not ids:
-        raise UserError(
-            f"split={split.name} has no {cfg.eval_part!r} part; choose eval_part=test, or carve a "
-            "validation part with split.val_scenarios=<n>"
-        )
-    step_limit = check_step_limit(cfg.eval.step_limit, "eval.step_limit")
-    backbone = instantiate(cfg.backbone)
-    policy = backbone.load()
-    engine = RolloutEngine.for_backbone(backbone, policy, cfg.budget, tool_rendering=cfg.rendering.tools)
-    entries = select_entries(engine, ids, cfg.budget.eval_entries_per_category)
-    if not entries:
-        raise UserError(f"no entry of split={split.name} part {cfg.eval_part} fits backbone {backbone.name}'s context")
-    write_json(out_dir / "leakage.json", split.leakage())
-    log.info("evaluating %s on %d entries of %s/%s", backbone.describe(), len(entries), split.name, cfg.eval_part)
-    metrics, records = evaluate_entries(engine, entries, out_dir, progress=True, step_limit=step_limit)
-    metrics.update({"backbone": backbone.describe(), "split": split.name, "part": cfg.eval_part,
-                    "ids": [e.id for e in entries]})
-    write_json(out_dir / "metrics.json", metrics)
-    summary = category_summary([(r["id"], r["valid"]) for r in records])
-    table = summary_table(summary)
-    t = metrics["timing"]
-    errors: dict[str, int] = defaultdict(int)
-    for r in records:
-        errors[r["error_type"] or "pass"] += 1
-    oracle_note = (
-        "\n> **Scripted oracle, not a model**: it replays the gold calls; this is a harness self-check "
-        "and an upper bound.\n" if not getattr(backbone, "trainable", True) else ""
-    )
-    (out_dir / "report.md").write_text(
-        f"# Evaluation: {backbone.describe()}\n{oracle_note}\n"
-        f"Split `{split.name}`, part `{cfg.eval_part}`, budget `{cfg.budget.name}` "
-        f"({len(entries)} entries), greedy decoding, plain benchmark interface, "
-        f"tool format `{engine.format.name}`, tools rendered `{metrics['protocol']['tool_rendering']}`.\n\n"
-        f"Step limit `{step_limit}`: {metrics['protocol']['step_rule']}.\n\n{table}\n\n"
-        f"## Outcomes\n\n{markdown_table(['verdict', 'entries'], sorted(errors.items()))}\n\n"
-        f"## Timing\n\n{markdown_table(['seconds', 'episodes/min', 'model tokens/s', 'model tokens', 'context overflows'], [[t['seconds'], t['episodes_per_minute'], t['model_tokens_per_second'], t['model_tokens'], t['context_overflows']]])}\n"
-    )
-    print(table)
-    log.info("outputs in %s", out_dir)

@@ -1,4 +1,4 @@
-"""task=eval benchmark=<out-of-domain benchmark>: BFCL V4 memory, BFCL V4 web search, BFCL single turn.
+"""Evaluation on the out-of-domain benchmarks: BFCL V4 memory, BFCL V4 web search, BFCL single turn.
 
     python run.py task=eval benchmark=bfcl_v4_memory backbone=qwen2.5-7b budget=paper
     python run.py task=eval benchmark=bfcl_v4_web_search benchmark.search_url=http://127.0.0.1:8080/search
@@ -13,21 +13,16 @@ evaluated (memory: with the prerequisite conversations of their scenarios only).
 
 from __future__ import annotations
 
+import json
 import logging
 import shutil
 import time
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from hydra.utils import instantiate
-from omegaconf import DictConfig
-
 from seal.env import ood
-from seal.env.episode import check_step_limit
 from seal.errors import UserError
 from seal.interface.view import PLAIN
-from seal.report.tables import markdown_table, write_json
 
 log = logging.getLogger(__name__)
 BENCHMARKS = ("bfcl_v3", "bfcl_v4_memory", "bfcl_v4_web_search", "bfcl_single_turn")
@@ -110,8 +105,6 @@ def metrics_of(name: str, categories: list[str], records: list[dict[str, Any]]) 
 def evaluate_benchmark(engine: Any, benchmark: Any, out_dir: Path, n: int | None, step_limit: str = "turn",
                        progress: bool = False) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Play and score one out-of-domain benchmark with `engine`; returns (metrics, records)."""
-    import json
-
     categories = prepare(benchmark)
     memory_dir = out_dir / "memory"
     shutil.rmtree(memory_dir, ignore_errors=True)  # snapshots of an earlier run must not leak in
@@ -135,35 +128,3 @@ def evaluate_benchmark(engine: Any, benchmark: Any, out_dir: Path, n: int | None
         for r in records:
             fh.write(json.dumps(r, default=str) + "\n")
     return metrics, records
-
-
-def evaluate_ood(cfg: DictConfig, out_dir: Path) -> None:
-    from seal.policy.rollout import RolloutEngine
-
-    step_limit = check_step_limit(cfg.eval.step_limit, "eval.step_limit")
-    prepare(cfg.benchmark)
-    backbone = instantiate(cfg.backbone)
-    policy = backbone.load()
-    engine = RolloutEngine.for_backbone(backbone, policy, cfg.budget, tool_rendering=cfg.rendering.tools)
-    name = cfg.benchmark.name
-    log.info("evaluating %s on %s", backbone.describe(), name)
-    metrics, records = evaluate_benchmark(engine, cfg.benchmark, out_dir, cfg.budget.eval_entries_per_category,
-                                          step_limit, progress=True)
-    metrics.update({"backbone": backbone.describe(), "benchmark": name,
-                    "protocol": {"step_limit": step_limit, "tool_format": engine.format.name, "interface": "plain"}})
-    write_json(out_dir / "metrics.json", metrics)
-    rows = [[c, f"{100 * metrics[f'eval/{name}/{c}']:.2f}", f"{n['passed']}/{n['total']}"]
-            for c, n in metrics["counts"].items()]
-    rows.append(["average (unweighted over categories)", f"{100 * metrics[f'eval/{name}/avg']:.2f}", str(len(records))])
-    table = markdown_table(["category", "accuracy %", "passed"], rows)
-    outcomes = Counter(r["error_type"] or "pass" for r in records)
-    oracle_note = ("\n> **Scripted oracle, not a model**: a harness self-check.\n"
-                   if not getattr(backbone, "trainable", True) else "")
-    (out_dir / "report.md").write_text(
-        f"# Evaluation on {name}: {backbone.describe()}\n{oracle_note}\n"
-        f"Budget `{cfg.budget.name}`, greedy decoding, plain benchmark interface, tool format `{engine.format.name}`; "
-        f"{metrics['prerequisite_conversations']} memory prerequisite conversations played first.\n\n{table}\n\n"
-        f"## Outcomes\n\n{markdown_table(['verdict', 'entries'], sorted(outcomes.items()))}\n"
-    )
-    print(table)
-    log.info("outputs in %s", out_dir)

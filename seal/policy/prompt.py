@@ -14,15 +14,10 @@ Llama-3 headers for llama3_json), which is what every configured backbone's toke
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-from typing import Any
 
-from omegaconf import DictConfig
 
 from seal.env.benchmark import Entry
 from seal.env.episode import TurnStart
-from seal.errors import UserError
 from seal.interface.view import View
 from seal.policy.formats import ToolFormat
 
@@ -36,36 +31,3 @@ def first_prompt(fmt: ToolFormat, entry: Entry, view: View) -> str:
     if first.new_functions:
         return system + fmt.holdout_opening(view.delivered_docs(first.new_functions))
     return system + fmt.turn_opening(first.messages)
-
-
-def show_prompt(cfg: DictConfig, out_dir: Path) -> None:
-    from hydra.utils import instantiate
-
-    from seal.env.benchmark import get_entries
-    from seal.interface import PLAIN, apply, initial_interface
-    from seal.policy.formats import get_format
-
-    if not cfg.entry:
-        raise UserError("task=show_prompt needs an entry: add entry=<id>, e.g. entry=multi_turn_base_50")
-    if cfg.view not in VIEWS:
-        raise UserError(f"view={cfg.view!r}: choose train (the training interface at round 0) or eval (the plain benchmark)")
-    try:
-        (entry,) = get_entries([str(cfg.entry)])
-    except KeyError as exc:
-        raise UserError(f"entry={cfg.entry}: {exc.args[0]}") from None
-    fmt = get_format(cfg.backbone.tool_format, tools=cfg.rendering.tools)
-    view: Any = PLAIN
-    described = "plain benchmark interface"
-    if cfg.view == "train":
-        interface_cfg = instantiate(cfg.env_interface)
-        omega = initial_interface(interface_cfg)
-        view = apply(omega, fmt.call_example, interface_cfg)
-        on = [switch for switch, value in omega.switches().items() if value]
-        described = f"training interface {interface_cfg.name} at round 0 (on: {', '.join(on) or 'nothing'})"
-    text = first_prompt(fmt, entry, view)
-    (out_dir / "prompt.txt").write_text(text)
-    # stdout carries the prompt alone; what it is goes to stderr
-    print(f"# {entry.id}, view={cfg.view}: {described}; tools rendered {fmt.tools}, "
-          f"format {fmt.name} in {fmt.chat.name}", file=sys.stderr)
-    sys.stdout.write(text)
-    sys.stdout.flush()

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from seal.diagnosis import LAYERS
-from seal.report.tables import markdown_table
+from seal.io import markdown_table
 
 EVAL_KEYS = ("base", "miss_func", "miss_param", "long_context", "avg")
 

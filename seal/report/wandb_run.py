@@ -8,13 +8,13 @@ tables), validation/evaluation scores and outputs (summary and files).
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 from pathlib import Path
 from typing import Any
 
 from seal.errors import UserError
+from seal.io import short_hash
 
 log = logging.getLogger(__name__)
 MODES = ("offline", "online", "disabled")
@@ -26,10 +26,6 @@ def check_mode(mode: str) -> str:
     return mode
 
 
-def _short_hash(text: str) -> str:
-    return hashlib.sha1(text.encode()).hexdigest()[:8]
-
-
 def run_identity(*, out_dir: Path, fingerprint: str, experiment: str, backbone: str, seed: int,
                  tags: list[str] | tuple = (), group: str | None = None, sweep_dir: Path | None = None) -> dict:
     """How a run appears in W&B, so that the UI compares the arms of a sweep the way ablations are read:
@@ -39,8 +35,8 @@ def run_identity(*, out_dir: Path, fingerprint: str, experiment: str, backbone: 
     out_dir = Path(out_dir).resolve()
     if group is None and sweep_dir is not None:
         sweep = Path(sweep_dir).resolve()
-        group = f"{sweep.name}-{_short_hash(str(sweep))}"
-    return {"run_id": f"seal-{fingerprint}-{_short_hash(str(out_dir))}", "name": out_dir.name or "seal",
+        group = f"{sweep.name}-{short_hash(str(sweep), 8)}"
+    return {"run_id": f"seal-{fingerprint}-{short_hash(str(out_dir), 8)}", "name": out_dir.name or "seal",
             "group": group, "job_type": experiment, "tags": [*tags, f"backbone={backbone}", f"seed={seed}"]}
 
 

@@ -11,6 +11,7 @@ from omegaconf import OmegaConf
 from seal.diagnosis import CAUSES, OUTCOMES, TurnLabel, validate
 from seal.diagnosis.validate import NO_CAUSE, RECIPES, build_cases, score
 from seal.env import parse_call
+from seal.tasks.validate_diagnoser import validate_diagnoser
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -85,7 +86,7 @@ def test_validate_diagnoser_task_writes_its_files_and_meets_the_goal(tmp_path):
 def test_the_random_control_scores_far_below_the_rules(tmp_path, monkeypatch):
     monkeypatch.setattr(validate, "ENTRIES_PER_CATEGORY", 8)
     cfg = OmegaConf.create({"seed": 0, "diagnoser": {"_target_": "seal.diagnosis.RandomDiagnoser", "name": "random", "seed": 0}})
-    result = validate.validate_diagnoser(cfg, tmp_path)
+    result = validate_diagnoser(cfg, tmp_path)
     assert result["diagnoser"] == "random" and not result["goal_met"]
     assert result["outcome"]["macro_f1"] < 0.8 and result["cause"]["macro_f1"] < 0.6
     written = json.loads((tmp_path / "diagnoser_validation.json").read_text())

@@ -11,7 +11,7 @@ import re
 
 import pytest
 
-from seal.diagnosis.schema import tool_registry
+from seal.env.schema import tool_registry
 from seal.env import load_benchmark, parse_call
 from seal.env.calls import ToolCall
 from seal.env.executor import Backends, execute

@@ -2,7 +2,7 @@
 
 import pytest
 
-from seal.diagnosis.schema import tool_registry
+from seal.env.schema import tool_registry
 from seal.env.calls import ToolCall, parse_call
 from seal.errors import UserError
 from seal.policy.formats import FORMATS, get_format, keyword_arguments

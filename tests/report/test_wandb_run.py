@@ -9,7 +9,7 @@ from seal.report.wandb_run import WandbRun, run_identity
 
 
 def sha8(text):
-    return hashlib.sha1(text.encode()).hexdigest()[:8]
+    return hashlib.sha256(text.encode()).hexdigest()[:8]  # the first 8 hex digits of SHA-256
 
 
 def test_the_jobs_of_one_sweep_share_a_group_and_differ_in_arm_tags_and_id(tmp_path):

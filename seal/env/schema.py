@@ -16,7 +16,7 @@ from typing import Any
 
 from seal.env.benchmark import load_benchmark
 from seal.env.calls import ToolCall
-from seal.env.executor import _backend_class
+from seal.env.executor import backend_class
 
 # kinds of schema issue, in the order a hint reports them
 MISSING_REQUIRED = "missing_required"
@@ -78,7 +78,7 @@ def tool_registry() -> dict[str, ToolSpec]:
             classes.setdefault(class_name, class_name)
     order: dict[str, tuple[str, ...]] = {}
     for class_name in classes:
-        cls = _backend_class(class_name)
+        cls = backend_class(class_name)
         for name, func in inspect.getmembers(cls, predicate=inspect.isfunction):
             if not name.startswith("_"):
                 order[name] = tuple(p for p in inspect.signature(func).parameters if p != "self")

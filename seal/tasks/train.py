@@ -12,11 +12,9 @@ again, write the report.
 from __future__ import annotations
 
 import gc
-import hashlib
 import json
 import logging
 import os
-import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -25,43 +23,18 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from seal.errors import UserError
-from seal.report.tables import write_json
+from seal.io import claim_run_dir, code_version, config_fingerprint, fingerprint_matches, write_json
 
 log = logging.getLogger(__name__)
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 
 
-def config_fingerprint(cfg: DictConfig) -> str:
-    """Hash of everything that changes the run's results (not logging or paths)."""
-    resolved = OmegaConf.to_container(cfg, resolve=True)
-    resolved.pop("logger", None)
-    resolved.pop("benchmark", None)  # read by task=eval only, whose run directory names it
-    return hashlib.sha256(json.dumps(resolved, sort_keys=True, default=str).encode()).hexdigest()[:16]
-
-
-def code_version() -> str:
-    try:
-        repo = Path(__file__).resolve().parents[2]
-        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True, check=True).stdout
-        dirty = subprocess.run(["git", "status", "--porcelain"], cwd=repo, capture_output=True, text=True).stdout
-        return sha.strip() + ("+dirty" if dirty.strip() else "")
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
 def _check_run_dir(out_dir: Path, fingerprint: str) -> None:
-    marker = out_dir / "fingerprint.txt"
-    if marker.exists() and marker.read_text().strip() != fingerprint:
+    if not fingerprint_matches(out_dir, fingerprint):
         raise UserError(
             f"{out_dir} holds a run with a different configuration; resume it with its original settings, "
             "or start this one elsewhere with hydra.run.dir=<new directory>"
         )
-
-
-def _claim_run_dir(out_dir: Path, fingerprint: str) -> None:
-    """Mark the directory as this configuration's, once every component has accepted its config
-    (a run refused for a typo leaves nothing that would block the corrected command)."""
-    (out_dir / "fingerprint.txt").write_text(fingerprint + "\n")
 
 
 def return_freed_memory_to_the_os() -> None:
@@ -130,7 +103,9 @@ def train(cfg: DictConfig, out_dir: Path) -> None:
         reference=cfg.trainer.beta != 0, gradient_checkpointing=cfg.trainer.gradient_checkpointing,
     )
     if dist.main:
-        _claim_run_dir(out_dir, fingerprint)
+        # once every component has accepted its config: a run refused for a typo leaves nothing that
+        # would block the corrected command
+        claim_run_dir(out_dir, fingerprint)
     policy = backbone.load(training=True)
     engine = RolloutEngine.for_backbone(backbone, policy, cfg.budget, tool_rendering=cfg.rendering.tools)
     # no episode may start without room to generate: the prompts are measured under the widest
@@ -333,7 +308,7 @@ def evaluate_out_of_domain(engine: Any, benchmarks: list[Any], cfg: DictConfig, 
 
 def _sweep_dir() -> Path | None:
     """The multirun's sweep directory (None outside a sweep)."""
-    from seal.tasks import in_multirun
+    from seal.io import in_multirun
 
     if not in_multirun():
         return None

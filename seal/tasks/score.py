@@ -1,84 +1,28 @@
-"""task=replay and task=score: the executable core on its own, no model involved.
+"""task=score: official verdicts and per-turn labels for decoded trajectories (no model).
 
-task=score writes one line per input line to verdicts.jsonl: the official verdict (id, valid,
-error_type) and `turn_labels`, one {"outcome", "cause"} per turn of the entry (seal.diagnosis)."""
+    python run.py task=score input=trajectories.jsonl
+
+Reads JSON Lines, one {"id": ..., "result": [[[call, ...], ...], ...]} per line, and writes one line per
+input line to verdicts.jsonl: the official verdict (id, valid, error_type) and `turn_labels`, one
+{"outcome", "cause"} per turn of the entry (seal.diagnosis); `summary.json` per category.
+"""
 
 from __future__ import annotations
 
 import json
 import logging
-from collections import defaultdict
 from pathlib import Path
-from typing import Any
 
-from hydra.utils import instantiate
 from omegaconf import DictConfig
 
-from seal.env.benchmark import CATEGORIES, category_of, get_entries, load_benchmark
-from seal.env.calls import parse_call
-from seal.env.episode import Episode
+from seal.env.benchmark import category_summary, load_benchmark
 from seal.env.verifier import verify
 from seal.errors import UserError
-from seal.report.tables import markdown_table, write_json
+from seal.eval.evaluate import summary_table
+from seal.io import write_json
 
 log = logging.getLogger(__name__)
 MALFORMED = "seal:malformed_input"
-
-
-def category_summary(results: list[tuple[str, bool]]) -> dict[str, Any]:
-    """Per-category totals and accuracy, and their unweighted mean (BFCL's multi-turn number)."""
-    by_cat: dict[str, dict[str, Any]] = defaultdict(lambda: {"total": 0, "passed": 0})
-    for entry_id, valid in results:
-        cat = by_cat[category_of(entry_id)]
-        cat["total"] += 1
-        cat["passed"] += int(valid)
-    ordered = {c: by_cat[c] for c in CATEGORIES if c in by_cat}
-    for cat in ordered.values():
-        cat["accuracy"] = cat["passed"] / cat["total"]
-    mean = sum(c["accuracy"] for c in ordered.values()) / len(ordered) if ordered else 0.0
-    return {
-        "total": len(results),
-        "passed": sum(v for _, v in results),
-        "by_category": ordered,
-        "accuracy_mean": mean,
-    }
-
-
-def summary_table(summary: dict[str, Any]) -> str:
-    rows = [[c, s["passed"], s["total"], s["accuracy"]] for c, s in summary["by_category"].items()]
-    rows.append(["mean of categories", summary["passed"], summary["total"], summary["accuracy_mean"]])
-    return markdown_table(["category", "passed", "total", "accuracy"], rows)
-
-
-def replay_gold(entry_ids: list[str]) -> list[tuple[str, bool, str | None]]:
-    """Play each entry's gold calls through the episode protocol and the verifier."""
-    out = []
-    for entry in get_entries(entry_ids):
-        episode = Episode(entry)
-        while (turn := episode.next_turn()) is not None:
-            calls = [parse_call(text) for text in entry.gold[turn.index]]
-            if calls:
-                episode.step(calls, raw="gold")
-            episode.step([], raw="")
-        verdict = episode.verdict()
-        out.append((entry.id, verdict.valid, verdict.error_type))
-    return out
-
-
-def replay(cfg: DictConfig, out_dir: Path) -> None:
-    split = instantiate(cfg.split)
-    results = replay_gold(split.all_ids())
-    summary = category_summary([(i, v) for i, v, _ in results])
-    write_json(out_dir / "summary.json", summary)
-    write_json(out_dir / "leakage.json", split.leakage())
-    print(summary_table(summary))
-    failed = [(i, e) for i, v, e in results if not v]
-    if failed:
-        raise UserError(
-            f"gold replay failed on {len(failed)} of {len(results)} entries (first: {failed[0][0]}, "
-            f"{failed[0][1]}); the environment or verifier disagrees with the benchmark"
-        )
-    log.info("gold replay: %d/%d passed; outputs in %s", summary["passed"], summary["total"], out_dir)
 
 
 def _read_trajectory(line_no: int, raw: bytes) -> tuple[str, list]:
@@ -159,4 +103,3 @@ def score(cfg: DictConfig, out_dir: Path) -> None:
     for problem in problems:
         log.error("skipped malformed input, %s", problem)
     log.info("scored %d trajectories (%d malformed lines); outputs in %s", len(results), len(problems), out_dir)
-

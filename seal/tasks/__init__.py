@@ -1,9 +1,10 @@
-"""`task=` dispatch. Each task is a plain function `(cfg, out_dir) -> None`, imported lazily so that
-light tasks (replay, score) do not pay for torch and transformers."""
+"""`task=` dispatch: one module per task in this package, each a plain function `(cfg, out_dir) -> None`.
+
+Task modules import torch, transformers and TRL inside their functions, so that light tasks (replay,
+score, show_prompt) do not pay for them."""
 
 from __future__ import annotations
 
-import importlib
 import logging
 import re
 import sys
@@ -13,17 +14,20 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from seal.errors import UserError
+from seal.io import in_multirun
+from seal.tasks import eval as eval_task
+from seal.tasks import replay, sanity, score, show_prompt, train, validate_diagnoser
 
 log = logging.getLogger(__name__)
 
 TASKS = {
-    "train": "seal.rl.loop:train",
-    "eval": "seal.eval.evaluate:evaluate",
-    "replay": "seal.env.tasks:replay",
-    "score": "seal.env.tasks:score",
-    "validate_diagnoser": "seal.diagnosis.validate:validate_diagnoser",
-    "sanity": "seal.rl.sanity:sanity",
-    "show_prompt": "seal.policy.prompt:show_prompt",
+    "train": train.train,
+    "eval": eval_task.evaluate,
+    "replay": replay.replay,
+    "score": score.score,
+    "validate_diagnoser": validate_diagnoser.validate_diagnoser,
+    "sanity": sanity.sanity,
+    "show_prompt": show_prompt.show_prompt,
 }
 
 
@@ -36,15 +40,7 @@ def output_dir() -> Path:
 def resolve(name: str):
     if name not in TASKS:
         raise UserError(f"unknown task {name!r}: choose one of {', '.join(TASKS)} (e.g. task=eval)")
-    module, _, function = TASKS[name].partition(":")
-    return getattr(importlib.import_module(module), function)
-
-
-def in_multirun() -> bool:
-    from hydra.core.hydra_config import HydraConfig
-    from hydra.types import RunMode
-
-    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
+    return TASKS[name]
 
 
 def run(cfg: DictConfig, out_dir: Path | None = None) -> None:

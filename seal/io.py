@@ -1,0 +1,78 @@
+"""The bottom layer: run files and the run directory's identity. Imports nothing of the project.
+
+- `write_json` (atomic) and `markdown_table`: every report, metrics file and table goes through them;
+- `config_fingerprint` and `code_version`: what a run directory records to resume only the same run;
+- `short_hash`: short stable ids (W&B run ids, cache keys).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+FINGERPRINT_FILE = "fingerprint.txt"
+
+
+def write_json(path: Path, data: Any) -> None:
+    """Write `data` as indented JSON, atomically (a reader never sees half a file)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
+    tmp.replace(path)
+
+
+def markdown_table(header: list[str], rows: list[list[Any]]) -> str:
+    def cell(v: Any) -> str:
+        return f"{v:.4f}" if isinstance(v, float) else str(v)
+
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def short_hash(text: str, length: int = 12) -> str:
+    """The first `length` hex digits of the text's SHA-256."""
+    return hashlib.sha256(text.encode()).hexdigest()[:length]
+
+
+def config_fingerprint(cfg: Any) -> str:
+    """Hash of everything in a (Hydra) config that changes a training run's results: not the logger, and
+    not the `benchmark` group (read by task=eval only, whose run directory names it)."""
+    from omegaconf import OmegaConf
+
+    resolved = OmegaConf.to_container(cfg, resolve=True)
+    resolved.pop("logger", None)
+    resolved.pop("benchmark", None)
+    return short_hash(json.dumps(resolved, sort_keys=True, default=str), 16)
+
+
+def fingerprint_matches(out_dir: Path, fingerprint: str) -> bool:
+    """False when `out_dir` already holds a run of another configuration."""
+    marker = out_dir / FINGERPRINT_FILE
+    return not marker.exists() or marker.read_text().strip() == fingerprint
+
+
+def claim_run_dir(out_dir: Path, fingerprint: str) -> None:
+    """Mark the directory as this configuration's."""
+    (out_dir / FINGERPRINT_FILE).write_text(fingerprint + "\n")
+
+
+def in_multirun() -> bool:
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
+
+
+def code_version() -> str:
+    """The checkout's commit, `+dirty` with uncommitted changes; "unknown" outside git."""
+    try:
+        repo = Path(__file__).resolve().parents[1]
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True, check=True).stdout
+        dirty = subprocess.run(["git", "status", "--porcelain"], cwd=repo, capture_output=True, text=True).stdout
+        return sha.strip() + ("+dirty" if dirty.strip() else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"

@@ -1,0 +1,109 @@
+"""task=eval: a backbone on a benchmark under the unmodified benchmark interface.
+
+    python run.py task=eval backbone=smollm2-135m split=seal_release budget=smoke
+    python run.py task=eval backbone=qwen2.5-7b budget=paper eval_part=test
+    python run.py task=eval benchmark=bfcl_v4_memory backbone=qwen2.5-7b budget=paper
+
+BFCL V3 multi-turn (benchmark=bfcl_v3, the default; seal.eval.evaluate) or an out-of-domain benchmark
+(seal.eval.ood). Greedy decoding and the plain interface; writes `metrics.json`, `trajectories.jsonl` and
+`report.md` into the run directory.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter, defaultdict
+from pathlib import Path
+
+from hydra.utils import instantiate
+from omegaconf import DictConfig
+
+from seal.env.benchmark import category_summary
+from seal.env.episode import check_step_limit
+from seal.errors import UserError
+from seal.eval.evaluate import evaluate_entries, select_entries, summary_table
+from seal.eval.ood import evaluate_benchmark, prepare
+from seal.io import markdown_table, write_json
+
+log = logging.getLogger(__name__)
+
+
+def evaluate(cfg: DictConfig, out_dir: Path) -> None:
+    from seal.policy.rollout import RolloutEngine
+
+    if cfg.benchmark.name != "bfcl_v3":
+        return evaluate_ood(cfg, out_dir)
+
+    split = instantiate(cfg.split)
+    ids = split.part(cfg.eval_part)
+    if not ids:
+        raise UserError(
+            f"split={split.name} has no {cfg.eval_part!r} part; choose eval_part=test, or carve a "
+            "validation part with split.val_scenarios=<n>"
+        )
+    step_limit = check_step_limit(cfg.eval.step_limit, "eval.step_limit")
+    backbone = instantiate(cfg.backbone)
+    policy = backbone.load()
+    engine = RolloutEngine.for_backbone(backbone, policy, cfg.budget, tool_rendering=cfg.rendering.tools)
+    entries = select_entries(engine, ids, cfg.budget.eval_entries_per_category)
+    if not entries:
+        raise UserError(f"no entry of split={split.name} part {cfg.eval_part} fits backbone {backbone.name}'s context")
+    write_json(out_dir / "leakage.json", split.leakage())
+    log.info("evaluating %s on %d entries of %s/%s", backbone.describe(), len(entries), split.name, cfg.eval_part)
+    metrics, records = evaluate_entries(engine, entries, out_dir, progress=True, step_limit=step_limit)
+    metrics.update({"backbone": backbone.describe(), "split": split.name, "part": cfg.eval_part,
+                    "ids": [e.id for e in entries]})
+    write_json(out_dir / "metrics.json", metrics)
+    summary = category_summary([(r["id"], r["valid"]) for r in records])
+    table = summary_table(summary)
+    t = metrics["timing"]
+    errors: dict[str, int] = defaultdict(int)
+    for r in records:
+        errors[r["error_type"] or "pass"] += 1
+    oracle_note = (
+        "\n> **Scripted oracle, not a model**: it replays the gold calls; this is a harness self-check "
+        "and an upper bound.\n" if not getattr(backbone, "trainable", True) else ""
+    )
+    (out_dir / "report.md").write_text(
+        f"# Evaluation: {backbone.describe()}\n{oracle_note}\n"
+        f"Split `{split.name}`, part `{cfg.eval_part}`, budget `{cfg.budget.name}` "
+        f"({len(entries)} entries), greedy decoding, plain benchmark interface, "
+        f"tool format `{engine.format.name}`, tools rendered `{metrics['protocol']['tool_rendering']}`.\n\n"
+        f"Step limit `{step_limit}`: {metrics['protocol']['step_rule']}.\n\n{table}\n\n"
+        f"## Outcomes\n\n{markdown_table(['verdict', 'entries'], sorted(errors.items()))}\n\n"
+        f"## Timing\n\n{markdown_table(['seconds', 'episodes/min', 'model tokens/s', 'model tokens', 'context overflows'], [[t['seconds'], t['episodes_per_minute'], t['model_tokens_per_second'], t['model_tokens'], t['context_overflows']]])}\n"
+    )
+    print(table)
+    log.info("outputs in %s", out_dir)
+
+
+def evaluate_ood(cfg: DictConfig, out_dir: Path) -> None:
+    from seal.policy.rollout import RolloutEngine
+
+    step_limit = check_step_limit(cfg.eval.step_limit, "eval.step_limit")
+    prepare(cfg.benchmark)
+    backbone = instantiate(cfg.backbone)
+    policy = backbone.load()
+    engine = RolloutEngine.for_backbone(backbone, policy, cfg.budget, tool_rendering=cfg.rendering.tools)
+    name = cfg.benchmark.name
+    log.info("evaluating %s on %s", backbone.describe(), name)
+    metrics, records = evaluate_benchmark(engine, cfg.benchmark, out_dir, cfg.budget.eval_entries_per_category,
+                                          step_limit, progress=True)
+    metrics.update({"backbone": backbone.describe(), "benchmark": name,
+                    "protocol": {"step_limit": step_limit, "tool_format": engine.format.name, "interface": "plain"}})
+    write_json(out_dir / "metrics.json", metrics)
+    rows = [[c, f"{100 * metrics[f'eval/{name}/{c}']:.2f}", f"{n['passed']}/{n['total']}"]
+            for c, n in metrics["counts"].items()]
+    rows.append(["average (unweighted over categories)", f"{100 * metrics[f'eval/{name}/avg']:.2f}", str(len(records))])
+    table = markdown_table(["category", "accuracy %", "passed"], rows)
+    outcomes = Counter(r["error_type"] or "pass" for r in records)
+    oracle_note = ("\n> **Scripted oracle, not a model**: a harness self-check.\n"
+                   if not getattr(backbone, "trainable", True) else "")
+    (out_dir / "report.md").write_text(
+        f"# Evaluation on {name}: {backbone.describe()}\n{oracle_note}\n"
+        f"Budget `{cfg.budget.name}`, greedy decoding, plain benchmark interface, tool format `{engine.format.name}`; "
+        f"{metrics['prerequisite_conversations']} memory prerequisite conversations played first.\n\n{table}\n\n"
+        f"## Outcomes\n\n{markdown_table(['verdict', 'entries'], sorted(outcomes.items()))}\n"
+    )
+    print(table)
+    log.info("outputs in %s", out_dir)
