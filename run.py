@@ -16,6 +16,7 @@ os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (_ROOT, os.environ.get("PY
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
 def main(cfg: DictConfig) -> None:
+    seal.tasks.quiet_console()
     seal.tasks.run(cfg)
 
 

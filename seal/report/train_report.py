@@ -29,6 +29,18 @@ def _top_labels(counts: dict[str, int], layer: str, k: int = 3) -> str:
     return ", ".join(f"{label} {count / total:.0%}" for label, count in top) or "-"
 
 
+def round_line(record: Any, planned: int | None = None) -> str:
+    """The console's one line per round: reward, turn pass rate, the most frequent outcome, what the
+    interface changed and the round's seconds."""
+    m = record.metrics
+    seconds = sum(v for k, v in m.items() if k.startswith("time/"))
+    top = _top_labels(record.labels, "outcome", k=1)
+    change = record.interface_diff.replace("\n", "; ") if record.interface_diff else "unchanged"
+    return (f"[{record.round + 1}/{planned or '?'}] round {record.round} | reward {m.get('train/reward_mean', 0.0):.3f} "
+            f"| turn pass rate {m.get('train/turn_pass_rate', 0.0):.3f} | top outcome {top} | interface {change} "
+            f"| {seconds:.1f} s")
+
+
 def _rho_changes(rho: dict[str, float], rho0: dict[str, float]) -> str:
     moved = [f"{k} {v:.3f}" for k, v in sorted(rho.items()) if abs(v - rho0.get(k, v)) > 5e-4]
     return ", ".join(moved) or "= rho0"

@@ -127,6 +127,8 @@ def grpo_config(cfg: DictConfig, out_dir: Path, num_train: int, compute_dtype: s
         save_total_limit=tr.keep_checkpoints,
         logging_steps=1,
         report_to=[],
+        # the loop prints one line per round; the trainer's per-step dicts go to run.log (seal.rl.trainer)
+        disable_tqdm=True,
         seed=cfg.seed,
         data_seed=cfg.seed,
         dataloader_num_workers=0,

@@ -18,12 +18,14 @@ optimisation are TRL's own.
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from omegaconf import DictConfig
+from transformers import TrainerCallback
 from trl import GRPOTrainer
 
 
@@ -149,6 +151,13 @@ def scale_advantages(advantages: torch.Tensor, weights: list[float]) -> torch.Te
     return advantages * (w if advantages.dim() == 1 else w.unsqueeze(-1))
 
 
+class StepLogCallback(TrainerCallback):
+    """Each optimizer step's logged values, as one record of the `trainer.steps` logger (run.log only)."""
+
+    def on_log(self, args: Any, state: Any, control: Any, logs: dict | None = None, **kwargs: Any) -> None:
+        logging.getLogger("trainer.steps").info("step %d: %s", state.global_step, logs)
+
+
 def verifier_reward(completions: list[Any], verifier_reward: list[float], **_: Any) -> list[float]:
     """The reward is the official verifier's binary verdict, passed through from the rollouts."""
     return list(verifier_reward)
@@ -177,7 +186,7 @@ def make_trainer(
     args = grpo_config(cfg, out_dir, len(train_ids), compute_dtype, world=world)
     # rollout_func is marked experimental in TRL 1.16; it is the documented multi-turn hook
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-    return SealGRPOTrainer(
+    trainer = SealGRPOTrainer(
         model=model,
         reward_funcs=verifier_reward,
         args=args,
@@ -189,3 +198,10 @@ def make_trainer(
         coevolution=coevolution,
         std_epsilon=cfg.trainer.get("std_epsilon", TRL_STD_EPSILON),
     )
+    # the console gets one line per round from the loop; each optimizer step's dict goes to run.log
+    from transformers.trainer_callback import PrinterCallback, ProgressCallback
+
+    trainer.remove_callback(PrinterCallback)
+    trainer.remove_callback(ProgressCallback)
+    trainer.add_callback(StepLogCallback())
+    return trainer

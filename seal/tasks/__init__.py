@@ -6,6 +6,7 @@ score, show_prompt) do not pay for them."""
 from __future__ import annotations
 
 import logging
+import os
 import re
 import sys
 import traceback
@@ -41,6 +42,34 @@ def resolve(name: str):
     if name not in TASKS:
         raise UserError(f"unknown task {name!r}: choose one of {', '.join(TASKS)} (e.g. task=eval)")
     return TASKS[name]
+
+
+class ConsoleFilter(logging.Filter):
+    """What the console shows of a run: the project's own lines (INFO and up) and anyone's errors. The
+    libraries' info and warnings (and Python warnings) still reach run.log, which has every record."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        own = record.name == "__main__" or record.name == "seal" or record.name.startswith("seal.")
+        return own or record.levelno >= logging.ERROR
+
+
+def quiet_console() -> None:
+    """Keep the console to the project's lines (run.py calls this once Hydra has set up logging): the
+    filter on every console handler, Python warnings routed through logging, and the libraries' own
+    console handlers and progress bars replaced by records that reach run.log."""
+    logging.captureWarnings(True)
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, logging.StreamHandler) and not isinstance(handler, logging.FileHandler):
+            handler.addFilter(ConsoleFilter())
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("WANDB_SILENT", "true")  # W&B's own terminal lines (the run id is logged by seal)
+    try:
+        import transformers.utils.logging as hf_logging
+    except ImportError:  # pragma: no cover
+        return
+    hf_logging.disable_default_handler()
+    hf_logging.enable_propagation()
+    hf_logging.disable_progress_bar()
 
 
 def run(cfg: DictConfig, out_dir: Path | None = None) -> None:

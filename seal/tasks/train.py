@@ -69,7 +69,7 @@ def train(cfg: DictConfig, out_dir: Path) -> None:
     from seal.rl.selection import ModelSelection
     from seal.rl.config import check_hardware, round_plan, rounds_for
     from seal.rl.trainer import make_trainer
-    from seal.report.train_report import write_metrics_log, write_train_report
+    from seal.report.train_report import round_line, write_metrics_log, write_train_report
     from seal.report.wandb_run import WandbRun, check_mode, run_identity
 
     started = time.perf_counter()
@@ -164,6 +164,8 @@ def train(cfg: DictConfig, out_dir: Path) -> None:
                             group=logger_cfg.pop("group", None), sweep_dir=_sweep_dir())
     wandb = WandbRun(out_dir=out_dir, config=run_config, **identity, **logger_cfg)
 
+    planned_rounds = rounds_for(cfg.budget, len(train_entries))
+
     def on_round_end(record) -> None:
         selection.after_round(record, engine.model)
         if dist.world > 1:
@@ -173,6 +175,7 @@ def train(cfg: DictConfig, out_dir: Path) -> None:
         if not dist.main:
             return
         write_metrics_log(out_dir / "metrics.jsonl", coevolution.history)
+        print(round_line(record, planned_rounds), flush=True)
         wandb.log({**record.metrics, "round": record.round}, step=record.round)
         wandb.table("diag/labels", ["label", "count"], sorted(record.labels.items()), step=record.round)
         write_json(out_dir / "interface" / f"round_{record.round:04d}.json", record.interface)

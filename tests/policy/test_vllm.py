@@ -273,6 +273,7 @@ def test_sync_weights_makes_vllm_follow_the_trained_model(generator, hf, bfcl_pr
 
 
 @needs_vllm
+@pytest.mark.slow  # about 4.5 minutes on two cores: in `make test-slow`
 def test_greedy_evaluation_with_either_backend_gives_the_same_calls_and_verdicts(generator, hf, bench):
     """The smoke evaluation's entries (the shortest prompt of each category) played greedily through the
     one episode protocol: only the generation backend differs."""

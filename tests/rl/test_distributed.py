@@ -37,6 +37,8 @@ def final_seal_state(out: Path) -> dict:
     return json.loads((checkpoint / "seal_state.json").read_text())
 
 
+# about 5 minutes on two cores: in `make test-slow`
+@pytest.mark.slow
 def test_two_cpu_ranks_train_the_same_rounds_as_one_process(tmp_path):
     two, one = tmp_path / "two", tmp_path / "one"
     proc = torchrun(two, 2)

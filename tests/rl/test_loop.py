@@ -106,7 +106,15 @@ def test_a_wrong_override_fails_at_once_naming_the_choices():
 def test_a_killed_run_resumes_to_the_same_rounds_and_model(tmp_path):
     args = [sys.executable, "run.py", *TINY, "budget.rounds=3", "budget.heldout_entries_per_category=0", "logger.mode=disabled"]
     full, killed = tmp_path / "full", tmp_path / "killed"
-    subprocess.run([*args, f"hydra.run.dir={full}"], cwd=ROOT, check=True, timeout=600, capture_output=True)
+    done = subprocess.run([*args, f"hydra.run.dir={full}"], cwd=ROOT, check=True, timeout=600, capture_output=True,
+                          text=True)
+    # the console: one line per round and the closing line; no progress bar, step dict or library warning
+    lines = done.stdout.splitlines()
+    assert [line.split(" | ")[0] for line in lines[:3]] == ["[1/3] round 0", "[2/3] round 1", "[3/3] round 2"], lines
+    assert len(lines) == 4 and "done: 3 rounds" in lines[3], lines
+    assert done.stderr == "", done.stderr
+    # ... while run.log has everything, each optimizer step's values included
+    assert (full / "run.log").read_text().count("[trainer.steps]") >= 3
 
     proc = subprocess.Popen([*args, f"hydra.run.dir={killed}"], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     marker = killed / "checkpoints" / "checkpoint-1" / "seal_state.json"
