@@ -129,14 +129,17 @@ def load_benchmark() -> dict[str, Entry]:
     return entries
 
 
-def category_summary(results: list[tuple[str, bool]]) -> dict[str, Any]:
-    """Per-category totals and accuracy, and their unweighted mean (BFCL's multi-turn number)."""
+def category_summary(results: list[tuple[str, bool]], categories: tuple[str, ...] | list[str] = CATEGORIES,
+                     category: Any = category_of) -> dict[str, Any]:
+    """Per-category totals and accuracy, and their unweighted mean (BFCL's multi-turn number; BFCL averages
+    its other groups the same way). `results` are (key, valid) pairs; `category(key)` names the category
+    (default: the key is a multi-turn id); categories come in the order given, those without results left out."""
     by_cat: dict[str, dict[str, Any]] = defaultdict(lambda: {"total": 0, "passed": 0})
-    for entry_id, valid in results:
-        cat = by_cat[category_of(entry_id)]
+    for key, valid in results:
+        cat = by_cat[category(key)]
         cat["total"] += 1
         cat["passed"] += int(valid)
-    ordered = {c: by_cat[c] for c in CATEGORIES if c in by_cat}
+    ordered = {c: by_cat[c] for c in categories if c in by_cat}
     for cat in ordered.values():
         cat["accuracy"] = cat["passed"] / cat["total"]
     mean = sum(c["accuracy"] for c in ordered.values()) / len(ordered) if ordered else 0.0

@@ -67,9 +67,12 @@ def _raw(category: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
 
     entries = load_dataset_entry(category)
     answers: dict[str, Any] = {}
+    # the possible answers of memory and web search are shared by every backend or setting and carry the
+    # base name (memory_0-customer-0 for memory_kv_0-customer-0): keyed here by this category's ids
+    base = "memory" if category in MEMORY_CATEGORIES else "web_search" if category in WEB_SEARCH_CATEGORIES else category
     if kind_of(category) in ("agentic", "ast"):  # (ir)relevance has no possible answers
         for item in load_ground_truth_entry(category):
-            answers[item["id"]] = item["ground_truth"]
+            answers[item["id"].replace(base, category, 1)] = item["ground_truth"]
     return entries, answers
 
 
@@ -88,20 +91,17 @@ def load_category(category: str, memory_dir: Path | None = None, search_url: str
         item = json.loads(json.dumps(item))  # bfcl-eval's loaders share nested lists between calls
         classes = list(item.get("involved_classes", []))
         if category in MEMORY_CATEGORIES:
-            # the base name of a memory answer id is the question's (answers are shared by backends)
             config = {classes[0]: {"model_result_dir": Path(memory_dir), "scenario": item["scenario"],
                                    "test_id": item["id"], "test_category": category}}
-            gold_key = item["id"].replace(category, "memory")
         elif category in WEB_SEARCH_CATEGORIES:
             config = {classes[0]: {"show_snippet": category == "web_search_base", "search_url": search_url}}
-            gold_key = item["id"].replace(category, "web_search")
         else:
-            config, gold_key = {}, item["id"]
+            config = {}
         functions = item["function"] if kind == "agentic" else [_tool_safe(doc) for doc in item["function"]]
         entries.append(Entry(
             id=item["id"], category=category, scenario=number, turns=item["question"], initial_config=config,
             involved_classes=classes, functions=functions, kind=kind,
-            answers=list(answers.get(gold_key, [])),
+            answers=list(answers.get(item["id"], [])),
         ))
     return entries
 
@@ -137,9 +137,15 @@ def _ast_checker() -> tuple[Any, str]:
     return ast_checker, name.replace("/", "_")
 
 
+@functools.lru_cache(maxsize=None)
+def _official_docs_by_id(category: str) -> dict[str, list[dict[str, Any]]]:
+    raw, _ = _raw(category)
+    return {item["id"]: item["function"] for item in raw}
+
+
 def _official_docs(entry: Entry) -> list[dict[str, Any]]:
-    raw, _ = _raw(entry.category)
-    return next(item["function"] for item in raw if item["id"] == entry.id)
+    """The entry's tool docs as bfcl-eval gives them (dotted names), which its checker reads."""
+    return _official_docs_by_id(entry.category)[entry.id]
 
 
 def prerequisite_waves(entries: list[Entry]) -> list[list[Entry]]:
@@ -208,9 +214,9 @@ def check_single_turn(entry: Entry, calls: list[ToolCall], decoded: bool) -> tup
     return False, result["error_type"], "; ".join(map(str, result.get("error", [])))
 
 
-def memory_answer_key(entry: Entry) -> str:
+def memory_answer_key(entry_id: str) -> str:
     """The snake_case key the scripted oracle files a memory question's answer under (q_<number>)."""
-    return "q_" + entry.id.rsplit("-", 1)[-1]
+    return "q_" + entry_id.rsplit("-", 1)[-1]
 
 
 def with_memory_instructions(entry: Entry, backends: Any) -> list[list[dict[str, str]]]:
@@ -304,6 +310,5 @@ def scenario_answers(category: str, scenario: str) -> dict[str, str]:
     out = {}
     for item in raw:
         if "_prereq_" not in item["id"] and item.get("scenario") == scenario:
-            key = "q_" + item["id"].rsplit("-", 1)[-1]
-            out[key] = answers[item["id"].replace(category, "memory")][0]
+            out[memory_answer_key(item["id"])] = answers[item["id"]][0]
     return out

@@ -78,9 +78,14 @@ def select_entries(engine: Any, ids: list[str], n: int | None, *, per_category: 
 
 def metrics_of(records: list[dict[str, Any]]) -> dict[str, Any]:
     """`eval/bfcl_v3/<category>` accuracies, their mean `.../avg`, and the counts behind them."""
-    summary = category_summary([(r["id"], r["valid"]) for r in records])
-    metrics: dict[str, Any] = {f"{PREFIX}/{c}": s["accuracy"] for c, s in summary["by_category"].items()}
-    metrics[f"{PREFIX}/avg"] = summary["accuracy_mean"]
+    return summary_metrics(category_summary([(r["id"], r["valid"]) for r in records]), PREFIX)
+
+
+def summary_metrics(summary: dict[str, Any], prefix: str) -> dict[str, Any]:
+    """A category summary (seal.env.benchmark.category_summary) as `<prefix>/<category>` accuracies,
+    `<prefix>/avg` and the counts behind them."""
+    metrics: dict[str, Any] = {f"{prefix}/{c}": s["accuracy"] for c, s in summary["by_category"].items()}
+    metrics[f"{prefix}/avg"] = summary["accuracy_mean"]
     metrics["counts"] = {c: {"passed": s["passed"], "total": s["total"]} for c, s in summary["by_category"].items()}
     metrics["num_entries"] = summary["total"]
     return metrics

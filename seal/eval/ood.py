@@ -21,7 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from seal.env import ood
+from seal.env.benchmark import category_summary
 from seal.errors import UserError
+from seal.eval.evaluate import summary_metrics
 from seal.interface.view import PLAIN
 
 log = logging.getLogger(__name__)
@@ -88,18 +90,8 @@ def record_of(rollout: Any) -> dict[str, Any]:
 def metrics_of(name: str, categories: list[str], records: list[dict[str, Any]]) -> dict[str, Any]:
     """`eval/<benchmark>/<category>` accuracies and `eval/<benchmark>/avg`, their unweighted mean (as
     BFCL averages memory over its backends and web search over its two settings)."""
-    metrics: dict[str, Any] = {}
-    counts = {}
-    for category in categories:
-        rows = [r for r in records if r["category"] == category]
-        passed = sum(r["valid"] for r in rows)
-        counts[category] = {"passed": passed, "total": len(rows)}
-        metrics[f"eval/{name}/{category}"] = passed / len(rows) if rows else 0.0
-    scored = [metrics[f"eval/{name}/{c}"] for c in categories if counts[c]["total"]]
-    metrics[f"eval/{name}/avg"] = sum(scored) / len(scored) if scored else 0.0
-    metrics["counts"] = counts
-    metrics["num_entries"] = len(records)
-    return metrics
+    summary = category_summary([(r["category"], r["valid"]) for r in records], categories, category=str)
+    return summary_metrics(summary, f"eval/{name}")
 
 
 def evaluate_benchmark(engine: Any, benchmark: Any, out_dir: Path, n: int | None, step_limit: str = "turn",

@@ -101,7 +101,7 @@ def _ood_message(episode: Any, entry: Any, fmt: Any) -> str:
                 calls = [_MEMORY_WRITE[backend].format(key=k, text=f"{k}: {a}|") for k, a in answers.items()]
                 return fmt.render_calls([parse_call(c) for c in calls], docs)
             return ORACLE_REPLY
-        key = ood.memory_answer_key(entry)
+        key = ood.memory_answer_key(entry.id)
         if not steps:
             return fmt.render_calls([parse_call(_MEMORY_READ[backend].format(key=key))], docs)
         found = re.search(re.escape(key) + r": (.*?)\|", _unescaped(steps[-1].calls[0].observation))

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 from collections import Counter, defaultdict
 from pathlib import Path
+from typing import Any
 
 from hydra.utils import instantiate
 from omegaconf import DictConfig
@@ -28,9 +29,16 @@ from seal.io import markdown_table, write_json
 log = logging.getLogger(__name__)
 
 
-def evaluate(cfg: DictConfig, out_dir: Path) -> None:
+def load_engine(cfg: DictConfig) -> tuple[Any, Any]:
+    """The configured backbone, loaded, and the rollout engine that plays it."""
     from seal.policy.rollout import RolloutEngine
 
+    backbone = instantiate(cfg.backbone)
+    engine = RolloutEngine.for_backbone(backbone, backbone.load(), cfg.budget, tool_rendering=cfg.rendering.tools)
+    return backbone, engine
+
+
+def evaluate(cfg: DictConfig, out_dir: Path) -> None:
     if cfg.benchmark.name != "bfcl_v3":
         return evaluate_ood(cfg, out_dir)
 
@@ -42,9 +50,7 @@ def evaluate(cfg: DictConfig, out_dir: Path) -> None:
             "validation part with split.val_scenarios=<n>"
         )
     step_limit = check_step_limit(cfg.eval.step_limit, "eval.step_limit")
-    backbone = instantiate(cfg.backbone)
-    policy = backbone.load()
-    engine = RolloutEngine.for_backbone(backbone, policy, cfg.budget, tool_rendering=cfg.rendering.tools)
+    backbone, engine = load_engine(cfg)
     entries = select_entries(engine, ids, cfg.budget.eval_entries_per_category)
     if not entries:
         raise UserError(f"no entry of split={split.name} part {cfg.eval_part} fits backbone {backbone.name}'s context")
@@ -78,13 +84,9 @@ def evaluate(cfg: DictConfig, out_dir: Path) -> None:
 
 
 def evaluate_ood(cfg: DictConfig, out_dir: Path) -> None:
-    from seal.policy.rollout import RolloutEngine
-
     step_limit = check_step_limit(cfg.eval.step_limit, "eval.step_limit")
     prepare(cfg.benchmark)
-    backbone = instantiate(cfg.backbone)
-    policy = backbone.load()
-    engine = RolloutEngine.for_backbone(backbone, policy, cfg.budget, tool_rendering=cfg.rendering.tools)
+    backbone, engine = load_engine(cfg)
     name = cfg.benchmark.name
     log.info("evaluating %s on %s", backbone.describe(), name)
     metrics, records = evaluate_benchmark(engine, cfg.benchmark, out_dir, cfg.budget.eval_entries_per_category,

@@ -199,7 +199,7 @@ def train(cfg: DictConfig, out_dir: Path) -> None:
     elif heldout:
         evals["before"] = json.loads(before_path.read_text())
 
-    ood = evaluate_out_of_domain(engine, ood_benchmarks, cfg, out_dir, "before", dist)
+    ood = evaluate_out_of_domain(engine, ood_benchmarks, cfg, out_dir, "before", dist, eval_step_limit)
 
     # -- train, resuming from the last complete round ---------------------------------------------
     trainer = make_trainer(
@@ -231,7 +231,7 @@ def train(cfg: DictConfig, out_dir: Path) -> None:
         if dist.main:
             write_json(out_dir / "eval_after.json", metrics)
         evals["after"] = metrics
-    ood.update(evaluate_out_of_domain(engine, ood_benchmarks, cfg, out_dir, "after", dist))
+    ood.update(evaluate_out_of_domain(engine, ood_benchmarks, cfg, out_dir, "after", dist, eval_step_limit))
     # model selection on validation: the best-on-val and the final model on test (last: it loads weights over)
     tests = selection.test_evaluations(engine.model, select_entries(engine, split.test, cfg.budget.eval_entries_per_category))
     if not dist.main:
@@ -288,10 +288,9 @@ def out_of_domain_benchmarks(cfg: DictConfig) -> list[Any]:
 
 
 def evaluate_out_of_domain(engine: Any, benchmarks: list[Any], cfg: DictConfig, out_dir: Path, when: str,
-                           dist: Any) -> dict[str, Any]:
+                           dist: Any, step_limit: str) -> dict[str, Any]:
     """{"ood_<when>": {benchmark: metrics}} for the model as it is now (`when`: before | after training),
     played on the main rank; results already on disk (a resumed run) are read back."""
-    from seal.env.episode import check_step_limit
     from seal.eval.ood import evaluate_benchmark
 
     if not benchmarks or not dist.main:
@@ -302,8 +301,7 @@ def evaluate_out_of_domain(engine: Any, benchmarks: list[Any], cfg: DictConfig, 
         if (folder / "metrics.json").exists():
             results[node.name] = json.loads((folder / "metrics.json").read_text())
             continue
-        metrics, _ = evaluate_benchmark(engine, node, folder, cfg.budget.get("ood_entries_per_category"),
-                                        check_step_limit(cfg.eval.step_limit, "eval.step_limit"))
+        metrics, _ = evaluate_benchmark(engine, node, folder, cfg.budget.get("ood_entries_per_category"), step_limit)
         write_json(folder / "metrics.json", metrics)
         results[node.name] = metrics
     return {f"ood_{when}": results}
