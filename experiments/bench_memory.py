@@ -25,12 +25,13 @@ def _compose(*overrides):
 def _train_prompt_lengths() -> list[int]:
     from hydra.utils import instantiate
 
+    from seal.budget import Budget
     from seal.env.benchmark import get_entries
     from seal.policy.oracle import OracleBackbone
     from seal.policy.rollout import RolloutEngine
 
     cfg = _compose("budget=paper")
-    engine = RolloutEngine.for_backbone(OracleBackbone(), OracleBackbone().load(), cfg.budget)
+    engine = RolloutEngine.for_backbone(OracleBackbone(), OracleBackbone().load(), Budget.from_config(cfg.budget))
     return [engine.prompt_tokens(e) for e in get_entries(instantiate(cfg.split).train)]
 
 

@@ -52,6 +52,7 @@ def rollout() -> None:
     from hydra.utils import instantiate
     from omegaconf import OmegaConf
 
+    from seal.budget import Budget
     from seal.policy.rollout import RolloutEngine
 
     # On a shared machine, more torch threads than idle cores makes every small matmul wait for a time
@@ -64,7 +65,7 @@ def rollout() -> None:
     policy = backbone.load()
 
     def engine(batch_size: int, kv_cache: bool = True) -> RolloutEngine:
-        budget = OmegaConf.merge(cfg.budget, {"max_new_tokens": MAX_NEW_TOKENS, "batch_size": batch_size})
+        budget = Budget.from_config(OmegaConf.merge(cfg.budget, {"max_new_tokens": MAX_NEW_TOKENS, "batch_size": batch_size}))
         eng = RolloutEngine.for_backbone(backbone, policy, budget)
         eng.generator.kv_cache = kv_cache
         return eng

@@ -32,6 +32,7 @@ def vllm() -> None:
     from omegaconf import OmegaConf
 
     from experiments.bench_rollout import TURNS, _short_entries
+    from seal.budget import Budget
     from seal.policy.rollout import RolloutEngine
 
     try:
@@ -48,7 +49,7 @@ def vllm() -> None:
         cfg = compose(config_name="config", overrides=["backbone=smollm2-135m", "budget=smoke"])
     backbone = instantiate(cfg.backbone)
     policy = backbone.load()
-    budget = OmegaConf.merge(cfg.budget, {"max_new_tokens": MAX_NEW_TOKENS, "batch_size": EPISODES})
+    budget = Budget.from_config(OmegaConf.merge(cfg.budget, {"max_new_tokens": MAX_NEW_TOKENS, "batch_size": EPISODES}))
     hf_engine = RolloutEngine.for_backbone(backbone, policy, budget)
     distinct = _short_entries(hf_engine, EPISODES)
     group = [distinct[0]] * EPISODES

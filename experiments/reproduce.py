@@ -75,13 +75,13 @@ def gpu_hours_bound(job: Job, extra: tuple[str, ...], *, gpu_tflops: float, mfu:
     """Upper bound on one job's GPU-hours (module docstring), from the composed config."""
     from hydra import compose, initialize_config_dir
 
-    from seal.rl.config import rounds_for
+    from seal.budget import Budget
 
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
         cfg = compose(config_name="config", overrides=_task_overrides(job, extra))
-    train_entries = cfg.budget.train_entries or 400
-    rounds = rounds_for(cfg.budget, train_entries)
-    episodes = rounds * cfg.budget.prompts_per_round * cfg.budget.rollouts_per_prompt
+    budget = Budget.from_config(cfg.budget)
+    train_entries = budget.train_entries or 400
+    episodes = budget.rounds_for(train_entries) * budget.episodes
     tokens = episodes * cfg.backbone.context_length
     params = float(cfg.backbone.get("params_b", 0.0)) * 1e9
     flops = (2 + 8) * params * tokens

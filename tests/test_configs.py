@@ -155,6 +155,8 @@ WRONG_VALUES = [
     ("rendering.schema_style=fancy", ["fancy", "project", "release"]),
     ("reweighting.mode=bogus", ["reweighting", "bogus", "off", "fixed", "closed_loop", "shuffled"]),
     ("budget.step_limit=sometimes", ["budget.step_limit", "sometimes", "turn", "episode"]),
+    ("budget.rollouts_per_prompt=1", ["budget.rollouts_per_prompt=1", "at least 2"]),
+    ("budget.temperature=hot", ["budget.temperature='hot'", "temperature above 0"]),
     ("trainer.loss_type=dapo", ["trainer.loss_type", "dapo", "grpo", "bnpo"]),
     ("logger.mode=bogus", ["logger.mode", "bogus", "offline", "online", "disabled"]),
     ("split.val_scenarios=-3", ["split", "val_scenarios=-3"]),

@@ -1,12 +1,12 @@
 """The package order the README's Layout section describes: every import, at module level or inside a
-function, points down the pipeline (io, errors < env < diagnosis < interface < policy < eval < report <
-rl < tasks)."""
+function, points down the pipeline (io, errors < env < budget < diagnosis < interface < policy < eval <
+report < rl < tasks)."""
 
 import ast
 from pathlib import Path
 
 SEAL = Path(__file__).resolve().parents[1] / "seal"
-ORDER = ["io", "errors", "env", "diagnosis", "interface", "policy", "eval", "report", "rl", "tasks"]
+ORDER = ["io", "errors", "env", "budget", "diagnosis", "interface", "policy", "eval", "report", "rl", "tasks"]
 RANK = {name: i for i, name in enumerate(ORDER)}
 RANK["errors"] = RANK["io"]  # both are leaves
 

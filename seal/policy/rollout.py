@@ -18,8 +18,9 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from seal.budget import Budget
 from seal.env.benchmark import Entry
-from seal.env.episode import Episode, TurnStart, check_step_limit
+from seal.env.episode import Episode, TurnStart
 from seal.env.verifier import Verdict
 from seal.errors import UserError
 from seal.interface.view import PLAIN, View
@@ -142,15 +143,12 @@ class RolloutEngine:
         self.generator.model = model
 
     @classmethod
-    def for_backbone(cls, backbone: Any, policy: Any, budget: Any, tool_rendering: str = "project") -> "RolloutEngine":
-        """The engine for a configured backbone and budget (max_new_tokens, batch_size, max_steps_per_turn,
-        step limit, rollout memory), showing tools in `tool_rendering` (cfg.rendering.tools: project | release)."""
-
-        def get(key: str, default: Any = None) -> Any:
-            return budget.get(key, default) if hasattr(budget, "get") else getattr(budget, key, default)
-
+    def for_backbone(cls, backbone: Any, policy: Any, budget: Budget, tool_rendering: str = "project") -> "RolloutEngine":
+        """The engine for a configured backbone and checked budget (max_new_tokens, batch_size,
+        max_steps_per_turn, step limit, rollout memory), showing tools in `tool_rendering`
+        (cfg.rendering.tools: project | release)."""
         generation = getattr(backbone, "generation", "transformers")
-        memory_gb = get("rollout_memory_gb")
+        memory_gb = budget.rollout_memory_gb
         fmt = get_format(backbone.tool_format, chat=chat_for(policy.tokenizer), tools=tool_rendering)
         generator = None
         if generation == "vllm" and not getattr(backbone, "oracle", False):
@@ -163,12 +161,11 @@ class RolloutEngine:
                 enforce_eager=options.get("enforce_eager"),
             )
         return cls(
-            policy, fmt, context_length=backbone.context_length, max_new_tokens=get("max_new_tokens"),
-            batch_size=get("batch_size"), max_steps_per_turn=get("max_steps_per_turn", 20),
-            step_limit=check_step_limit(get("step_limit", "turn"), "budget.step_limit"),
+            policy, fmt, context_length=backbone.context_length, max_new_tokens=budget.max_new_tokens,
+            batch_size=budget.batch_size, max_steps_per_turn=budget.max_steps_per_turn, step_limit=budget.step_limit,
             oracle=getattr(backbone, "oracle", False), compute_dtype=getattr(policy, "compute_dtype", None),
-            memory_bytes=None if memory_gb is None else int(float(memory_gb) * 2**30),
-            memory_fraction=get("rollout_memory_fraction", 0.5), generator=generator,
+            memory_bytes=None if memory_gb is None else int(memory_gb * 2**30),
+            memory_fraction=budget.rollout_memory_fraction, generator=generator,
         )
 
     # ------------------------------------------------------------------------------------ rendering

@@ -1,69 +1,20 @@
-"""From the Hydra config to TRL's GRPOConfig: one round = one TRL generation batch, whatever the world size.
-
-A round rolls out `prompts_per_round` x `rollouts_per_prompt` episodes in total, shared out over the
-data-parallel ranks. They are consumed in micro-batches of `budget.micro_batch_size` episodes per rank,
-accumulated into `budget.steps_per_round` optimizer steps (the paper: 32 prompts x 8 rollouts, PPO
-mini-batches of 8 prompts, so 4 optimizer steps of 64 episodes per round). A checkpoint is written at
-round boundaries only.
+"""From the Hydra config and the checked budget to TRL's GRPOConfig: one round = one TRL generation
+batch, whatever the world size (the round's arithmetic is seal.budget.RoundPlan). A checkpoint is
+written at round boundaries only.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from omegaconf import DictConfig
 
+from seal.budget import Budget
 from seal.errors import UserError
 
 # loss aggregations the paper's KL term can follow (seal.rl.trainer.aggregate)
 LOSS_TYPES = ("grpo", "bnpo")
-
-
-def rounds_for(budget: DictConfig, num_train: int) -> int:
-    """Rounds of a run: `budget.rounds`, or whole epochs. An epoch is num_train // prompts_per_round
-    rounds: TRL's sampler drops the last partial batch of every pass over the data, as the release does
-    (6 epochs of 400 entries at 32 prompts: 72 rounds, not 75)."""
-    if budget.rounds is not None:
-        return int(budget.rounds)
-    return int(budget.epochs) * max(1, num_train // int(budget.prompts_per_round))
-
-
-@dataclass(frozen=True)
-class RoundPlan:
-    """The batch arithmetic of one round on `world` ranks."""
-
-    episodes: int
-    world: int
-    episodes_per_rank: int
-    micro_batch: int
-    micro_steps_per_rank: int
-    steps: int
-    accumulation: int
-
-    @property
-    def episodes_per_step(self) -> int:
-        return self.episodes // self.steps
-
-
-def round_plan(budget: DictConfig, world: int = 1) -> RoundPlan:
-    """Check that a round splits evenly over ranks, micro-batches and optimizer steps."""
-    prompts, group = int(budget.prompts_per_round), int(budget.rollouts_per_prompt)
-    micro, steps = int(budget.micro_batch_size), int(budget.steps_per_round)
-    if group < 2:
-        raise UserError(f"budget.rollouts_per_prompt={group}: GRPO needs at least 2 rollouts per prompt")
-    episodes = prompts * group
-    if episodes % (world * micro * steps):
-        raise UserError(
-            f"a round's {episodes} episodes (budget.prompts_per_round x budget.rollouts_per_prompt) do not split "
-            f"over {world} rank(s) x budget.micro_batch_size={micro} x budget.steps_per_round={steps}; "
-            f"choose sizes whose product divides {episodes}"
-        )
-    per_rank = episodes // world
-    micro_steps = per_rank // micro
-    return RoundPlan(episodes=episodes, world=world, episodes_per_rank=per_rank, micro_batch=micro,
-                     micro_steps_per_rank=micro_steps, steps=steps, accumulation=micro_steps // steps)
 
 
 def check_hardware(cfg: DictConfig) -> None:
@@ -72,12 +23,13 @@ def check_hardware(cfg: DictConfig) -> None:
         raise UserError(f"trainer.loss_type={cfg.trainer.loss_type!r}: choose one of {', '.join(LOSS_TYPES)}")
 
 
-def grpo_config(cfg: DictConfig, out_dir: Path, num_train: int, compute_dtype: str, world: int = 1):
+def grpo_config(cfg: DictConfig, budget: Budget, out_dir: Path, num_train: int, compute_dtype: str):
+    """TRL's arguments for a run of `budget` (planned for budget.world ranks) on num_train entries."""
     from trl import GRPOConfig
 
     check_hardware(cfg)
-    budget, tr = cfg.budget, cfg.trainer
-    plan = round_plan(budget, world)
+    tr = cfg.trainer
+    plan = budget.plan
     if budget.prompts_per_round > num_train:
         raise UserError(
             f"budget.prompts_per_round={budget.prompts_per_round} exceeds the {num_train} train entries; lower it "
@@ -86,7 +38,7 @@ def grpo_config(cfg: DictConfig, out_dir: Path, num_train: int, compute_dtype: s
     cuda = torch.cuda.is_available()
     if compute_dtype == "float16" and not cuda:
         raise UserError("backbone.dtype=float16 needs a CUDA GPU; use bfloat16 or float32 on a CPU")
-    rounds = rounds_for(budget, num_train)
+    rounds = budget.rounds_for(num_train)
     return GRPOConfig(
         output_dir=str(out_dir / "checkpoints"),
         per_device_train_batch_size=plan.micro_batch,

@@ -166,6 +166,7 @@ def verifier_reward(completions: list[Any], verifier_reward: list[float], **_: A
 def make_trainer(
     cfg: DictConfig,
     *,
+    budget: Any,
     model: Any,
     tokenizer: Any,
     coevolution: Any,
@@ -173,9 +174,9 @@ def make_trainer(
     out_dir: Path,
     compute_dtype: str = "float32",
     peft_config: Any = None,
-    world: int = 1,
 ) -> SealGRPOTrainer:
-    """TRL's trainer for one run: prompts are entry ids, the rollout function plays them."""
+    """TRL's trainer for one run of `budget` (a seal.budget.Budget, planned for the launch's ranks):
+    prompts are entry ids, the rollout function plays them."""
     import os
 
     from datasets import Dataset
@@ -183,7 +184,7 @@ def make_trainer(
     from seal.rl.checkpoint import SealStateCallback
     from seal.rl.config import grpo_config
 
-    args = grpo_config(cfg, out_dir, len(train_ids), compute_dtype, world=world)
+    args = grpo_config(cfg, budget, out_dir, len(train_ids), compute_dtype)
     # rollout_func is marked experimental in TRL 1.16; it is the documented multi-turn hook
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     trainer = SealGRPOTrainer(
@@ -194,7 +195,7 @@ def make_trainer(
         processing_class=tokenizer,
         rollout_func=coevolution.play_round,
         peft_config=peft_config,
-        callbacks=[SealStateCallback(coevolution, cfg.budget.steps_per_round)],
+        callbacks=[SealStateCallback(coevolution, budget.steps_per_round)],
         coevolution=coevolution,
         std_epsilon=cfg.trainer.get("std_epsilon", TRL_STD_EPSILON),
     )

@@ -19,6 +19,7 @@ from typing import Any
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
+from seal.budget import Budget
 from seal.env.benchmark import category_summary
 from seal.env.episode import check_step_limit
 from seal.errors import UserError
@@ -29,18 +30,19 @@ from seal.io import markdown_table, write_json
 log = logging.getLogger(__name__)
 
 
-def load_engine(cfg: DictConfig) -> tuple[Any, Any]:
-    """The configured backbone, loaded, and the rollout engine that plays it."""
+def load_engine(cfg: DictConfig, budget: Budget) -> tuple[Any, Any]:
+    """The configured backbone, loaded, and the rollout engine that plays it within `budget`."""
     from seal.policy.rollout import RolloutEngine
 
     backbone = instantiate(cfg.backbone)
-    engine = RolloutEngine.for_backbone(backbone, backbone.load(), cfg.budget, tool_rendering=cfg.rendering.tools)
+    engine = RolloutEngine.for_backbone(backbone, backbone.load(), budget, tool_rendering=cfg.rendering.tools)
     return backbone, engine
 
 
 def evaluate(cfg: DictConfig, out_dir: Path) -> None:
+    budget = Budget.from_config(cfg.budget)
     if cfg.benchmark.name != "bfcl_v3":
-        return evaluate_ood(cfg, out_dir)
+        return evaluate_ood(cfg, budget, out_dir)
 
     split = instantiate(cfg.split)
     ids = split.part(cfg.eval_part)
@@ -50,8 +52,8 @@ def evaluate(cfg: DictConfig, out_dir: Path) -> None:
             "validation part with split.val_scenarios=<n>"
         )
     step_limit = check_step_limit(cfg.eval.step_limit, "eval.step_limit")
-    backbone, engine = load_engine(cfg)
-    entries = select_entries(engine, ids, cfg.budget.eval_entries_per_category)
+    backbone, engine = load_engine(cfg, budget)
+    entries = select_entries(engine, ids, budget.eval_entries_per_category)
     if not entries:
         raise UserError(f"no entry of split={split.name} part {cfg.eval_part} fits backbone {backbone.name}'s context")
     write_json(out_dir / "leakage.json", split.leakage())
@@ -72,7 +74,7 @@ def evaluate(cfg: DictConfig, out_dir: Path) -> None:
     )
     (out_dir / "report.md").write_text(
         f"# Evaluation: {backbone.describe()}\n{oracle_note}\n"
-        f"Split `{split.name}`, part `{cfg.eval_part}`, budget `{cfg.budget.name}` "
+        f"Split `{split.name}`, part `{cfg.eval_part}`, budget `{budget.name}` "
         f"({len(entries)} entries), greedy decoding, plain benchmark interface, "
         f"tool format `{engine.format.name}`, tools rendered `{metrics['protocol']['tool_rendering']}`.\n\n"
         f"Step limit `{step_limit}`: {metrics['protocol']['step_rule']}.\n\n{table}\n\n"
@@ -83,13 +85,13 @@ def evaluate(cfg: DictConfig, out_dir: Path) -> None:
     log.info("outputs in %s", out_dir)
 
 
-def evaluate_ood(cfg: DictConfig, out_dir: Path) -> None:
+def evaluate_ood(cfg: DictConfig, budget: Budget, out_dir: Path) -> None:
     step_limit = check_step_limit(cfg.eval.step_limit, "eval.step_limit")
     prepare(cfg.benchmark)
-    backbone, engine = load_engine(cfg)
+    backbone, engine = load_engine(cfg, budget)
     name = cfg.benchmark.name
     log.info("evaluating %s on %s", backbone.describe(), name)
-    metrics, records = evaluate_benchmark(engine, cfg.benchmark, out_dir, cfg.budget.eval_entries_per_category,
+    metrics, records = evaluate_benchmark(engine, cfg.benchmark, out_dir, budget.eval_entries_per_category,
                                           step_limit, progress=True)
     metrics.update({"backbone": backbone.describe(), "benchmark": name,
                     "protocol": {"step_limit": step_limit, "tool_format": engine.format.name, "interface": "plain"}})
@@ -103,7 +105,7 @@ def evaluate_ood(cfg: DictConfig, out_dir: Path) -> None:
                    if not getattr(backbone, "trainable", True) else "")
     (out_dir / "report.md").write_text(
         f"# Evaluation on {name}: {backbone.describe()}\n{oracle_note}\n"
-        f"Budget `{cfg.budget.name}`, greedy decoding, plain benchmark interface, tool format `{engine.format.name}`; "
+        f"Budget `{budget.name}`, greedy decoding, plain benchmark interface, tool format `{engine.format.name}`; "
         f"{metrics['prerequisite_conversations']} memory prerequisite conversations played first.\n\n{table}\n\n"
         f"## Outcomes\n\n{markdown_table(['verdict', 'entries'], sorted(outcomes.items()))}\n"
     )

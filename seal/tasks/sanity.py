@@ -16,6 +16,7 @@ from pathlib import Path
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
+from seal.budget import Budget
 from seal.errors import UserError
 
 
@@ -34,10 +35,12 @@ def sanity(cfg: DictConfig, out_dir: Path) -> None:
         raise UserError(f"backbone={bb.name} is a scripted policy and cannot be trained; pick a model backbone")
     policy = bb.load(training=True)
     # the run's own trainer settings, on the sanity task's batch
+    budget = Budget.from_config(OmegaConf.to_container(cfg.budget, resolve=True) | {
+        "prompts_per_round": s.prompts_per_round, "rollouts_per_prompt": s.rollouts_per_prompt,
+        "steps_per_round": s.steps_per_round, "micro_batch_size": s.micro_batch_size, "rounds": s.rounds,
+        "max_new_tokens": 1, "temperature": 1.0,
+    }, dist.world)
     run_cfg = OmegaConf.merge(cfg, {
-        "budget": {"prompts_per_round": s.prompts_per_round, "rollouts_per_prompt": s.rollouts_per_prompt,
-                   "steps_per_round": s.steps_per_round, "micro_batch_size": s.micro_batch_size,
-                   "rounds": s.rounds, "max_new_tokens": 1, "temperature": 1.0},
         "trainer": {"learning_rate": s.learning_rate or cfg.trainer.learning_rate, "save_every": s.rounds,
                     "keep_checkpoints": 1},
     })
@@ -45,9 +48,9 @@ def sanity(cfg: DictConfig, out_dir: Path) -> None:
                       options=list(s.options), target=s.target, seed=cfg.seed, dist=dist,
                       compute_dtype=policy.compute_dtype)
     prompts = [f"sanity_{i}" for i in range(s.prompts_per_round)]
-    trainer = make_trainer(run_cfg, model=policy.model, tokenizer=policy.tokenizer, coevolution=task,
+    trainer = make_trainer(run_cfg, budget=budget, model=policy.model, tokenizer=policy.tokenizer, coevolution=task,
                            train_ids=prompts, out_dir=out_dir, compute_dtype=backbone["dtype"],
-                           peft_config=bb.peft_config(), world=dist.world)
+                           peft_config=bb.peft_config())
     task.model = trainer.model
     if dist.main:
         print(f"sanity check: {bb.describe()}, lr {run_cfg.trainer.learning_rate:g}, {s.rounds} rounds of "

@@ -17,13 +17,16 @@ import logging
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from seal.errors import UserError
 from seal.io import claim_run_dir, code_version, config_fingerprint, fingerprint_matches, write_json
+
+if TYPE_CHECKING:
+    from seal.budget import Budget
 
 log = logging.getLogger(__name__)
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
@@ -57,6 +60,7 @@ def return_freed_memory_to_the_os() -> None:
 def train(cfg: DictConfig, out_dir: Path) -> None:
     from transformers import set_seed
 
+    from seal.budget import Budget
     from seal.env.benchmark import get_entries
     from seal.env.episode import check_step_limit
     from seal.eval.evaluate import evaluate_entries, fits, select_entries
@@ -67,7 +71,7 @@ def train(cfg: DictConfig, out_dir: Path) -> None:
     from seal.rl.checkpoint import latest_complete_checkpoint, read_state
     from seal.rl.coevolution import CoEvolution
     from seal.rl.selection import ModelSelection
-    from seal.rl.config import check_hardware, round_plan, rounds_for
+    from seal.rl.config import check_hardware
     from seal.rl.trainer import make_trainer
     from seal.report.train_report import round_line, write_metrics_log, write_train_report
     from seal.report.wandb_run import WandbRun, check_mode, run_identity
@@ -82,15 +86,15 @@ def train(cfg: DictConfig, out_dir: Path) -> None:
         _check_run_dir(out_dir, fingerprint)
     set_seed(cfg.seed)
     # every rank plays its share of a round; the round's size does not depend on the world size
-    plan = round_plan(cfg.budget, dist.world)
+    budget = Budget.from_config(cfg.budget, dist.world)
+    plan = budget.plan
 
     # -- the pieces, from the config -------------------------------------------------------------
     # every named choice read later is checked now, before anything is written or loaded
     eval_step_limit = check_step_limit(cfg.eval.step_limit, "eval.step_limit")
-    check_step_limit(cfg.budget.get("step_limit", "turn"), "budget.step_limit")
     check_hardware(cfg)
     check_mode(cfg.logger.mode)
-    ood_benchmarks = out_of_domain_benchmarks(cfg)
+    ood_benchmarks = out_of_domain_benchmarks(cfg, budget)
     split = instantiate(cfg.split)
     backbone = instantiate(cfg.backbone)
     if not backbone.trainable:
@@ -107,27 +111,27 @@ def train(cfg: DictConfig, out_dir: Path) -> None:
         # would block the corrected command
         claim_run_dir(out_dir, fingerprint)
     policy = backbone.load(training=True)
-    engine = RolloutEngine.for_backbone(backbone, policy, cfg.budget, tool_rendering=cfg.rendering.tools)
+    engine = RolloutEngine.for_backbone(backbone, policy, budget, tool_rendering=cfg.rendering.tools)
     # no episode may start without room to generate: the prompts are measured under the widest
     # interface this run can show, and those that cannot fit are left out (and counted)
     widest = apply(widest_interface(interface_cfg), engine.format.call_example, interface_cfg)
     pool = select_entries(engine, split.train, None)
     fitting = [e for e in pool if fits(engine, e, widest)]
-    train_entries = select_entries(engine, [e.id for e in fitting], cfg.budget.train_entries, per_category=False)
+    train_entries = select_entries(engine, [e.id for e in fitting], budget.train_entries, per_category=False)
     # the before/after slice: the validation part when the split has one (model selection never
     # touches test), else a few test entries (reported only; nothing is selected on them)
     heldout_part = "val" if split.val else "test"
-    heldout = select_entries(engine, split.part(heldout_part), cfg.budget.heldout_entries_per_category)
+    heldout = select_entries(engine, split.part(heldout_part), budget.heldout_entries_per_category)
     if not train_entries:
         raise UserError(f"no train entry of split={split.name} fits backbone {backbone.name}'s context "
-                        f"({backbone.context_length} tokens with budget.max_new_tokens={cfg.budget.max_new_tokens})")
+                        f"({backbone.context_length} tokens with budget.max_new_tokens={budget.max_new_tokens})")
     # rho's statistics window restarts every epoch; the release drops an epoch's last partial batch
-    reweighting.rounds_per_epoch = max(1, len(train_entries) // cfg.budget.prompts_per_round)
+    reweighting.rounds_per_epoch = budget.rounds_per_epoch(len(train_entries))
     coevolution = CoEvolution(
         engine=engine, entries={e.id: e for e in train_entries}, omega=initial_interface(interface_cfg),
         interface_cfg=interface_cfg, diagnoser=diagnoser, reweighting=reweighting,
-        temperature=cfg.budget.temperature, seed=cfg.seed, group_size=cfg.budget.rollouts_per_prompt,
-        max_train_tokens=cfg.budget.get("max_train_tokens"), dist=dist,
+        temperature=budget.temperature, seed=cfg.seed, group_size=budget.rollouts_per_prompt,
+        max_train_tokens=budget.max_train_tokens, dist=dist,
     )
 
     run_config = {
@@ -143,11 +147,11 @@ def train(cfg: DictConfig, out_dir: Path) -> None:
         "training_memory_gib": {k: round(v, 2) for k, v in memory.table()} if memory else None,
         "round_plan": vars(plan) | {"episodes_per_step": plan.episodes_per_step},
         "train_filter": {"train_part": len(pool), "fit": len(fitting), "left_out_unfit": len(pool) - len(fitting),
-                         "context_length": backbone.context_length, "max_new_tokens": cfg.budget.max_new_tokens},
+                         "context_length": backbone.context_length, "max_new_tokens": budget.max_new_tokens},
         "protocol": {"tool_rendering": cfg.rendering.tools, "schema_style": interface_cfg.schema_style,
                      "train_step_limit": engine.step_limit, "eval_step_limit": eval_step_limit,
                      "max_steps": engine.max_steps_per_turn, "rounds_per_epoch": reweighting.rounds_per_epoch,
-                     "max_train_tokens": cfg.budget.get("max_train_tokens"), "dual_clip": cfg.trainer.dual_clip,
+                     "max_train_tokens": budget.max_train_tokens, "dual_clip": cfg.trainer.dual_clip,
                      "weight_decay": cfg.trainer.weight_decay, "std_epsilon": cfg.trainer.std_epsilon},
     }
     if dist.main:
@@ -164,7 +168,7 @@ def train(cfg: DictConfig, out_dir: Path) -> None:
                             group=logger_cfg.pop("group", None), sweep_dir=_sweep_dir())
     wandb = WandbRun(out_dir=out_dir, config=run_config, **identity, **logger_cfg)
 
-    planned_rounds = rounds_for(cfg.budget, len(train_entries))
+    planned_rounds = budget.rounds_for(len(train_entries))
 
     def on_round_end(record) -> None:
         selection.after_round(record, engine.model)
@@ -185,7 +189,7 @@ def train(cfg: DictConfig, out_dir: Path) -> None:
     def evaluate(entries, folder):
         return evaluate_entries(engine, entries, folder, dist=dist, step_limit=eval_step_limit)
 
-    selection = ModelSelection(every=cfg.budget.get("val_every"), val_entries=get_entries(split.val), out_dir=out_dir,
+    selection = ModelSelection(every=budget.val_every, val_entries=get_entries(split.val), out_dir=out_dir,
                                dist=dist, keep_all=bool(cfg.get("eval_all_checkpoints_on_test")), evaluate=evaluate)
 
     # -- before: the initial model on the held-out slice (shared out over the ranks) ---------------
@@ -199,13 +203,13 @@ def train(cfg: DictConfig, out_dir: Path) -> None:
     elif heldout:
         evals["before"] = json.loads(before_path.read_text())
 
-    ood = evaluate_out_of_domain(engine, ood_benchmarks, cfg, out_dir, "before", dist, eval_step_limit)
+    ood = evaluate_out_of_domain(engine, ood_benchmarks, budget, out_dir, "before", dist, eval_step_limit)
 
     # -- train, resuming from the last complete round ---------------------------------------------
     trainer = make_trainer(
-        cfg, model=policy.model, tokenizer=policy.tokenizer, coevolution=coevolution,
+        cfg, budget=budget, model=policy.model, tokenizer=policy.tokenizer, coevolution=coevolution,
         train_ids=[e.id for e in train_entries], out_dir=out_dir, compute_dtype=backbone.dtype,
-        peft_config=backbone.peft_config(), world=dist.world,
+        peft_config=backbone.peft_config(),
     )
     # rollouts are generated by the model being trained (peft-wrapped when LoRA is on)
     engine.model = trainer.model
@@ -231,16 +235,16 @@ def train(cfg: DictConfig, out_dir: Path) -> None:
         if dist.main:
             write_json(out_dir / "eval_after.json", metrics)
         evals["after"] = metrics
-    ood.update(evaluate_out_of_domain(engine, ood_benchmarks, cfg, out_dir, "after", dist, eval_step_limit))
+    ood.update(evaluate_out_of_domain(engine, ood_benchmarks, budget, out_dir, "after", dist, eval_step_limit))
     # model selection on validation: the best-on-val and the final model on test (last: it loads weights over)
-    tests = selection.test_evaluations(engine.model, select_entries(engine, split.test, cfg.budget.eval_entries_per_category))
+    tests = selection.test_evaluations(engine.model, select_entries(engine, split.test, budget.eval_entries_per_category))
     if not dist.main:
         return
     evals.update(tests)
 
     timing = _mean_round_timing(coevolution.history)
     summary = {
-        "rounds": len(coevolution.history), "planned_rounds": rounds_for(cfg.budget, len(train_entries)),
+        "rounds": len(coevolution.history), "planned_rounds": budget.rounds_for(len(train_entries)),
         "final_rho": coevolution.reweighting.rho, "final_interface": coevolution.omega.to_dict(),
         "eval_before": evals.get("before"), "eval_after": evals.get("after"), "round_time_split": timing,
         "wall_seconds": time.perf_counter() - started, "world_size": dist.world,
@@ -251,14 +255,14 @@ def train(cfg: DictConfig, out_dir: Path) -> None:
     write_train_report(
         out_dir, title=f"SEAL training run: {out_dir.name or 'default'}",
         header={"backbone": backbone.describe(), "seed": cfg.seed, "interface": interface_cfg.name,
-                "diagnoser": diagnoser.name, "reweighting": reweighting.mode, "budget": cfg.budget.name,
+                "diagnoser": diagnoser.name, "reweighting": reweighting.mode, "budget": budget.name,
                 "precision": "params {param_dtype}, compute {compute_dtype}".format(**run_config["precision"]),
                 "ranks": dist.world, "rendering": cfg.rendering.tools,
                 "step limit": f"train {engine.step_limit}, eval {eval_step_limit} ({engine.max_steps_per_turn} steps)",
                 "protocol": ", ".join(f"{k} {v}" for k, v in run_config["protocol"].items()),
                 "train entries": f"{len(train_entries)} ({len(pool) - len(fitting)} of {len(pool)} in the train part "
                                  f"left out: their prompt does not fit {backbone.context_length} tokens with "
-                                 f"{cfg.budget.max_new_tokens} to generate)",
+                                 f"{budget.max_new_tokens} to generate)",
                 "code version": run_config["code_version"], "rounds": len(coevolution.history)},
         history=coevolution.history, rho0=reweighting.rho0, evals=evals, timing=timing, ood=ood,
     )
@@ -270,14 +274,14 @@ def train(cfg: DictConfig, out_dir: Path) -> None:
     log.info("done: %d rounds; report in %s", len(coevolution.history), out_dir / "report.md")
 
 
-def out_of_domain_benchmarks(cfg: DictConfig) -> list[Any]:
+def out_of_domain_benchmarks(cfg: DictConfig, budget: Budget) -> list[Any]:
     """The benchmark configs named in budget.ood_benchmarks (conf/benchmark/<name>.yaml; the run's own
     `benchmark` group when it is one of them, so its overrides apply), each checked now: a missing
     search key or encoder stops the run before anything is written."""
     from seal.eval.ood import BENCHMARKS, prepare
 
     configs = []
-    for name in cfg.budget.get("ood_benchmarks") or []:
+    for name in budget.ood_benchmarks:
         if name not in BENCHMARKS or name == "bfcl_v3":
             raise UserError(f"budget.ood_benchmarks: {name!r} is not an out-of-domain benchmark; choose among "
                             f"{', '.join(b for b in BENCHMARKS if b != 'bfcl_v3')}")
@@ -287,7 +291,7 @@ def out_of_domain_benchmarks(cfg: DictConfig) -> list[Any]:
     return configs
 
 
-def evaluate_out_of_domain(engine: Any, benchmarks: list[Any], cfg: DictConfig, out_dir: Path, when: str,
+def evaluate_out_of_domain(engine: Any, benchmarks: list[Any], budget: Budget, out_dir: Path, when: str,
                            dist: Any, step_limit: str) -> dict[str, Any]:
     """{"ood_<when>": {benchmark: metrics}} for the model as it is now (`when`: before | after training),
     played on the main rank; results already on disk (a resumed run) are read back."""
@@ -301,7 +305,7 @@ def evaluate_out_of_domain(engine: Any, benchmarks: list[Any], cfg: DictConfig, 
         if (folder / "metrics.json").exists():
             results[node.name] = json.loads((folder / "metrics.json").read_text())
             continue
-        metrics, _ = evaluate_benchmark(engine, node, folder, cfg.budget.get("ood_entries_per_category"), step_limit)
+        metrics, _ = evaluate_benchmark(engine, node, folder, budget.ood_entries_per_category, step_limit)
         write_json(folder / "metrics.json", metrics)
         results[node.name] = metrics
     return {f"ood_{when}": results}

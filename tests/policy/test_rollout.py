@@ -290,20 +290,23 @@ def test_prompt_tokens_is_the_prompt_length(tiny_policy, short_entries):
 
 
 def test_for_backbone_builds_from_config(tiny_policy):
-    from omegaconf import OmegaConf
-
+    from seal.budget import Budget
     from seal.errors import UserError
     from seal.policy.backbones import TinyRandomBackbone
+    from tests.test_configs import compose_with
 
-    budget = OmegaConf.create({"max_new_tokens": 16, "batch_size": 2, "max_steps_per_turn": 5})
-    eng = RolloutEngine.for_backbone(TinyRandomBackbone(tool_format="bfcl_python"), tiny_policy, budget)
+    def budget(*overrides):
+        return Budget.from_config(compose_with("budget.max_new_tokens=16", "budget.batch_size=2",
+                                               "budget.max_steps_per_turn=5", *overrides).budget)
+
+    eng = RolloutEngine.for_backbone(TinyRandomBackbone(tool_format="bfcl_python"), tiny_policy, budget())
     assert (eng.format.name, eng.format.chat.name, eng.max_new_tokens, eng.batch_size) == ("bfcl_python", "chatml", 16, 2)
     assert (eng.format.tools, eng.step_limit, eng.max_steps_per_turn) == ("project", "turn", 5)
-    eng = RolloutEngine.for_backbone(TinyRandomBackbone(), tiny_policy, {**budget, "step_limit": "episode"},
-                                     tool_rendering="release")
+    eng = RolloutEngine.for_backbone(TinyRandomBackbone(), tiny_policy, budget("budget.step_limit=episode",
+                                     "budget.rollout_memory_gb=0.5"), tool_rendering="release")
     assert (eng.format.tools, eng.step_limit) == ("release", "episode")
-    with pytest.raises(UserError, match="budget.step_limit"):
-        RolloutEngine.for_backbone(TinyRandomBackbone(), tiny_policy, {**budget, "step_limit": "trajectory"})
+    # 0.5 GiB of KV cache, in bytes
+    assert eng.generator.memory_bytes == 2**29
     # an unknown generation backend is refused by the backbone itself, before anything is loaded
     with pytest.raises(UserError, match="backbone.generation='bogus': choose transformers or vllm"):
         TinyRandomBackbone(generation="bogus")

@@ -2,9 +2,22 @@
 
 import pytest
 
+from seal.budget import Budget
 from seal.errors import UserError
-from seal.rl.config import grpo_config, round_plan, rounds_for
+from seal.rl.config import grpo_config
 from tests.test_configs import compose_with
+
+
+def budget_of(*overrides, world=1):
+    return Budget.from_config(compose_with(*overrides).budget, world)
+
+
+def round_plan(node, world=1):
+    return Budget.from_config(node, world).plan
+
+
+def args_of(cfg, tmp_path, num_train, compute_dtype, world=1):
+    return grpo_config(cfg, Budget.from_config(cfg.budget, world), tmp_path, num_train, compute_dtype)
 
 PAPER_BACKBONES = ["qwen2.5-3b", "qwen2.5-7b", "toolace-2-8b"]
 
@@ -23,19 +36,19 @@ def test_the_paper_round_is_32_prompts_x_8_rollouts_in_4_steps_on_any_world_size
 @pytest.mark.parametrize("world", [1, 2, 4])
 def test_paper_budget_grpo_config_per_backbone_and_world(tmp_path, backbone, world):
     cfg = compose_with("budget=paper", f"backbone={backbone}")
-    args = grpo_config(cfg, tmp_path, num_train=400, compute_dtype=cfg.backbone.dtype, world=world)
+    args = args_of(cfg, tmp_path, num_train=400, compute_dtype=cfg.backbone.dtype, world=world)
     # TRL's generation batch = per-device batch x world x steps_per_generation: the whole round
     assert args.per_device_train_batch_size * world * args.steps_per_generation == 256
     assert args.gradient_accumulation_steps == 64 // world and args.num_generations == 8
     # 6 epochs of 400 entries at 32 prompts per round, each epoch dropping its last partial batch (as TRL's
     # sampler and the release do): 6 x 12 = 72 rounds of 4 steps
-    assert rounds_for(cfg.budget, 400) == 72 and args.max_steps == 288
+    assert budget_of("budget=paper").rounds_for(400) == 72 and args.max_steps == 288
     assert args.save_steps == 4 and args.bf16 and not args.fp16
     assert args.model_init_kwargs == {"dtype": "bfloat16"}
 
 
 def test_every_number_the_paper_fixes_reaches_trl(tmp_path):
-    args = grpo_config(compose_with("budget=paper"), tmp_path, num_train=400, compute_dtype="bfloat16")
+    args = args_of(compose_with("budget=paper"), tmp_path, num_train=400, compute_dtype="bfloat16")
     # Table 4: lr 1e-6, KL coefficient 0.001 (low-variance KL, no importance-ratio factor), clip 0.2,
     # grad clip 1.0, group size 8, temperature 1.0 for training rollouts, max response 4096
     assert args.learning_rate == 1e-6 and args.beta == 0.001 and args.use_bias_correction_kl is False
@@ -64,7 +77,7 @@ def test_each_setting_reaches_its_grpo_config_field(tmp_path):
         "budget.temperature=0.9", "budget.max_new_tokens=1234", "budget.rollouts_per_prompt=4",
         "budget.micro_batch_size=2", "budget.epochs=2",
     )
-    args = grpo_config(cfg, tmp_path, num_train=100, compute_dtype="float32")
+    args = args_of(cfg, tmp_path, num_train=100, compute_dtype="float32")
     # 32 prompts x 4 rollouts = 128 episodes per round, 4 steps of 32, micro-batches of 2: 16 per step;
     # 2 epochs of 100 // 32 = 3 rounds: 6 rounds of 4 steps
     expected = {
@@ -80,9 +93,9 @@ def test_each_setting_reaches_its_grpo_config_field(tmp_path):
     }
     assert {k: getattr(args, k) for k in expected} == expected
     assert getattr(args.lr_scheduler_type, "value", args.lr_scheduler_type) == "cosine"
-    assert rounds_for(compose_with("budget=paper", "budget.rounds=5").budget, 400) == 5
+    assert budget_of("budget=paper", "budget.rounds=5").rounds_for(400) == 5
     # fewer train entries than one round's prompts still make one round per epoch
-    assert rounds_for(compose_with("budget=paper").budget, 20) == 6
+    assert budget_of("budget=paper").rounds_for(20) == 6
 
 
 def test_round_plan_counts_are_integers_and_bad_sizes_are_named(tmp_path):
@@ -93,7 +106,7 @@ def test_round_plan_counts_are_integers_and_bad_sizes_are_named(tmp_path):
     # a group of 2 is the smallest GRPO group
     smallest = round_plan(compose_with("budget=paper", "budget.rollouts_per_prompt=2").budget)
     assert (smallest.episodes, smallest.world, smallest.episodes_per_rank) == (64, 1, 64)  # one rank by default
-    with pytest.raises(UserError, match="rollouts_per_prompt=1: GRPO needs at least 2"):
+    with pytest.raises(UserError, match="rollouts_per_prompt=1: give a group size of at least 2 .GRPO needs at least 2"):
         round_plan(compose_with("budget=paper", "budget.rollouts_per_prompt=1").budget)
     # 256 episodes over 2 ranks x micro 4 x 4 steps = 32 split; over 3 ranks they do not
     assert round_plan(compose_with("budget=paper", "budget.micro_batch_size=4").budget, 2).accumulation == 8
@@ -106,11 +119,11 @@ def test_round_plan_counts_are_integers_and_bad_sizes_are_named(tmp_path):
     with pytest.raises(UserError, match="over 3 rank"):
         round_plan(compose_with("budget=paper", "budget.micro_batch_size=3").budget, 3)
     # as many prompts per round as train entries is allowed; one more is not
-    grpo_config(compose_with("budget=paper"), tmp_path, num_train=32, compute_dtype="float32")
+    args_of(compose_with("budget=paper"), tmp_path, num_train=32, compute_dtype="float32")
     with pytest.raises(UserError, match="prompts_per_round=32 exceeds the 31 train entries; lower it or raise budget.train_entries$"):
-        grpo_config(compose_with("budget=paper"), tmp_path, num_train=31, compute_dtype="float32")
+        args_of(compose_with("budget=paper"), tmp_path, num_train=31, compute_dtype="float32")
     with pytest.raises(UserError, match="trainer.loss_type='dapo': choose one of grpo, bnpo"):
-        grpo_config(compose_with("budget=paper", "trainer.loss_type=dapo"), tmp_path, 400, "float32")
+        args_of(compose_with("budget=paper", "trainer.loss_type=dapo"), tmp_path, 400, "float32")
 
 
 def test_float16_needs_a_gpu(tmp_path, monkeypatch):
@@ -118,4 +131,4 @@ def test_float16_needs_a_gpu(tmp_path, monkeypatch):
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(UserError, match="^backbone.dtype=float16 needs a CUDA GPU; use bfloat16 or float32 on a CPU$"):
-        grpo_config(compose_with("budget=paper"), tmp_path, 400, compute_dtype="float16")
+        args_of(compose_with("budget=paper"), tmp_path, 400, compute_dtype="float16")

@@ -11,6 +11,7 @@ import trl
 from seal.env.benchmark import get_entries
 from seal.interface import initial_interface
 from seal.rl.coevolution import CoEvolution
+from seal.budget import Budget
 from seal.rl.trainer import make_trainer, scale_advantages
 from tests.rl.scripted import MASK, ScriptedEngine
 from tests.test_configs import CONF
@@ -35,8 +36,8 @@ def build(cfg, tmp_path):
         omega=initial_interface(icfg), interface_cfg=icfg, diagnoser=instantiate(cfg.diagnoser),
         reweighting=instantiate(cfg.reweighting), temperature=1.0, seed=cfg.seed,
     )
-    trainer = make_trainer(cfg, model=policy.model, tokenizer=policy.tokenizer, coevolution=co,
-                           train_ids=IDS, out_dir=tmp_path)
+    trainer = make_trainer(cfg, budget=Budget.from_config(cfg.budget), model=policy.model, tokenizer=policy.tokenizer,
+                           coevolution=co, train_ids=IDS, out_dir=tmp_path)
     return co, trainer
 
 
@@ -229,8 +230,8 @@ def test_weights_move_at_the_papers_learning_rate_and_the_kv_cache_stays_bf16(tm
         omega=initial_interface(icfg), interface_cfg=icfg, diagnoser=instantiate(cfg.diagnoser),
         reweighting=instantiate(cfg.reweighting), temperature=1.0, seed=0, group_size=2,
     )
-    trainer = make_trainer(cfg, model=policy.model, tokenizer=policy.tokenizer, coevolution=co, train_ids=IDS,
-                           out_dir=tmp_path, compute_dtype="bfloat16")
+    trainer = make_trainer(cfg, budget=Budget.from_config(cfg.budget), model=policy.model, tokenizer=policy.tokenizer,
+                           coevolution=co, train_ids=IDS, out_dir=tmp_path, compute_dtype="bfloat16")
     assert trainer.args.bf16 and trainer.ref_model.dtype == torch.bfloat16
     before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
     trainer.train()

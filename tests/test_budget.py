@@ -1,0 +1,91 @@
+"""The budget as a typed, checked object: every conf/budget file builds, and each kind of wrong value is
+refused with one sentence naming the key and the value."""
+
+import pytest
+from omegaconf import OmegaConf
+
+from seal.budget import Budget
+from seal.errors import UserError
+from tests.test_configs import CONF, compose_with
+
+
+@pytest.mark.parametrize("name", sorted(p.stem for p in (CONF / "budget").glob("*.yaml")))
+def test_every_budget_file_builds_with_every_key_it_states(name):
+    node = OmegaConf.load(CONF / "budget" / f"{name}.yaml")
+    budget = Budget.from_config(node)
+    for key, value in OmegaConf.to_container(node).items():
+        got = getattr(budget, key)
+        assert (list(got) if isinstance(got, tuple) else got) == value, key
+
+
+def test_the_paper_budget_is_table_4():
+    b = Budget.from_config(compose_with("budget=paper").budget)
+    # Table 4: 32 prompts x 8 rollouts, mini-batches of 8 prompts (4 steps), micro-batch 1, 6 epochs,
+    # max response 4096 tokens, temperature 1.0, BFCL's 20 steps per turn
+    assert (b.prompts_per_round, b.rollouts_per_prompt, b.steps_per_round, b.micro_batch_size) == (32, 8, 4, 1)
+    assert (b.rounds, b.epochs, b.max_new_tokens, b.temperature, b.max_steps_per_turn) == (None, 6, 4096, 1.0, 20)
+    assert b.episodes == 256 and b.ood_benchmarks == ("bfcl_v4_memory",)
+    # 400 train entries // 32 prompts = 12 rounds per epoch (the last partial batch dropped)
+    assert (b.rounds_per_epoch(400), b.rounds_for(400)) == (12, 72)
+
+
+# a wrong value, and the words its one sentence must hold (the key=value and what is valid)
+WRONG = [
+    ({"prompts_per_round": 0}, "budget.prompts_per_round=0: give a number of prompts, at least 1"),
+    ({"rollouts_per_prompt": 1}, "budget.rollouts_per_prompt=1: give a group size of at least 2"),
+    ({"micro_batch_size": -1}, "budget.micro_batch_size=-1"),
+    ({"steps_per_round": 2.5}, "budget.steps_per_round=2.5"),
+    ({"max_new_tokens": "many"}, "budget.max_new_tokens='many'"),
+    ({"batch_size": True}, "budget.batch_size=True"),
+    ({"epochs": None}, "budget.epochs=null"),
+    ({"rounds": 0}, "budget.rounds=0: give a number of rounds (at least 1) or null"),
+    ({"temperature": 0}, "budget.temperature=0: give a sampling temperature above 0"),
+    ({"eval_temperature": -0.1}, "budget.eval_temperature=-0.1"),
+    ({"rollout_memory_fraction": 1.5}, "budget.rollout_memory_fraction=1.5: give a fraction above 0 and at most 1"),
+    ({"rollout_memory_gb": 0}, "budget.rollout_memory_gb=0"),
+    ({"heldout_entries_per_category": -1}, "budget.heldout_entries_per_category=-1"),
+    ({"ood_benchmarks": "bfcl_v4_memory"}, "budget.ood_benchmarks='bfcl_v4_memory': give a list"),
+    ({"ood_benchmarks": [3]}, "budget.ood_benchmarks=[3]"),
+    ({"step_limit": "trajectory"}, "budget.step_limit='trajectory': choose turn"),
+    ({"max_new_tokenz": 3}, "budget.max_new_tokenz is not a budget key; the keys are "),
+    ({"steps_per_round": 3}, "a round's 2 episodes (budget.prompts_per_round x budget.rollouts_per_prompt) do not split"),
+]
+
+
+@pytest.mark.parametrize("change, words", WRONG, ids=[next(iter(c)) + "=" + repr(v) for c, _ in WRONG for v in c.values()])
+def test_a_wrong_budget_value_is_one_sentence_naming_it(change, words):
+    smoke = OmegaConf.to_container(OmegaConf.load(CONF / "budget" / "smoke.yaml"))
+    with pytest.raises(UserError) as err:
+        Budget.from_config(smoke | change)
+    assert str(err.value).startswith(words) and "\n" not in str(err.value)
+
+
+def test_a_missing_key_is_named_and_optional_keys_take_the_benchmark_defaults():
+    smoke = OmegaConf.to_container(OmegaConf.load(CONF / "budget" / "smoke.yaml"))
+    with pytest.raises(UserError, match="^budget.batch_size is missing"):
+        Budget.from_config({k: v for k, v in smoke.items() if k != "batch_size"})
+    optional = ("max_steps_per_turn", "step_limit", "ood_benchmarks", "val_every", "max_train_tokens")
+    b = Budget.from_config({k: v for k, v in smoke.items() if k not in optional})
+    # BFCL: 20 steps per turn, the limit counted per turn; no OOD benchmark, no validation, every token
+    assert (b.max_steps_per_turn, b.step_limit, b.ood_benchmarks, b.val_every, b.max_train_tokens) == (20, "turn", (), None, None)
+
+
+def test_integers_are_accepted_where_a_float_is_meant_and_stored_as_floats():
+    b = Budget.from_config(compose_with("budget.temperature=1", "budget.rollout_memory_gb=2").budget)
+    assert type(b.temperature) is float and b.temperature == 1.0 and b.rollout_memory_gb == 2.0
+
+
+def test_the_plan_is_checked_for_the_launch_world_size():
+    paper = compose_with("budget=paper", "budget.micro_batch_size=4").budget
+    # 256 episodes: 2 ranks x micro 4 x 4 steps = 32 divides them, 3 ranks x 4 x 4 = 48 does not
+    assert Budget.from_config(paper, world=2).plan.accumulation == 8
+    with pytest.raises(UserError, match="over 3 rank"):
+        Budget.from_config(paper, world=3)
+
+
+def test_the_budget_is_frozen():
+    import dataclasses
+
+    b = Budget.from_config(compose_with().budget)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        b.rounds = 10
