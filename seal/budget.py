@@ -101,12 +101,6 @@ class Budget:
         budget.plan  # a round that does not split stops the run here
         return budget
 
-    def replace(self, **changes: Any) -> "Budget":
-        """A copy with `changes`, checked like a config."""
-        world = changes.pop("world", self.world)
-        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "world"}
-        return Budget.from_config(values | changes, world=world)
-
     @property
     def episodes(self) -> int:
         return self.prompts_per_round * self.rollouts_per_prompt

@@ -25,6 +25,8 @@ def test_the_paper_budget_is_table_4():
     assert (b.prompts_per_round, b.rollouts_per_prompt, b.steps_per_round, b.micro_batch_size) == (32, 8, 4, 1)
     assert (b.rounds, b.epochs, b.max_new_tokens, b.temperature, b.max_steps_per_turn) == (None, 6, 4096, 1.0, 20)
     assert b.episodes == 256 and b.ood_benchmarks == ("bfcl_v4_memory",)
+    # one rank unless the launch says otherwise: the whole round on it, 64 micro-batches per step
+    assert (b.world, b.plan.episodes_per_rank, b.plan.accumulation) == (1, 256, 64)
     # 400 train entries // 32 prompts = 12 rounds per epoch (the last partial batch dropped)
     assert (b.rounds_per_epoch(400), b.rounds_for(400)) == (12, 72)
 
@@ -47,7 +49,10 @@ WRONG = [
     ({"ood_benchmarks": "bfcl_v4_memory"}, "budget.ood_benchmarks='bfcl_v4_memory': give a list"),
     ({"ood_benchmarks": [3]}, "budget.ood_benchmarks=[3]"),
     ({"step_limit": "trajectory"}, "budget.step_limit='trajectory': choose turn"),
-    ({"max_new_tokenz": 3}, "budget.max_new_tokenz is not a budget key; the keys are "),
+    ({"max_new_tokenz": 3}, "budget.max_new_tokenz is not a budget key; the keys are batch_size, epochs, "
+                            "eval_entries_per_category, eval_temperature, heldout_entries_per_category, max_new_tokens"),
+    # the launch decides the world size, not the config
+    ({"world": 2}, "budget.world is not a budget key"),
     ({"steps_per_round": 3}, "a round's 2 episodes (budget.prompts_per_round x budget.rollouts_per_prompt) do not split"),
 ]
 
@@ -71,8 +76,17 @@ def test_a_missing_key_is_named_and_optional_keys_take_the_benchmark_defaults():
 
 
 def test_integers_are_accepted_where_a_float_is_meant_and_stored_as_floats():
-    b = Budget.from_config(compose_with("budget.temperature=1", "budget.rollout_memory_gb=2").budget)
-    assert type(b.temperature) is float and b.temperature == 1.0 and b.rollout_memory_gb == 2.0
+    b = Budget.from_config(compose_with("budget.temperature=1", "budget.rollout_memory_gb=2", "budget.eval_temperature=0",
+                                        "budget.rollout_memory_fraction=1").budget)
+    floats = (b.temperature, b.rollout_memory_gb, b.eval_temperature, b.rollout_memory_fraction)
+    # a fraction of exactly 1 (all the free memory) is the upper bound, and allowed
+    assert floats == (1.0, 2.0, 0.0, 1.0) and all(type(v) is float for v in floats)
+
+
+def test_interpolations_in_a_budget_are_resolved():
+    smoke = OmegaConf.load(CONF / "budget" / "smoke.yaml")
+    smoke.batch_size = "${rollouts_per_prompt}"
+    assert Budget.from_config(smoke).batch_size == 2
 
 
 def test_the_plan_is_checked_for_the_launch_world_size():
