@@ -20,7 +20,7 @@ from typing import Any, Mapping
 
 from omegaconf import DictConfig, OmegaConf
 
-from seal.env.episode import check_step_limit
+from seal.env.episode import MAXIMUM_STEP_LIMIT, check_step_limit
 from seal.errors import UserError
 
 _INT, _FLOAT = (int,), (int, float)
@@ -65,7 +65,7 @@ class Budget:
     max_new_tokens: int
     batch_size: int
     temperature: float
-    max_steps_per_turn: int = 20
+    max_steps_per_turn: int = MAXIMUM_STEP_LIMIT
     step_limit: str = "turn"
     eval_temperature: float = 0.0
     ood_benchmarks: tuple[str, ...] = ()
