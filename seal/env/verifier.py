@@ -62,6 +62,11 @@ class Verdict:
     turns: list[TurnCheck] = field(default_factory=list)
 
     @property
+    def turns_played(self) -> int:
+        """Turns the episode reached (a step limit or a context overflow can end it before the last)."""
+        return sum(t.status != "not_played" for t in self.turns)
+
+    @property
     def turns_passed(self) -> int:
         return sum(t.status in ("pass", "skipped") for t in self.turns)
 

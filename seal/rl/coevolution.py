@@ -93,7 +93,7 @@ class CoEvolution:
         offset = self.dist.rank * len(prompts)
         seeds = [derive_seed(self.seed, len(self.history), offset + i) for i in range(len(entries))]
         rollouts = self.engine.play(entries, view, temperature=self.temperature, seeds=seeds)
-        parts = {k: sum(r.timings.get(k, 0.0) for r in rollouts) for k in ("generation", "execution", "verification")}
+        parts = {k: sum(r.timings[k] for r in rollouts) for k in ("generation", "execution", "verification")}
         # whatever else the rollout took (prompt rendering, bookkeeping)
         parts["rollout_other"] = max(time.perf_counter() - t0 - sum(parts.values()), 0.0)
         self._played, self._timing = rollouts, parts
@@ -184,7 +184,7 @@ class CoEvolution:
         }
         # GRPO learns nothing from a group whose rewards are all equal (its advantages are zero)
         spread = _group_spread(rewards, self.group_size)
-        metrics["train/zero_spread_groups_frac"] = sum(not s for s in spread) / max(len(spread), 1)
+        metrics["train/zero_spread_groups_frac"] = sum(not s for s in spread) / len(spread)
         for name, profile in profiles.items():
             metrics.update(profile.metrics(f"diag/{name}"))
         metrics.update({f"reweight/rho/{label}": v for label, v in self.reweighting.rho.items()})
@@ -220,16 +220,14 @@ def _group_spread(rewards: list[float], group_size: int) -> list[bool]:
 
 
 def _episode_summary(rollout: Any) -> dict[str, Any]:
-    played = [t for t in rollout.verdict.turns if t.status != "not_played"]
+    verdict = rollout.verdict
     return {
-        "id": rollout.entry.id,
+        **verdict.summary(),
         "reward": rollout.reward,
-        "valid": rollout.verdict.valid,
-        "error_type": rollout.verdict.error_type,
         "ended": rollout.ended,
         "model_tokens": rollout.num_model_tokens,
         "prompt_tokens": len(rollout.prompt_ids),
         "episode_tokens": len(rollout.prompt_ids) + len(rollout.completion_ids),
-        "turns_played": len(played),
-        "turns_passed": sum(t.status in ("pass", "skipped") for t in played),
+        "turns_played": verdict.turns_played,
+        "turns_passed": verdict.turns_passed,
     }

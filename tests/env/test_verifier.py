@@ -87,3 +87,19 @@ def test_context_overflow_is_a_failure_even_on_the_last_turn(bench):
 def test_non_list_result_is_an_inference_error(bench):
     verdict = verify(bench["multi_turn_base_1"], "not a list")  # type: ignore[arg-type]
     assert not verdict.valid and verdict.error_type == "multi_turn:inference_error"
+
+
+def test_turns_played_and_passed_count_what_the_trajectory_reached(bench):
+    # miss_func_11's gold: one call, no call (the turn is skipped by the checker), one call
+    entry = bench["multi_turn_miss_func_11"]
+    assert [len(g) for g in entry.gold] == [1, 0, 1]
+    gold = [[list(turn)] if turn else [] for turn in entry.gold]
+    full = verify(entry, gold)
+    assert (full.turns_played, full.turns_passed) == (3, 3)
+    # ended after two turns: the third is not played, the two reached still pass
+    cut = verify(entry, gold[:2])
+    assert (cut.turns_played, cut.turns_passed) == (2, 2)
+    # nothing called in turn 0 (gold only reads: ls): that turn is played and fails; the skipped turn
+    # and turn 2 (its state and its own response match) pass
+    empty_first = verify(entry, [[]] + gold[1:])
+    assert (empty_first.turns_played, empty_first.turns_passed) == (3, 2)
