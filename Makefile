@@ -53,7 +53,9 @@ MUTANTS ?=
 
 mutate: install ## mutation testing (mutmut) of the modules in pyproject's [tool.mutmut]: score per module, survivors
 	rm -rf mutants
-	$(PY) -m mutmut run --max-children 2 $(MUTANTS) > mutants.log 2>&1 || (tail -20 mutants.log; exit 1)
+	@# one thread per torch: mutmut forks each mutant's run from a process that already ran the tests, and
+	@# a forked child whose parent started torch's OpenMP pool hangs in its first parallel op
+	OMP_NUM_THREADS=1 $(PY) -m mutmut run --max-children 2 $(MUTANTS) > mutants.log 2>&1 || (tail -20 mutants.log; exit 1)
 	$(PY) experiments/mutation_report.py
 
 run: install ## run the main job: full SEAL on the embedded SmolLM2-135M, smoke budget

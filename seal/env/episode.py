@@ -58,6 +58,12 @@ class TurnStart:
     # tool docs delivered at this turn (miss_func holdout turns only)
     new_functions: list[dict[str, Any]] = field(default_factory=list)
 
+    @classmethod
+    def of(cls, entry: Entry, index: int, turns: list[list[dict[str, str]]] | None = None) -> TurnStart:
+        """Turn `index` of `entry` as it opens (`turns`: the messages as an episode delivers them, when
+        they differ from the benchmark's)."""
+        return cls(index, list((entry.turns if turns is None else turns)[index]), list(entry.holdout.get(index, [])))
+
 
 @dataclass
 class StepRecord:
@@ -122,11 +128,7 @@ class Episode:
         self.in_turn = True
         self.result.append([])
         self.steps.append([])
-        return TurnStart(
-            self.turn,
-            list(self.turns[self.turn]),
-            list(self.entry.holdout.get(self.turn, [])),
-        )
+        return TurnStart.of(self.entry, self.turn, self.turns)
 
     def step(
         self,

@@ -276,6 +276,7 @@ class HFBackbone:
     directory, or weights shipped inside a Python package (`source: pkg:<package>`, possibly as GGUF)."""
 
     trainable = True
+    oracle = False
 
     def __init__(
         self,
@@ -385,6 +386,7 @@ class TinyRandomBackbone:
     """A small randomly initialised Llama with the embedded SmolLM2 tokenizer: fast tests of the machinery."""
 
     trainable = True
+    oracle = False
 
     def __init__(
         self,

@@ -132,6 +132,8 @@ def _unescaped(observation: str) -> str:
 class OracleBackbone:
     trainable = False
     oracle = True
+    # the script is played by the rollout engine itself; no generation backend is built
+    generation = "transformers"
 
     def __init__(
         self,

@@ -24,10 +24,24 @@ from seal.policy.formats import ToolFormat
 VIEWS = ("train", "eval")
 
 
+def turn_text(fmt: ToolFormat, view: View, turn: TurnStart) -> str:
+    """What opens a turn: the user's messages, or the tool docs a miss_func turn delivers."""
+    if turn.new_functions:
+        return fmt.holdout_opening(view.delivered_docs(turn.new_functions))
+    return fmt.turn_opening(turn.messages)
+
+
+def opening(fmt: ToolFormat, entry: Entry, view: View, turn: TurnStart) -> tuple[str, str]:
+    """The system message and the first turn's text. As bfcl-eval does, an entry's own system message
+    follows the tool instructions (and the interface's text) in the one system message."""
+    extra = view.system_extra()
+    if turn.messages and turn.messages[0]["role"] == "system":
+        extra = turn.messages[0]["content"] + (f"\n\n{extra}" if extra else "")
+        turn = TurnStart(turn.index, turn.messages[1:], turn.new_functions)
+    system = fmt.chat.begin + fmt.chat.message("system", fmt.system_prompt(view.tool_docs(entry.functions), extra))
+    return system, turn_text(fmt, view, turn)
+
+
 def first_prompt(fmt: ToolFormat, entry: Entry, view: View) -> str:
     """System message, the first turn's opening and the assistant header, as the engine renders them."""
-    system = fmt.chat.begin + fmt.chat.message("system", fmt.system_prompt(view.tool_docs(entry.functions), view.system_extra()))
-    first = TurnStart(0, list(entry.turns[0]), list(entry.holdout.get(0, [])))
-    if first.new_functions:
-        return system + fmt.holdout_opening(view.delivered_docs(first.new_functions))
-    return system + fmt.turn_opening(first.messages)
+    return "".join(opening(fmt, entry, view, TurnStart.of(entry, 0)))

@@ -26,6 +26,7 @@ from seal.errors import UserError
 from seal.interface.view import PLAIN, View
 from seal.policy.formats import ToolFormat, chat_for, get_format
 from seal.policy.generation import Generated, GenerationRequest, derive_seed, stop_sequences
+from seal.policy.prompt import opening, turn_text
 from seal.policy.oracle import ORACLE_REPLY, oracle_message  # noqa: F401  (ORACLE_REPLY: re-exported)
 
 
@@ -67,7 +68,7 @@ class EpisodeRollout:
 class _Run:
     """The mutable state of one episode while it is being played."""
 
-    def __init__(self, key: int, entry: Entry, view: View, max_steps: int, seed: int, step_limit: str = "turn"):
+    def __init__(self, key: int, entry: Entry, view: View, max_steps: int, seed: int, step_limit: str):
         self.key, self.entry, self.view, self.seed = key, entry, view, seed
         self.episode = Episode(entry, max_steps, step_limit)
         self.prompt_ids: list[int] = []
@@ -147,14 +148,13 @@ class RolloutEngine:
         """The engine for a configured backbone and checked budget (max_new_tokens, batch_size,
         max_steps_per_turn, step limit, rollout memory), showing tools in `tool_rendering`
         (cfg.rendering.tools: project | release)."""
-        generation = getattr(backbone, "generation", "transformers")
         memory_gb = budget.rollout_memory_gb
         fmt = get_format(backbone.tool_format, chat=chat_for(policy.tokenizer), tools=tool_rendering)
         generator = None
-        if generation == "vllm" and not getattr(backbone, "oracle", False):
+        if backbone.generation == "vllm":
             from seal.policy.generation_vllm import VLLMGenerator, VLLMMemory
 
-            options = dict(getattr(backbone, "vllm", None) or {})
+            options = backbone.vllm
             generator = VLLMGenerator(
                 backbone.model_path(), dtype=backbone.dtype, context_length=backbone.context_length, seed=0,
                 memory=VLLMMemory(kv_cache_gib=memory_gb, gpu_memory_utilization=options.get("gpu_memory_utilization")),
@@ -163,7 +163,7 @@ class RolloutEngine:
         return cls(
             policy, fmt, context_length=backbone.context_length, max_new_tokens=budget.max_new_tokens,
             batch_size=budget.batch_size, max_steps_per_turn=budget.max_steps_per_turn, step_limit=budget.step_limit,
-            oracle=getattr(backbone, "oracle", False), compute_dtype=getattr(policy, "compute_dtype", None),
+            oracle=backbone.oracle, compute_dtype=policy.compute_dtype,
             memory_bytes=None if memory_gb is None else int(memory_gb * 2**30),
             memory_fraction=budget.rollout_memory_fraction, generator=generator,
         )
@@ -181,33 +181,20 @@ class RolloutEngine:
     def _decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
 
-    def _turn_text(self, turn: TurnStart, view: View) -> str:
-        if turn.new_functions:
-            return self.format.holdout_opening(view.delivered_docs(turn.new_functions))
-        return self.format.turn_opening(turn.messages)
-
     def _prompt(self, entry: Entry, view: View, turn: TurnStart) -> tuple[str, list[int], int]:
         """The prompt's text and ids, and how many of them are the system message (shared by every
         entry with the same tools, so a backend can cache it once per play)."""
-        chat = self.format.chat
-        extra = view.system_extra()
-        if turn.messages and turn.messages[0]["role"] == "system":
-            # as bfcl-eval does: the entry's own system message follows the tool instructions
-            extra = turn.messages[0]["content"] + (f"\n\n{extra}" if extra else "")
-            turn = TurnStart(turn.index, turn.messages[1:], turn.new_functions)
-        system = chat.begin + chat.message("system", self.format.system_prompt(view.tool_docs(entry.functions), extra))
-        opening = self._turn_text(turn, view)
+        system, first = opening(self.format, entry, view, turn)
         system_ids = self._system_ids.get(system)
         if system_ids is None:
             system_ids = self._system_ids[system] = self.tokenizer(system, add_special_tokens=False)["input_ids"]
             if len(self._system_ids) > 64:
                 self._system_ids.pop(next(iter(self._system_ids)))
-        return system + opening, list(system_ids) + self._encode(opening), len(system_ids)
+        return system + first, list(system_ids) + self._encode(first), len(system_ids)
 
     def prompt_tokens(self, entry: Entry, view: View = PLAIN) -> int:
         """Token length of the rendered initial prompt."""
-        first = TurnStart(0, list(entry.turns[0]), list(entry.holdout.get(0, [])))
-        return len(self._prompt(entry, view, first)[1])
+        return len(self._prompt(entry, view, TurnStart.of(entry, 0))[1])
 
     # ------------------------------------------------------------------------------------ playing
 
@@ -337,7 +324,7 @@ class RolloutEngine:
         if outcome.turn_over and not episode.done:
             turn = episode.next_turn()
             if turn is not None:
-                env += self._turn_text(turn, view)
+                env += turn_text(fmt, view, turn)
         if not episode.done:
             run.append(env, self._encode(env), False)
         run.timings["execution"] += time.perf_counter() - t0
@@ -354,7 +341,7 @@ class RolloutEngine:
         )
 
 
-def _progress(total: int):
+def _progress(total: int):  # pragma: no mutate block (a display: the progress bar)
     try:
         from tqdm import tqdm
 

@@ -1,20 +1,29 @@
+import functools
+
 import pytest
 
 from seal.env.benchmark import CATEGORIES
 
 
-@pytest.fixture(scope="session")
-def oracle_policy():
+# Built once per process, not once per session: `make mutate` runs every mutant's tests as a new
+# pytest session in a process forked from the one that ran them all, which then hands these over
+# instead of loading a tokenizer and a model again per mutant.
+@functools.cache
+def _policy(name: str):
+    from seal.policy.backbones import TinyRandomBackbone
     from seal.policy.oracle import OracleBackbone
 
-    return OracleBackbone().load()
+    return {"oracle": OracleBackbone, "tiny": TinyRandomBackbone}[name]().load()
+
+
+@pytest.fixture(scope="session")
+def oracle_policy():
+    return _policy("oracle")
 
 
 @pytest.fixture(scope="session")
 def tiny_policy():
-    from seal.policy.backbones import TinyRandomBackbone
-
-    return TinyRandomBackbone().load()
+    return _policy("tiny")
 
 
 @pytest.fixture(scope="session")

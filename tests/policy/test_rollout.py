@@ -54,6 +54,7 @@ def test_oracle_passes_entries_of_every_category(oracle_policy, spread_entries, 
         assert r.ended == "completed" and r.reward == 1.0
 
 
+@pytest.mark.costly
 def test_oracle_passes_all_800_entries(oracle_policy, bench):
     # one pass over the benchmark, the entries dealt round-robin to the formats (each format also
     # plays every category in test_oracle_passes_entries_of_every_category)
@@ -84,6 +85,7 @@ def test_oracle_script_and_holdout_delivery(oracle_policy, bench):
 # ---------------------------------------------------------------------------------------- tiny random model
 
 
+@pytest.mark.costly
 @pytest.mark.parametrize("name, chat", SETUPS)
 def test_tiny_random_plays_complete_episodes(tiny_policy, short_entries, name, chat):
     eng = engine(tiny_policy, name, chat, batch_size=3)
@@ -94,6 +96,7 @@ def test_tiny_random_plays_complete_episodes(tiny_policy, short_entries, name, c
         check_accounting(eng, r)
 
 
+@pytest.mark.costly
 @pytest.mark.parametrize("chunk", [1024, 97])
 def test_logprobs_match_a_full_forward_pass(tiny_policy, short_entries, monkeypatch, chunk):
     """The cached, batched, padded, chunked generation scores every sampled token as one plain forward does."""
@@ -116,6 +119,7 @@ def test_logprobs_match_a_full_forward_pass(tiny_policy, short_entries, monkeypa
         assert torch.allclose(got, expected, atol=1e-4), (got - expected).abs().max()
 
 
+@pytest.mark.costly
 def test_kv_cache_gives_the_same_greedy_tokens_as_full_reprefill(tiny_policy, short_entries):
     cached = engine(tiny_policy, max_new_tokens=12, batch_size=4)
     full = engine(tiny_policy, max_new_tokens=12, batch_size=4, kv_cache=False)
@@ -126,6 +130,7 @@ def test_kv_cache_gives_the_same_greedy_tokens_as_full_reprefill(tiny_policy, sh
         assert x.logprobs == pytest.approx(y.logprobs, abs=1e-4)
 
 
+@pytest.mark.costly
 def test_batched_play_equals_one_at_a_time(tiny_policy, short_entries):
     entries = short_entries[:3] + short_entries[:1]  # a repeated entry (a GRPO group) shares its prefill
     batched = engine(tiny_policy, max_new_tokens=10, batch_size=4).play(entries, temperature=0.0)
@@ -136,6 +141,7 @@ def test_batched_play_equals_one_at_a_time(tiny_policy, short_entries):
     assert batched[0].completion_ids == batched[3].completion_ids
 
 
+@pytest.mark.costly
 def test_same_seed_same_rollouts(tiny_policy, short_entries):
     eng = engine(tiny_policy, max_new_tokens=8, batch_size=4)
     entries = [short_entries[0]] * 4
@@ -148,6 +154,7 @@ def test_same_seed_same_rollouts(tiny_policy, short_entries):
     assert len({tuple(x) for x in first}) > 1  # a group samples different continuations
 
 
+@pytest.mark.costly
 def test_training_mode_is_restored_and_peft_models_work(tiny_policy, short_entries):
     from peft import get_peft_model
 
@@ -267,26 +274,35 @@ def test_episode_step_limit_and_the_per_play_override(oracle_policy, bench):
     assert r.ended == "force_terminated" and [len(t) for t in r.episode.steps] == [4]
 
 
-def test_context_overflow_is_a_clean_failure(tiny_policy, oracle_policy, short_entries):
+def test_context_overflow_is_a_clean_failure(oracle_policy, short_entries):
     entry = short_entries[0]
-    eng = engine(tiny_policy, max_new_tokens=8)
-    n = eng.prompt_tokens(entry)
-    # the prompt alone does not fit
-    (r,) = engine(tiny_policy, context_length=n, max_new_tokens=8).play([entry], temperature=0.0)
+    n = engine(oracle_policy, oracle=True).prompt_tokens(entry)
+    # the prompt and one message of max_new_tokens do not fit
+    (r,) = engine(oracle_policy, oracle=True, context_length=n + 7, max_new_tokens=8).play([entry], temperature=0.0)
     assert r.ended == "context_overflow" and r.completion_ids == [] and r.verdict.error_type == "seal:context_overflow"
-    # it fits, but the episode outgrows the window a few steps in
+    # exactly fits: the first message is written, the episode outgrows the window later
+    (r,) = engine(oracle_policy, oracle=True, context_length=n + 8, max_new_tokens=8).play([entry], temperature=0.0)
+    assert r.ended == "context_overflow" and r.num_model_tokens > 0 and not r.verdict.valid
+    # it stopped before a step that could not fit: what it has plus one more message is over the window
+    assert len(r.prompt_ids) + len(r.completion_ids) + 8 > n + 8
+
+
+@pytest.mark.costly
+def test_a_model_outgrowing_the_window_is_a_clean_failure(tiny_policy, short_entries):
+    entry = short_entries[0]
+    n = engine(tiny_policy, max_new_tokens=8).prompt_tokens(entry)
     (r,) = engine(tiny_policy, context_length=n + 40, max_new_tokens=8).play([entry], temperature=0.0)
     assert r.ended == "context_overflow" and not r.verdict.valid and r.num_model_tokens > 0
-    assert len(r.prompt_ids) + len(r.completion_ids) + 8 > n + 40 - 8
-    # the oracle too
-    (r,) = engine(oracle_policy, oracle=True, context_length=n + 200).play([entry], temperature=0.0)
-    assert r.ended == "context_overflow" and r.verdict.error_type == "seal:context_overflow"
+    assert len(r.prompt_ids) + len(r.completion_ids) + 8 > n + 40
 
 
-def test_prompt_tokens_is_the_prompt_length(tiny_policy, short_entries):
-    eng = engine(tiny_policy, max_new_tokens=2)
-    (r,) = eng.play(short_entries[:1], temperature=0.0)
-    assert eng.prompt_tokens(short_entries[0], PLAIN) == len(r.prompt_ids)
+def test_prompt_tokens_is_the_prompt_length(oracle_policy, bench):
+    eng = engine(oracle_policy, oracle=True)
+    # the first turn's prompt, not the second's (base_0's turns are different lengths)
+    entry = bench["multi_turn_base_0"]
+    (r,) = eng.play([entry], temperature=0.0)
+    assert eng.prompt_tokens(entry, PLAIN) == len(r.prompt_ids) == len(r.transcript[0].ids)
+    assert eng.prompt_tokens(entry) == len(r.prompt_ids)
 
 
 def test_for_backbone_builds_from_config(tiny_policy):
@@ -303,13 +319,55 @@ def test_for_backbone_builds_from_config(tiny_policy):
     assert (eng.format.name, eng.format.chat.name, eng.max_new_tokens, eng.batch_size) == ("bfcl_python", "chatml", 16, 2)
     assert (eng.format.tools, eng.step_limit, eng.max_steps_per_turn) == ("project", "turn", 5)
     eng = RolloutEngine.for_backbone(TinyRandomBackbone(), tiny_policy, budget("budget.step_limit=episode",
-                                     "budget.rollout_memory_gb=0.5"), tool_rendering="release")
+                                     "budget.rollout_memory_gb=0.5", "budget.rollout_memory_fraction=0.3"),
+                                     tool_rendering="release")
     assert (eng.format.tools, eng.step_limit) == ("release", "episode")
-    # 0.5 GiB of KV cache, in bytes
-    assert eng.generator.memory_bytes == 2**29
+    # 0.5 GiB of KV cache, in bytes, and the budget's share of free memory
+    assert eng.generator.memory_bytes == 2**29 and eng.generator.memory_fraction == 0.3
+    # the chat template is the tokenizer's (SmolLM2's ChatML), not the tool format's usual one (Llama 3)
+    assert get_format("llama3_json").chat.name == "llama3"
+    eng = RolloutEngine.for_backbone(TinyRandomBackbone(tool_format="llama3_json"), tiny_policy, budget())
+    assert (eng.format.name, eng.format.chat.name) == ("llama3_json", "chatml")
     # an unknown generation backend is refused by the backbone itself, before anything is loaded
     with pytest.raises(UserError, match="backbone.generation='bogus': choose transformers or vllm"):
         TinyRandomBackbone(generation="bogus")
+
+
+def test_for_backbone_hands_the_oracle_the_dtype_and_vllm_their_settings(tiny_policy, monkeypatch):
+    import dataclasses
+
+    import torch
+
+    import seal.policy.generation_vllm as gv
+    from seal.budget import Budget
+    from seal.policy.backbones import TinyRandomBackbone
+    from seal.policy.oracle import OracleBackbone
+    from tests.test_configs import compose_with
+
+    budget = Budget.from_config(compose_with("budget.rollout_memory_gb=1.5").budget)
+    # the oracle plays its script: no generator, whatever the budget's memory
+    oracle = OracleBackbone()
+    eng = RolloutEngine.for_backbone(oracle, oracle.load(), budget)
+    assert eng.oracle and eng.generator is None and eng.model is None
+    # activations and the KV cache in the policy's compute dtype, not the weights' float32
+    bf16 = dataclasses.replace(tiny_policy, compute_dtype=torch.bfloat16)
+    eng = RolloutEngine.for_backbone(TinyRandomBackbone(), bf16, budget)
+    assert not eng.oracle and eng.generator.compute_dtype == torch.bfloat16
+
+    class Recorded:
+        def __init__(self, model_path, **kw):
+            self.args = dict(kw, model_path=model_path)
+
+    monkeypatch.setattr(gv, "VLLMGenerator", Recorded)
+    backbone = TinyRandomBackbone(generation="vllm", context_length=4096, dtype="bfloat16",
+                                  vllm={"gpu_memory_utilization": 0.4, "enforce_eager": True})
+    eng = RolloutEngine.for_backbone(backbone, tiny_policy, budget)
+    assert isinstance(eng.generator, Recorded)
+    memory = gv.VLLMMemory(kv_cache_gib=1.5, gpu_memory_utilization=0.4)
+    # (the engine-wide seed draws nothing: every request carries its own, seal.policy.generation_vllm.step_seed)
+    eng.generator.args.pop("seed")
+    assert eng.generator.args == {"model_path": backbone.model_path(), "dtype": "bfloat16", "context_length": 4096,
+                                  "memory": memory, "enforce_eager": True}
 
 
 def test_categories_are_covered(spread_entries):
@@ -398,3 +456,116 @@ def test_a_message_cut_at_max_new_tokens_is_closed_as_the_template_closes_one(or
     done = r.transcript[model[1]]
     assert done.text.endswith("<|im_end|>") and not r.transcript[model[1] + 1].text.startswith("<|im_end|>")
     check_accounting(eng, r)
+
+
+class Budgeted:
+    """A generation backend stand-in whose memory plan has room for `capacity` tokens (the oracle writes
+    the messages); it records the play's calls to it."""
+
+    model = None
+
+    def __init__(self, capacity):
+        self.capacity, self.calls = capacity, []
+
+    def capacity_tokens(self):
+        return self.capacity
+
+    def begin(self):
+        self.calls.append("begin")
+
+    def end(self):
+        self.calls.append("end")
+
+    def release(self, key):
+        self.calls.append(key)
+
+
+class Widths(RolloutEngine):
+    """The oracle, recording how many episodes each step continues."""
+
+    def _step(self, runs, temperature):
+        self.widths.append(len(runs))
+        return super()._step(runs, temperature)
+
+
+@pytest.mark.parametrize("spare, first_width", [(0, 2), (-1, 1), (None, 3)])
+def test_episodes_are_admitted_while_the_memory_plan_has_room(oracle_policy, bench, spare, first_width):
+    entry = bench["multi_turn_base_1"]
+    probe = engine(oracle_policy, oracle=True)
+    p, m = probe.prompt_tokens(entry), 16
+    # room for exactly two fresh episodes (prompt + one message each), one token less, or no plan at all
+    generator = Budgeted(None if spare is None else 2 * (p + m) + spare)
+    if spare is None:
+        generator.capacity_tokens = None
+    eng = Widths(oracle_policy, get_format("qwen_xml"), context_length=16384, max_new_tokens=m, batch_size=4,
+                 oracle=True, generator=generator)
+    eng.widths = []
+    out = eng.play([entry] * 3, temperature=0.0)
+    assert eng.widths[0] == first_width and max(eng.widths) <= 3
+    assert all(r.verdict.valid for r in out)
+    # the backend is opened once, told once about each finished episode, and closed
+    assert generator.calls[0] == "begin" and generator.calls[-1] == "end"
+    assert sorted(generator.calls[1:-1]) == [0, 1, 2]
+
+
+def test_a_seed_per_entry_is_required(oracle_policy, bench):
+    eng = engine(oracle_policy, oracle=True)
+    with pytest.raises(ValueError, match="^1 seeds for 2 entries$"):
+        eng.play([bench["multi_turn_base_1"]] * 2, temperature=0.0, seeds=[3])
+
+
+class Echo:
+    """A generation backend stand-in: answers every request with one fixed message after `delay`
+    seconds per batch, and records what it was asked."""
+
+    model = None
+
+    def __init__(self, ids, delay=0.02):
+        self.ids, self.delay, self.asked = ids, delay, []
+
+    def begin(self):
+        pass
+
+    def end(self):
+        pass
+
+    def release(self, key):
+        pass
+
+    def generate(self, requests, *, temperature, stops):
+        import time
+
+        time.sleep(self.delay)
+        self.asked.append((list(requests), temperature, stops))
+        return [Generated(list(self.ids), [-0.5] * len(self.ids), tuple(self.ids[-1:])) for _ in requests]
+
+
+def test_each_step_asks_the_backend_for_every_active_episode(oracle_policy, bench):
+    fmt = get_format("qwen_xml")
+    probe = RolloutEngine(oracle_policy, fmt, context_length=16384, max_new_tokens=8, batch_size=2, oracle=True)
+    reply = probe._encode("Done.") + probe.eot_ids
+    echo = Echo(reply)
+    eng = RolloutEngine(oracle_policy, fmt, context_length=16384, max_new_tokens=8, batch_size=2, generator=echo)
+    entries = [bench["multi_turn_base_1"], bench["multi_turn_base_3"]]
+    out = eng.play(entries, temperature=0.7, seeds=[11, 12])
+    # a text reply ends each turn: one step per turn, both episodes in every step while both last
+    assert len(echo.asked) == max(e.num_turns for e in entries)
+    first, temperature, stops = echo.asked[0]
+    assert temperature == 0.7 and stops == eng.stops
+    assert [(r.key, r.seed, r.max_new_tokens) for r in first] == [(0, 11, 8), (1, 12, 8)]
+    for request, rollout in zip(first, out):
+        assert request.ids == rollout.prompt_ids
+        # the shared prefix is exactly the system message: it ends where the user's turn begins
+        head = eng._decode(request.ids[: request.shared_prefix])
+        assert head.startswith("<|im_start|>system") and head.endswith("<|im_end|>\n")
+        assert eng._decode(request.ids[request.shared_prefix :]).startswith("<|im_start|>user")
+    # a later step continues the sequence so far: prompt + every appended token
+    second = echo.asked[1][0][0]
+    assert second.ids[: len(out[0].prompt_ids)] == out[0].prompt_ids and len(second.ids) > len(out[0].prompt_ids)
+    for r in out:
+        # the model's tokens carry the backend's logprobs; the rest 0.0
+        assert {lp for m, lp in zip(r.completion_mask, r.logprobs) if m} == {-0.5}
+        assert r.num_model_tokens == len(reply) * r.entry.num_turns
+    # each batch's time is split over the episodes it continued: together they took every batch's time
+    total = sum(r.timings["generation"] for r in out)
+    assert len(echo.asked) * echo.delay <= total <= len(echo.asked) * echo.delay + 0.5
