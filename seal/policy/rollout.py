@@ -20,7 +20,7 @@ from typing import Any
 
 from seal.budget import Budget
 from seal.env.benchmark import Entry
-from seal.env.episode import Episode, TurnStart
+from seal.env.episode import MAXIMUM_STEP_LIMIT, Episode, TurnStart
 from seal.env.verifier import Verdict
 from seal.errors import UserError
 from seal.interface.view import PLAIN, View
@@ -99,7 +99,7 @@ class RolloutEngine:
         context_length: int,
         max_new_tokens: int,
         batch_size: int,
-        max_steps_per_turn: int = 20,
+        max_steps_per_turn: int = MAXIMUM_STEP_LIMIT,
         # whether max_steps_per_turn caps each turn (BFCL) or the whole episode (the release's training)
         step_limit: str = "turn",
         oracle: bool = False,

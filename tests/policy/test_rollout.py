@@ -237,7 +237,7 @@ class Coaching(PlainView):
         return record.observation + ("" if record.ok else " [hint: check the schema]")
 
     def parse_error_feedback(self, failures, visible):
-        return f"Could not parse your call. Available tools: {len(visible)}."
+        return f"Could not parse your call ({len(failures)} failure). Available tools: {len(visible)}."
 
 
 def test_views_shape_what_the_learner_sees(oracle_policy, bench):
@@ -251,7 +251,9 @@ def test_views_shape_what_the_learner_sees(oracle_policy, bench):
     # the parse failure did not end the turn: feedback was shown and the model went on
     assert steps[0].parse_failures and len(steps) == 3 and steps[1].calls
     env = [s.text for s in r.transcript[1:] if not s.model]
-    assert "Could not parse your call" in env[0] and "[hint: check the schema]" in env[1]
+    assert "Could not parse your call (1 failure)" in env[0] and "[hint: check the schema]" in env[1]
+    # the message closed itself (<|im_end|>): ChatML's newline, then the feedback as a tool response
+    assert env[0].startswith("\n<|im_start|>user\n<tool_response>\nCould not parse your call")
     check_accounting(eng, r)
 
 
@@ -488,20 +490,26 @@ class Widths(RolloutEngine):
         return super()._step(runs, temperature)
 
 
-@pytest.mark.parametrize("spare, first_width", [(0, 2), (-1, 1), (None, 3)])
-def test_episodes_are_admitted_while_the_memory_plan_has_room(oracle_policy, bench, spare, first_width):
+@pytest.mark.parametrize("spare, batch, first_width", [(0, 4, 2), (-1, 4, 1), (None, 4, 3), (None, 2, 2)])
+def test_episodes_are_admitted_while_the_memory_plan_has_room(oracle_policy, bench, spare, batch, first_width):
+    from seal.interface import GUIDELINES, Omega, apply
+
     entry = bench["multi_turn_base_1"]
+    fmt = get_format("qwen_xml")
+    # the training view's guidelines lengthen the prompt: the plan counts the prompt the episode will get
+    view = apply(Omega(phi_cap=frozenset(GUIDELINES), version=1), fmt.call_example)
     probe = engine(oracle_policy, oracle=True)
-    p, m = probe.prompt_tokens(entry), 16
+    p, m = probe.prompt_tokens(entry, view), 16
+    assert p > probe.prompt_tokens(entry) + 2 * m
     # room for exactly two fresh episodes (prompt + one message each), one token less, or no plan at all
     generator = Budgeted(None if spare is None else 2 * (p + m) + spare)
     if spare is None:
         generator.capacity_tokens = None
-    eng = Widths(oracle_policy, get_format("qwen_xml"), context_length=16384, max_new_tokens=m, batch_size=4,
+    eng = Widths(oracle_policy, fmt, context_length=16384, max_new_tokens=m, batch_size=batch,
                  oracle=True, generator=generator)
     eng.widths = []
-    out = eng.play([entry] * 3, temperature=0.0)
-    assert eng.widths[0] == first_width and max(eng.widths) <= 3
+    out = eng.play([entry] * 3, view, temperature=0.0)
+    assert eng.widths[0] == first_width and max(eng.widths) <= min(batch, 3)
     assert all(r.verdict.valid for r in out)
     # the backend is opened once, told once about each finished episode, and closed
     assert generator.calls[0] == "begin" and generator.calls[-1] == "end"
@@ -535,8 +543,10 @@ class Echo:
     def generate(self, requests, *, temperature, stops):
         import time
 
+        t0 = time.perf_counter()
         time.sleep(self.delay)
         self.asked.append((list(requests), temperature, stops))
+        self.spent = getattr(self, "spent", 0.0) + time.perf_counter() - t0
         return [Generated(list(self.ids), [-0.5] * len(self.ids), tuple(self.ids[-1:])) for _ in requests]
 
 
@@ -544,7 +554,7 @@ def test_each_step_asks_the_backend_for_every_active_episode(oracle_policy, benc
     fmt = get_format("qwen_xml")
     probe = RolloutEngine(oracle_policy, fmt, context_length=16384, max_new_tokens=8, batch_size=2, oracle=True)
     reply = probe._encode("Done.") + probe.eot_ids
-    echo = Echo(reply)
+    echo = Echo(reply, delay=0.1)
     eng = RolloutEngine(oracle_policy, fmt, context_length=16384, max_new_tokens=8, batch_size=2, generator=echo)
     entries = [bench["multi_turn_base_1"], bench["multi_turn_base_3"]]
     out = eng.play(entries, temperature=0.7, seeds=[11, 12])
@@ -568,4 +578,129 @@ def test_each_step_asks_the_backend_for_every_active_episode(oracle_policy, benc
         assert r.num_model_tokens == len(reply) * r.entry.num_turns
     # each batch's time is split over the episodes it continued: together they took every batch's time
     total = sum(r.timings["generation"] for r in out)
-    assert len(echo.asked) * echo.delay <= total <= len(echo.asked) * echo.delay + 0.5
+    assert echo.spent <= total <= echo.spent * 1.5
+    # the other parts of each episode's time are measured too, and no more than the whole play
+    for r in out:
+        assert 0.0 < r.timings["execution"] and 0.0 < r.timings["verification"]
+        assert r.timings["execution"] + r.timings["verification"] + r.timings["generation"] < 60
+
+
+def test_the_engine_builds_its_backend_from_the_policy(tiny_policy, oracle_policy):
+    import inspect
+    from types import SimpleNamespace
+
+    from seal.env.episode import MAXIMUM_STEP_LIMIT
+    from seal.errors import UserError
+    from seal.policy.generation_hf import TransformersGenerator
+    from seal.policy.backbones import Policy
+
+    eng = engine(tiny_policy, kv_cache=False, memory_bytes=123, compute_dtype=torch.bfloat16)
+    gen = eng.generator
+    assert isinstance(gen, TransformersGenerator) and gen.model is tiny_policy.model and eng.model is tiny_policy.model
+    assert (gen.kv_cache, gen.memory_bytes, gen.compute_dtype) == (False, 123, torch.bfloat16)
+    assert gen.pad_id == tiny_policy.tokenizer.pad_token_id != 0
+    # without a budget: bfcl-eval's step limit, and the generator's own defaults (KV cache on)
+    default = RolloutEngine(tiny_policy, get_format("qwen_xml"), context_length=4096, max_new_tokens=8, batch_size=1)
+    params = inspect.signature(TransformersGenerator).parameters
+    assert default.max_steps_per_turn == MAXIMUM_STEP_LIMIT and default.generator.kv_cache is True
+    assert default.generator.memory_fraction == params["memory_fraction"].default
+    # the oracle needs no model; anything else does
+    with pytest.raises(UserError, match=r"^the rollout engine needs a model unless it plays the scripted oracle \(oracle=True\)$"):
+        RolloutEngine(oracle_policy, get_format("qwen_xml"), context_length=4096, max_new_tokens=8, batch_size=1)
+    # the model's own end-of-sequence ids stop a message too (here a made-up id 7)
+    odd = Policy(model=SimpleNamespace(generation_config=SimpleNamespace(eos_token_id=[7])), tokenizer=oracle_policy.tokenizer,
+                 device=None)
+    eng = RolloutEngine(odd, get_format("qwen_xml"), context_length=4096, max_new_tokens=8, batch_size=1, oracle=True)
+    assert (7,) in eng.stops and (7,) not in engine(oracle_policy, oracle=True).stops
+
+
+class Mode:
+    """A model stand-in that only knows whether it is in training mode."""
+
+    def __init__(self, training):
+        self.training, self.seen = training, []
+
+    def eval(self):
+        self.training = False
+
+    def train(self, mode=True):
+        self.training = mode
+
+
+@pytest.mark.parametrize("training", [True, False])
+def test_play_generates_in_eval_mode_and_restores_the_models_mode(oracle_policy, bench, training):
+    fmt = get_format("qwen_xml")
+    probe = RolloutEngine(oracle_policy, fmt, context_length=16384, max_new_tokens=8, batch_size=2, oracle=True)
+    echo = Echo(probe._encode("Done.") + probe.eot_ids, delay=0.0)
+    echo.model = Mode(training)
+    generate = echo.generate
+    echo.generate = lambda requests, **kw: (echo.model.seen.append(echo.model.training), generate(requests, **kw))[1]
+    eng = RolloutEngine(oracle_policy, fmt, context_length=16384, max_new_tokens=8, batch_size=2, generator=echo)
+    eng.play([bench["multi_turn_base_1"]], temperature=1.0)
+    assert echo.model.seen and not any(echo.model.seen)
+    assert echo.model.training is training
+
+
+def test_a_tokenizer_that_adds_special_tokens_by_default_does_not_add_them_to_pieces(oracle_policy, bench):
+    class WithBos:
+        """SmolLM2's tokenizer, but adding a begin-of-text id (999) unless told not to, as Llama 3's does."""
+
+        def __init__(self, inner):
+            self.inner = inner
+
+        def __call__(self, text, add_special_tokens=True):
+            out = self.inner(text, add_special_tokens=False)
+            return {"input_ids": ([999] if add_special_tokens else []) + list(out["input_ids"])}
+
+        def __getattr__(self, name):
+            return getattr(self.inner, name)
+
+    from seal.policy.backbones import Policy
+
+    policy = Policy(model=None, tokenizer=WithBos(oracle_policy.tokenizer), device=None)
+    eng = Scripted(policy, "qwen_xml", ['<tool_call>{"name": "pwd", "arguments": {}}</tool_call>', "Done."])
+    (r,) = eng.play([bench["multi_turn_base_0"]], temperature=0.0)
+    assert 999 not in r.prompt_ids + r.completion_ids
+    check_accounting(eng, r)
+
+
+def test_decoding_keeps_the_text_exactly_as_tokenised(oracle_policy):
+    import copy
+
+    # a tokenizer set to clean up spaces before punctuation would turn "a , b ." into "a, b."
+    tokenizer = copy.deepcopy(oracle_policy.tokenizer)
+    tokenizer.clean_up_tokenization_spaces = True
+    from seal.policy.backbones import Policy
+
+    eng = engine(Policy(model=None, tokenizer=tokenizer, device=None), oracle=True)
+    text = "a , b . <|im_end|>"
+    assert eng._decode(eng._encode(text)) == text
+
+
+def test_a_step_records_the_message_its_calls_and_what_failed_to_parse(oracle_policy, bench):
+    good = '<tool_call>{"name": "pwd", "arguments": {}}</tool_call>'
+    text = good + '\n<tool_call>{"name": "cd", "argu</tool_call>'
+    eng = Scripted(oracle_policy, "qwen_xml", [text, "Done."])
+    (r,) = eng.play([bench["multi_turn_base_0"]], temperature=0.0)
+    step = r.episode.steps[0][0]
+    # the message without its end marker; the good call ran, the broken one is recorded
+    assert step.raw == text and [c.call.name for c in step.calls] == ["pwd"] and len(step.parse_failures) == 1
+    # the environment answers the call: ChatML's newline after <|im_end|>, then the tool response
+    env = r.transcript[2]
+    assert not env.model and env.text.startswith("\n<|im_start|>user\n<tool_response>\n")
+
+
+def test_a_cut_message_with_a_call_is_closed_before_the_tool_response(oracle_policy, bench):
+    class Cut(Scripted):
+        def _oracle_output(self, run):
+            out = super()._oracle_output(run)
+            if len(self.texts) == 1:  # the first step stops at the token budget: no end marker
+                return Generated(out.ids[: -len(self.eot_ids)], out.logprobs[: -len(self.eot_ids)], None)
+            return out
+
+    eng = Cut(oracle_policy, "qwen_xml", ['<tool_call>{"name": "pwd", "arguments": {}}</tool_call>', "Done."])
+    (r,) = eng.play([bench["multi_turn_base_0"]], temperature=0.0)
+    assert r.episode.steps[0][0].calls
+    assert r.transcript[2].text.startswith("<|im_end|>\n<|im_start|>user\n<tool_response>\n")
+    check_accounting(eng, r)
+
