@@ -58,6 +58,7 @@ def test_inherited_recipes_make_the_target_turn_exactly_gold_and_fail_it(small_s
         assert case.label.cause == "inherited_state"
 
 
+@pytest.mark.costly
 def test_validate_diagnoser_task_writes_its_files_and_meets_the_goal(tmp_path):
     proc = subprocess.run(
         [sys.executable, str(REPO / "run.py"), "task=validate_diagnoser", f"hydra.run.dir={tmp_path}"],
@@ -81,6 +82,16 @@ def test_validate_diagnoser_task_writes_its_files_and_meets_the_goal(tmp_path):
     report = (tmp_path / "report.md").read_text()
     assert report.count("Confusion matrix") == 2 and "ambiguous" in report and "inherited_state" in report
     assert "| pass |" in proc.stdout and "| inherited_state |" in proc.stdout
+
+
+def test_the_rules_label_a_small_validation_set_exactly(tmp_path, monkeypatch):
+    # the task's check in-process on 8 entries per category (the task itself runs the full set)
+    monkeypatch.setattr(validate, "ENTRIES_PER_CATEGORY", 8)
+    cfg = OmegaConf.create({"seed": 0, "diagnoser": {"_target_": "seal.diagnosis.RuleDiagnoser", "name": "rules"}})
+    result = validate_diagnoser(cfg, tmp_path)
+    for layer in ("outcome", "cause"):
+        assert result[layer]["macro_f1"] == 1.0 and result[layer]["min_recall"] == 1.0, layer
+    assert result["goal_met"]
 
 
 def test_the_random_control_scores_far_below_the_rules(tmp_path, monkeypatch):

@@ -490,7 +490,7 @@ class Widths(RolloutEngine):
         return super()._step(runs, temperature)
 
 
-@pytest.mark.parametrize("spare, batch, first_width", [(0, 4, 2), (-1, 4, 1), (None, 4, 3), (None, 2, 2)])
+@pytest.mark.parametrize("spare, batch, first_width", [(0, 4, 2), (-1, 4, 1), (None, 4, 3), (None, 2, 2), (None, 1, 1)])
 def test_episodes_are_admitted_while_the_memory_plan_has_room(oracle_policy, bench, spare, batch, first_width):
     from seal.interface import GUIDELINES, Omega, apply
 
@@ -661,6 +661,8 @@ def test_a_tokenizer_that_adds_special_tokens_by_default_does_not_add_them_to_pi
     eng = Scripted(policy, "qwen_xml", ['<tool_call>{"name": "pwd", "arguments": {}}</tool_call>', "Done."])
     (r,) = eng.play([bench["multi_turn_base_0"]], temperature=0.0)
     assert 999 not in r.prompt_ids + r.completion_ids
+    # long pieces (tool results, user turns over 256 characters) too
+    assert 999 not in eng._encode("word " * 100)
     check_accounting(eng, r)
 
 
@@ -704,3 +706,26 @@ def test_a_cut_message_with_a_call_is_closed_before_the_tool_response(oracle_pol
     assert r.transcript[2].text.startswith("<|im_end|>\n<|im_start|>user\n<tool_response>\n")
     check_accounting(eng, r)
 
+
+
+def test_each_episode_times_its_own_execution_and_verification(oracle_policy, bench):
+    import time
+
+    class Slow(PlainView):
+        """Every tool response takes 0.03 s to render."""
+
+        def tool_response(self, record, visible):
+            time.sleep(0.03)
+            return super().tool_response(record, visible)
+
+    entry = bench["multi_turn_base_3"]
+    eng = engine(oracle_policy, oracle=True)
+    t0 = time.perf_counter()
+    (r,) = eng.play([entry], Slow(), temperature=0.0)
+    wall = time.perf_counter() - t0
+    calls = sum(len(step.calls) for turn in r.episode.steps for step in turn)
+    assert calls == sum(len(g) for g in entry.gold) == 5
+    # every step's execution counts, not only the last one's
+    assert 0.03 * calls <= r.timings["execution"] <= wall
+    assert 0.0 < r.timings["verification"] <= wall - r.timings["execution"]
+    assert r.timings["generation"] == 0.0  # the oracle generates nothing
