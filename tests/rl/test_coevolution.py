@@ -349,3 +349,33 @@ def test_an_empty_completion_is_the_first_end_of_turn_token():
     assert batch["completion_ids"][1] == [2] and batch["env_mask"][1] == [0]
     # max_train_tokens unset: the whole completion is trained
     assert len(batch["completion_ids"][0]) == len(MASK)
+
+
+def test_the_turn_pass_rate_of_a_round_that_played_one_turn():
+    from seal.env.calls import parse_call
+    from seal.env.episode import Episode
+
+    class OneTurn(ScriptedEngine):
+        """Plays turn 0's gold calls, then the context overflows: one turn played, and it passed."""
+
+        def play(self, entries, view=None, *, temperature=1.0, seeds=None, progress=False):
+            out = super().play(entries, view, temperature=temperature, seeds=seeds)
+            for r in out:
+                episode = Episode(r.entry)
+                episode.next_turn()
+                episode.step([parse_call(c) for c in r.entry.gold[0]], raw="gold")
+                episode.step([], raw="done")
+                episode.abort("context_overflow")
+                r.episode, r.verdict, r.ended = episode, episode.verdict(), "context_overflow"
+            return out
+
+    entries = get_entries(["multi_turn_base_3"])
+    cfg = InterfaceConfig()
+    co = CoEvolution(engine=OneTurn(100), entries={e.id: e for e in entries}, omega=initial_interface(cfg),
+                     interface_cfg=cfg, diagnoser=FixedDiagnoser([[P, P]]), reweighting=Reweighting(mode="off"),
+                     temperature=1.0, seed=0)
+    co.play_round(["multi_turn_base_3"])
+    co.close_round(0)
+    episode = co.history[-1].episodes[0]
+    assert (episode["turns_played"], episode["turns_passed"], episode["reward"]) == (1, 1, 0.0)
+    assert co.history[-1].metrics["train/turn_pass_rate"] == 1.0
