@@ -10,11 +10,12 @@ env_interface: components in "evolve" mode are still off then; override e.g.
 `env_interface.schema=always` to see them on); `view=eval` is the plain benchmark interface every
 evaluation uses. The chat wrapper is the tool format's own (ChatML for qwen_xml and bfcl_python,
 Llama-3 headers for llama3_json), which is what every configured backbone's tokenizer selects.
+
+The rollout engine renders its prompts and turn openings with the same two functions (`opening`,
+`turn_text`), so what this task prints is what a model is given.
 """
 
 from __future__ import annotations
-
-
 
 from seal.env.benchmark import Entry
 from seal.env.episode import TurnStart
