@@ -529,7 +529,9 @@ class Echo:
     model = None
 
     def __init__(self, ids, delay=0.02):
-        self.ids, self.delay, self.asked = ids, delay, []
+        self.ids, self.delay, self.asked, self.spent = ids, delay, [], 0.0
+        # whether the model was in training mode at each call (when a model stand-in is set)
+        self.modes = []
 
     def begin(self):
         pass
@@ -546,7 +548,9 @@ class Echo:
         t0 = time.perf_counter()
         time.sleep(self.delay)
         self.asked.append((list(requests), temperature, stops))
-        self.spent = getattr(self, "spent", 0.0) + time.perf_counter() - t0
+        if self.model is not None:
+            self.modes.append(self.model.training)
+        self.spent += time.perf_counter() - t0
         return [Generated(list(self.ids), [-0.5] * len(self.ids), tuple(self.ids[-1:])) for _ in requests]
 
 
@@ -618,7 +622,7 @@ class Mode:
     """A model stand-in that only knows whether it is in training mode."""
 
     def __init__(self, training):
-        self.training, self.seen = training, []
+        self.training = training
 
     def eval(self):
         self.training = False
@@ -633,11 +637,9 @@ def test_play_generates_in_eval_mode_and_restores_the_models_mode(oracle_policy,
     probe = RolloutEngine(oracle_policy, fmt, context_length=16384, max_new_tokens=8, batch_size=2, oracle=True)
     echo = Echo(probe._encode("Done.") + probe.eot_ids, delay=0.0)
     echo.model = Mode(training)
-    generate = echo.generate
-    echo.generate = lambda requests, **kw: (echo.model.seen.append(echo.model.training), generate(requests, **kw))[1]
     eng = RolloutEngine(oracle_policy, fmt, context_length=16384, max_new_tokens=8, batch_size=2, generator=echo)
     eng.play([bench["multi_turn_base_1"]], temperature=1.0)
-    assert echo.model.seen and not any(echo.model.seen)
+    assert echo.modes and not any(echo.modes)
     assert echo.model.training is training
 
 
