@@ -54,12 +54,13 @@ from seal.env.schema import bind_arguments, check_call, tool_registry
 from seal.env.benchmark import Entry
 from seal.env.calls import ToolCall, UnsafeCall, parse_call
 from seal.env.episode import StepRecord
-from seal.env.executor import CallRecord
+from seal.env.executor import BAD_ARGUMENTS, CallRecord
 from seal.env.verifier import (
     CONTEXT_OVERFLOW,
     EMPTY_TURN,
     FORCE_TERMINATED,
     INFERENCE_ERROR,
+    NOT_PLAYED,
     RESPONSE_MISMATCH,
     STATE_MISMATCH,
     TurnCheck,
@@ -71,16 +72,16 @@ INVALID_ERRORS = frozenset({"unsafe", "unknown_function", "blocked"})
 EXECUTION_ERRORS = frozenset({"exception", "backend_error", "resource_limit"})
 # a gold call that fails like this could not be run as written: the ground truth is broken
 # (a backend's own {"error": ...} answer is left out: a gold call may mean to provoke one)
-GOLD_BROKEN = INVALID_ERRORS | EXECUTION_ERRORS.difference({"backend_error"}) | {"bad_arguments"}
+GOLD_BROKEN = INVALID_ERRORS | EXECUTION_ERRORS.difference({"backend_error"}) | {BAD_ARGUMENTS}
 
 
 def canonical(call: ToolCall) -> tuple[str, str]:
     """A call with positional arguments bound to their names, for exact comparison."""
     spec = tool_registry().get(call.name)
     if spec is None:
-        return call.name, repr((call.args, sorted(call.kwargs.items(), key=lambda kv: kv[0])))
+        return call.name, repr((call.args, sorted(call.kwargs.items())))
     bound, _ = bind_arguments(call, spec)
-    return call.name, repr(sorted(bound.items(), key=lambda kv: kv[0]))
+    return call.name, repr(sorted(bound.items()))
 
 
 def snapshot(record: CallRecord) -> ToolCall | None:
@@ -97,7 +98,7 @@ def snapshot(record: CallRecord) -> ToolCall | None:
 def _all_gold(entry: Entry) -> frozenset[tuple[str, str]]:
     """Every gold call of the entry, canonical. The benchmark's gold breaks its own schema a few times
     (close_ticket with a string id); a call identical to a gold call is never an argument error."""
-    cached = _ALL_GOLD.get(entry.id)
+    cached = _ALL_GOLD.get(entry.id)  # pragma: no mutate (a miss rebuilds the same set)
     if cached is None:
         calls = []
         for turn in entry.gold:
@@ -143,7 +144,7 @@ def _unrecovered_error(
 
 def turn_outcome(check: TurnCheck) -> str:
     """The release's outcome tag of one played turn, from the official per-turn checks."""
-    if check.status == "not_played":
+    if check.status == NOT_PLAYED:
         return L.CHECKER_ERROR  # a played turn is always checked
     if any(r.error in GOLD_BROKEN for r in check.gold_calls):
         return L.GT_ERROR
@@ -186,7 +187,7 @@ def turn_cause(
     gold = _gold_calls(check, entry)
     gold_canon = Counter(canonical(c) for c in gold)
     called = [c for r in records if (c := snapshot(r)) is not None]
-    if any(r.error == "bad_arguments" for r in records) or any(
+    if any(r.error == BAD_ARGUMENTS for r in records) or any(
         canonical(c) not in _all_gold(entry) and check_call(c) for c in called
     ):
         return L.ARGUMENT_MISMATCH
@@ -247,7 +248,7 @@ def steps_from_verdict(verdict: Verdict, played: int) -> list[list[StepRecord]]:
 
 def diagnose_result(entry: Entry, result: list, verdict: Verdict) -> list[L.TurnLabel]:
     """Labels of a trajectory in BFCL's result layout (per turn, per step, call strings)."""
-    played = len(result) if isinstance(result, list) else 0
+    played = len(result) if isinstance(result, list) else 0  # pragma: no mutate (diagnose answers a non-list first)
     return diagnose(entry, verdict, steps_from_verdict(verdict, played))
 
 

@@ -27,6 +27,8 @@ from bfcl_eval.constants.executable_backend_config import (  # noqa: E402
 # Names the official executor refuses before evaluating (its own guard); kept for identical output.
 OFFICIAL_BLOCKED_NAMES = frozenset({"kill", "exit", "quit", "remove", "unlink", "popen", "Popen", "run"})
 ERROR_PREFIX = "Error during execution: "
+# the error of a call that does not bind to its tool's signature
+BAD_ARGUMENTS = "bad_arguments"
 
 
 def backend_class(class_name: str) -> type:
@@ -163,6 +165,6 @@ def execute(backends: Backends, call: ToolCall | str) -> CallRecord:
         # give them copies so the recorded call never changes after the fact
         result = method(*copy.deepcopy(call.args), **copy.deepcopy(call.kwargs))
     except Exception as exc:  # the backend's own failure, reported as the official executor does
-        return CallRecord(text, ERROR_PREFIX + str(exc), call, "exception" if binds else "bad_arguments")
+        return CallRecord(text, ERROR_PREFIX + str(exc), call, "exception" if binds else BAD_ARGUMENTS)
     error = "backend_error" if isinstance(result, dict) and "error" in result else None
     return CallRecord(text, stringify(result), call, error)

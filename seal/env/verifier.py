@@ -23,6 +23,8 @@ STATE_MISMATCH = "multi_turn:instance_state_mismatch"
 RESPONSE_MISMATCH = "multi_turn:execution_response_mismatch"
 FORCE_TERMINATED = "multi_turn:force_terminated"
 INFERENCE_ERROR = "multi_turn:inference_error"
+# A turn the episode never reached (it ended before): not checked
+NOT_PLAYED = "not_played"
 # Not an official type: an episode that outgrew the backbone's context fails as a whole
 CONTEXT_OVERFLOW = "seal:context_overflow"
 
@@ -49,7 +51,7 @@ class TurnCheck:
 
     @property
     def failed(self) -> bool:
-        return self.status not in ("pass", "skipped", "not_played")
+        return self.status not in ("pass", "skipped", NOT_PLAYED)
 
 
 @dataclass
@@ -64,7 +66,7 @@ class Verdict:
     @property
     def turns_played(self) -> int:
         """Turns the episode reached (a step limit or a context overflow can end it before the last)."""
-        return sum(t.status != "not_played" for t in self.turns)
+        return sum(t.status != NOT_PLAYED for t in self.turns)
 
     @property
     def turns_passed(self) -> int:
@@ -130,7 +132,7 @@ def verify(entry: Entry, trajectory: Trajectory, context_overflow: bool = False)
     first: tuple[str, str, int] | None = None
 
     for index, gold_calls in enumerate(entry.gold):
-        check = TurnCheck(index, gold_empty=not gold_calls, status="not_played")
+        check = TurnCheck(index, gold_empty=not gold_calls, status=NOT_PLAYED)
         turns.append(check)
         if index >= len(trajectory):
             continue

@@ -128,8 +128,8 @@ class InterfaceConfig:
         return float(own.get("on", self.on_threshold)), float(own.get("off", self.off_threshold))
 
     def mode_of(self, switch: str) -> str:
-        component = switch.split("/", 1)[0]
-        if component == "cap" and switch.split("/", 1)[1] not in self.guidelines:
+        component, _, guideline = switch.partition("/")
+        if component == "cap" and guideline not in self.guidelines:
             return "off"
         return getattr(self, component)
 
@@ -217,7 +217,7 @@ def evolve(omega: Omega, profile: FailureProfile, cfg: InterfaceConfig) -> Omega
         if not current[switch] and strength[switch] >= on:
             new[switch] = True
         elif current[switch] and strength[switch] < off:
-            new[switch] = False
+            new[switch] = False  # pragma: no mutate (read through bool())
     changed = new != current
     return Omega.from_switches(new, omega.version + 1 if changed else omega.version)
 

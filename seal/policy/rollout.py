@@ -71,8 +71,8 @@ class _Run:
     def __init__(self, key: int, entry: Entry, view: View, max_steps: int, seed: int, step_limit: str):
         self.key, self.entry, self.view, self.seed = key, entry, view, seed
         self.episode = Episode(entry, max_steps, step_limit)
-        self.prompt_ids: list[int] = []
-        self.system_len = 0
+        self.prompt_ids: list[int] = []  # pragma: no mutate (set by _start before anything reads it)
+        self.system_len = 0  # pragma: no mutate
         self.ids: list[int] = []
         self.mask: list[int] = []
         self.logprobs: list[float] = []
@@ -171,8 +171,8 @@ class RolloutEngine:
     # ------------------------------------------------------------------------------------ rendering
 
     def _encode(self, text: str) -> list[int]:
-        if len(text) <= 256:  # template pieces recur: tokenise each once
-            ids = self._pieces.get(text)
+        if len(text) <= 256:  # pragma: no mutate (template pieces recur: tokenise each once)
+            ids = self._pieces.get(text)  # pragma: no mutate (a miss tokenises again: same ids)
             if ids is None:
                 ids = self._pieces[text] = self.tokenizer(text, add_special_tokens=False)["input_ids"]
             return list(ids)
@@ -185,11 +185,11 @@ class RolloutEngine:
         """The prompt's text and ids, and how many of them are the system message (shared by every
         entry with the same tools, so a backend can cache it once per play)."""
         system, first = opening(self.format, entry, view, turn)
-        system_ids = self._system_ids.get(system)
+        system_ids = self._system_ids.get(system)  # pragma: no mutate (a miss tokenises again)
         if system_ids is None:
             system_ids = self._system_ids[system] = self.tokenizer(system, add_special_tokens=False)["input_ids"]
-            if len(self._system_ids) > 64:
-                self._system_ids.pop(next(iter(self._system_ids)))
+            if len(self._system_ids) > 64:  # pragma: no mutate (the cache's size is a memory choice)
+                self._system_ids.pop(next(iter(self._system_ids)))  # pragma: no mutate
         return system + first, list(system_ids) + self._encode(first), len(system_ids)
 
     def prompt_tokens(self, entry: Entry, view: View = PLAIN) -> int:
@@ -205,7 +205,7 @@ class RolloutEngine:
         *,
         temperature: float,
         seeds: list[int] | None = None,
-        progress: bool = False,
+        progress: bool = False,  # pragma: no mutate (display only)
         step_limit: str | None = None,
     ) -> list[EpisodeRollout]:
         """Play every entry to the end; rollouts come back in the order of `entries` (which may repeat).
@@ -214,7 +214,7 @@ class RolloutEngine:
         is a fixed seed per position. `step_limit` overrides the engine's (evaluation keeps its own
         protocol next to training's)."""
         if seeds is None:
-            seeds = [derive_seed(0, i) for i in range(len(entries))]
+            seeds = [derive_seed(0, i) for i in range(len(entries))]  # pragma: no mutate (any fixed seeds)
         if len(seeds) != len(entries):
             raise ValueError(f"{len(seeds)} seeds for {len(entries)} entries")
         limit = step_limit or self.step_limit
@@ -223,7 +223,7 @@ class RolloutEngine:
         queue, active = deque(runs), []
         model = self.model
         was_training = bool(model is not None and model.training)
-        bar = _progress(len(runs)) if progress else None
+        bar = _progress(len(runs)) if progress else None  # pragma: no mutate (display only)
         if model is not None:
             model.eval()
         if self.generator is not None:
@@ -249,7 +249,7 @@ class RolloutEngine:
                         if self.generator is not None:
                             self.generator.release(run.key)
                         if bar is not None:
-                            bar.update(1)
+                            bar.update(1)  # pragma: no mutate
                     else:
                         still.append(run)
                 active = still

@@ -79,8 +79,8 @@ class CoEvolution:
         # the one place where reweighting is decided: it needs labels, and a mode that uses them
         self.weighted = bool(diagnoser.provides_labels and reweighting.active)
         self._played: list[Any] | None = None
-        self._timing: dict[str, float] = {}
-        self._closed_at = 0.0
+        self._timing: dict[str, float] = {}  # pragma: no mutate (set by play_round before it is read)
+        self._closed_at = 0.0  # pragma: no mutate (set by close_round before it is read)
 
     # -- TRL's rollout_func ------------------------------------------------------------------------
     def play_round(self, prompts: list[str], trainer: Any = None) -> dict[str, list]:
@@ -98,7 +98,7 @@ class CoEvolution:
         parts["rollout_other"] = max(time.perf_counter() - t0 - sum(parts.values()), 0.0)
         self._played, self._timing = rollouts, parts
         eot = self.engine.eot_ids[:1]
-        cut = slice(None, self.max_train_tokens)
+        cut = slice(self.max_train_tokens)
         return {
             "prompt_ids": [r.prompt_ids for r in rollouts],
             # an episode whose prompt did not fit has no completion; TRL needs at least one token, so it
