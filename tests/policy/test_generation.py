@@ -90,6 +90,14 @@ def test_qwen_stops_at_endoftext_but_closes_only_with_im_end():
     assert set(stops) == {(v["<|im_end|>"],), (v["<|endoftext|>"],)} and closing == {(v["<|im_end|>"],)}
 
 
+def test_a_marker_the_vocabulary_lacks_is_no_stop():
+    # vocabulary: [UNK]=0, hello=1, world=2, <|im_start|>=3, <|im_end|>=4; no <|endoftext|>, no eos
+    tok = _word_tokenizer(["<|im_start|>", "<|im_end|>"], eos=None)
+    assert tok.convert_tokens_to_ids("<|endoftext|>") == 0  # what an absent token maps to: [UNK]
+    stops, closing = stop_sequences(tok, ChatML(), None)
+    assert stops == [(4,)] and closing == {(4,)}
+
+
 def _scripted_tokens(monkeypatch, script):
     """Make the transformers backend 'sample' a scripted token sequence (one per decode step)."""
     from seal.policy import generation_hf
