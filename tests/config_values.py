@@ -13,8 +13,7 @@ RHO0 = {str(k): float(v) for k, v in OmegaConf.load(CONF / "reweighting" / "clos
 
 def backbone_cfg(name: str):
     """conf/backbone/<name>.yaml as Hydra composes it (with the base it inherits from), detached."""
-    from hydra import compose, initialize_config_dir
+    from tests.test_configs import compose_with
 
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        node = compose(config_name="config", overrides=[f"backbone={name}"]).backbone
+    node = compose_with(f"backbone={name}").backbone
     return OmegaConf.create(OmegaConf.to_container(node))

@@ -1,10 +1,8 @@
 """The configured diagnosers, label statistics, the taxonomy and its mapping to the paper's tables."""
 
 import json
-from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 
 from seal.diagnosis import (
@@ -28,8 +26,8 @@ from seal.diagnosis import (
     trajectory_profile,
 )
 from seal.diagnosis.validate import build_cases
+from tests.test_configs import CONF, compose_with
 
-CONF = Path(__file__).resolve().parents[2] / "conf"
 
 
 @pytest.fixture(scope="module")
@@ -67,8 +65,7 @@ def test_profile_labels_per_layer():
 
 @pytest.mark.parametrize("choice", sorted(p.stem for p in (CONF / "reweighting").glob("*.yaml")))
 def test_rho_keys_in_every_config_are_outcome_tags(choice):
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        cfg = compose(config_name="config", overrides=[f"reweighting={choice}"])
+    cfg = compose_with(f"reweighting={choice}")
     check_rho_keys(cfg.reweighting.rho0)
     assert cfg.reweighting.profile_layer == "outcome"
 
@@ -85,8 +82,7 @@ def test_check_rho_keys_accepts_only_counted_outcome_tags():
 
 @pytest.mark.parametrize("choice", ["rules", "random", "constant", "none"])
 def test_every_diagnoser_config_instantiates_and_labels_a_round(choice, round_items):
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        cfg = compose(config_name="config", overrides=[f"diagnoser={choice}"])
+    cfg = compose_with(f"diagnoser={choice}")
     diagnoser = instantiate(cfg.diagnoser)
     assert diagnoser.name == choice and diagnoser.provides_labels == (choice != "none")
     labels = diagnoser.label_round(round_items)

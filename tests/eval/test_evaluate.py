@@ -3,16 +3,14 @@
 import json
 
 import pytest
-from hydra import compose, initialize_config_dir
 
 from seal.env.benchmark import CATEGORIES, load_benchmark
 from seal.tasks import run
-from tests.test_configs import CONF
+from tests.test_configs import compose_with
 
 
 def evaluate(out_dir, *overrides):
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        cfg = compose(config_name="config", overrides=["task=eval", *overrides])
+    cfg = compose_with("task=eval", *overrides)
     run(cfg, out_dir)
     return json.loads((out_dir / "metrics.json").read_text())
 

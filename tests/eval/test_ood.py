@@ -11,21 +11,19 @@ import sys
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
 
 from seal.env import ood
 from seal.env.benchmark import prepare_bfcl_import
 from seal.env.calls import ToolCall
 from seal.env.episode import Episode, StepRecord
 from seal.tasks import run
-from tests.test_configs import CONF
+from tests.test_configs import compose_with
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def config(*overrides):
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        return compose(config_name="config", overrides=["task=eval", "backbone=oracle", *overrides])
+    return compose_with("task=eval", "backbone=oracle", *overrides)
 
 
 def evaluate(out_dir, *overrides):

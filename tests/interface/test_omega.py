@@ -1,16 +1,14 @@
 """Omega state, its serialisation, and the evolution rule: thresholds, hysteresis, evidence, fixed modes."""
 
 import json
-from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 
 from seal.diagnosis import FailureProfile
 from seal.interface import GUIDELINES, SWITCHES, InterfaceConfig, Omega, evolve, initial_interface, omega_diff, signals
+from tests.test_configs import compose_with
 
-CONF = Path(__file__).resolve().parents[2] / "conf"
 EVOLVE_ALL = InterfaceConfig(name="evolving", schema="evolve", err="evolve", cap="evolve")
 
 
@@ -26,8 +24,7 @@ def share(label, prevalence, turns=100):
 
 
 def compose_interface(choice):
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        return instantiate(compose(config_name="config", overrides=[f"env_interface={choice}"]).env_interface)
+    return instantiate(compose_with(f"env_interface={choice}").env_interface)
 
 
 def test_round_trip_switches_and_equality():

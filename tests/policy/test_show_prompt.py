@@ -5,7 +5,6 @@ import subprocess
 import sys
 
 import pytest
-from hydra import compose, initialize_config_dir
 
 from seal.interface import PLAIN, InterfaceConfig, Omega, apply
 from seal.policy.formats import get_format
@@ -13,7 +12,7 @@ from seal.policy.prompt import first_prompt
 from seal.policy.rollout import RolloutEngine
 from seal.tasks import run
 from tests.policy.test_formats import QWEN_TOOLS_HEAD, QWEN_TOOLS_TAIL
-from tests.test_configs import CONF
+from tests.test_configs import CONF, compose_with
 
 REPO = CONF.parent
 RELEASE_NOTE = ("Observation note: parameters marked [required] must be provided exactly when calling a tool; "
@@ -21,8 +20,7 @@ RELEASE_NOTE = ("Observation note: parameters marked [required] must be provided
 
 
 def show(tmp_path, capsys, *overrides):
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        cfg = compose(config_name="config", overrides=["task=show_prompt", *overrides])
+    cfg = compose_with("task=show_prompt", *overrides)
     run(cfg, tmp_path)
     out = capsys.readouterr()
     assert (tmp_path / "prompt.txt").read_text() == out.out

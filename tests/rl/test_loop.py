@@ -6,13 +6,11 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
 
 from seal.tasks import run
-from tests.test_configs import CONF, choices
+from tests.test_configs import CONF, choices, compose_with
 
 ROOT = CONF.parent
 TINY = [
@@ -22,8 +20,7 @@ TINY = [
 
 
 def train(out_dir, *overrides):
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        cfg = compose(config_name="config", overrides=[*TINY, *overrides])
+    cfg = compose_with(*TINY, *overrides)
     out_dir.mkdir(parents=True, exist_ok=True)
     run(cfg, out_dir)
     return json.loads((out_dir / "metrics.json").read_text())
@@ -91,8 +88,7 @@ def test_every_experiment_preset_trains(tmp_path, experiment):
                     "budget.heldout_entries_per_category=0")
     assert metrics["rounds"] == 1
     (record,) = rounds(tmp_path)
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        cfg = compose(config_name="config", overrides=[f"experiment={experiment}"])
+    cfg = compose_with(f"experiment={experiment}")
     weighted = cfg.reweighting.mode != "off" and cfg.diagnoser.name != "none"
     assert ("reweight/weight_mean" in record) == weighted
 
@@ -137,8 +133,7 @@ def test_a_killed_run_resumes_to_the_same_rounds_and_model(tmp_path):
 @pytest.mark.slow
 def test_one_round_on_the_embedded_smollm2(tmp_path):
     """The main job's own backbone and budget, cut to one round (about 3 minutes on two cores)."""
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        cfg = compose(config_name="config", overrides=["budget.rounds=1", "logger.mode=disabled"])
+    cfg = compose_with("budget.rounds=1", "logger.mode=disabled")
     run(cfg, tmp_path)
     metrics = json.loads((tmp_path / "metrics.json").read_text())
     assert metrics["rounds"] == 1 and metrics["eval_after"]["num_entries"] == 4
@@ -151,10 +146,8 @@ def test_one_round_of_the_paper_budget_on_tiny_random(tmp_path):
     """budget=paper end to end for one round: 32 prompts x 8 rollouts = 256 episodes, 4 optimizer steps of 64
     episodes in micro-batches of 1. Generations are cut to 32 tokens and the held-out evaluation is off: a
     random model's 4,096-token noise over 400 entries is beyond a 2-core CPU."""
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        cfg = compose(config_name="config", overrides=[
-            "budget=paper", "backbone=tiny-random", "budget.rounds=1", "budget.max_new_tokens=32",
-            "budget.heldout_entries_per_category=0", "logger.mode=disabled"])
+    cfg = compose_with("budget=paper", "backbone=tiny-random", "budget.rounds=1", "budget.max_new_tokens=32",
+                       "budget.heldout_entries_per_category=0", "logger.mode=disabled")
     run(cfg, tmp_path)
     assert json.loads((tmp_path / "metrics.json").read_text())["rounds"] == 1
     state = json.loads(next((tmp_path / "checkpoints").glob("checkpoint-4")).joinpath("seal_state.json").read_text())

@@ -4,7 +4,6 @@ import math
 
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 import trl
 
@@ -14,17 +13,16 @@ from seal.rl.coevolution import CoEvolution
 from seal.budget import Budget
 from seal.rl.trainer import make_trainer, scale_advantages
 from tests.rl.scripted import MASK, ScriptedEngine
-from tests.test_configs import CONF
+from tests.test_configs import compose_with
 
 IDS = ["multi_turn_base_0", "multi_turn_miss_param_1"]
 
 
 def config(*overrides):
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        return compose(config_name="config", overrides=[
-            "backbone=tiny-random", "budget.prompts_per_round=2", "budget.rollouts_per_prompt=2",
-            "budget.micro_batch_size=4", "budget.steps_per_round=1", "budget.rounds=1", *overrides,
-        ])
+    return compose_with(
+        "backbone=tiny-random", "budget.prompts_per_round=2", "budget.rollouts_per_prompt=2",
+        "budget.micro_batch_size=4", "budget.steps_per_round=1", "budget.rounds=1", *overrides,
+    )
 
 
 def build(cfg, tmp_path):
