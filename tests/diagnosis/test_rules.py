@@ -323,6 +323,49 @@ def test_results_of_earlier_turns_count_for_the_inherited_check(bench):
     assert diagnose(entry, verdict, steps)[2] == TurnLabel("state_mismatch", "inherited_state")
 
 
+def test_results_of_every_earlier_turn_count_not_only_the_last(bench):
+    # as above, but the zip codes are looked up in turn 0 (next to the broken lockDoors) and turn 1 makes
+    # only its gold calls: turn 2's distance call needs results two turns back, which the official
+    # response check accepts (it reads all the model's results so far)
+    entry = bench["multi_turn_base_98"]
+    script = gold_script(entry)
+    script[0] = [Step([parse_call("displayCarStatus(option='doors')"),
+                       parse_call("lockDoors(door=['driver', 'passenger', 'rear_left', 'rear_right'])"),
+                       *[parse_call(c) for c in entry.gold[2][:2]]])]
+    script[2] = [Step([parse_call(entry.gold[2][2])])]
+    verdict, steps = play(entry, script)
+    assert diagnose(entry, verdict, steps)[2] == TurnLabel("state_mismatch", "inherited_state")
+
+
+def test_a_played_episode_is_diagnosed_from_its_own_entry_verdict_and_steps(bench):
+    from seal.diagnosis.rules import diagnose_episode
+
+    # the trajectory of test_inherited_failure_after_a_dropped_state_change, played turn by turn
+    entry = bench[BASE0]
+    episode = Episode(entry)
+    while (turn := episode.next_turn()) is not None:
+        wrong = ["cd(folder='document')", "mv(source='final_report.pdf', destination='temp')"]
+        calls = wrong if turn.index == 0 else entry.gold[turn.index]
+        episode.step([parse_call(c) for c in calls], raw="scripted")
+        episode.step([], raw="Done.")
+    labels = diagnose_episode(episode)
+    assert [(x.outcome, x.cause) for x in labels] == [("state_mismatch", "state_mismatch")] + [
+        ("state_mismatch", "inherited_state")] * 3
+
+
+def test_a_call_is_judged_as_the_model_wrote_it_not_as_the_backend_left_it():
+    from seal.diagnosis.rules import snapshot
+
+    text = "post_tweet(content='hi', mentions=['@a'])"
+    record = CallRecord(text, "{}", parse_call(text))
+    record.call.kwargs["mentions"].append("@b")  # the backend kept the list; a later call changed it
+    assert snapshot(record).kwargs == {"content": "hi", "mentions": ["@a"]}
+    assert snapshot(CallRecord("cd(", "error", None, "unsafe")) is None
+    # text the parser refuses but a call was recorded for: that call
+    kept = parse_call("ls()")
+    assert snapshot(CallRecord("__import__('os')", "error", kept)) is kept
+
+
 def test_a_wrong_turn_after_a_wrong_state_keeps_its_own_cause(bench):
     entry = bench[BASE0]
     script = gold_script(entry)
