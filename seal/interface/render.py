@@ -103,11 +103,8 @@ def annotate_docs(docs: list[dict[str, Any]], style: str = "project") -> list[di
                 new_props[name] = copy.deepcopy(prop)
                 continue
             new_props[name] = {**copy.deepcopy(prop), "description": describe(name, prop, required)}
-        new_doc = {k: (v if k == "parameters" else copy.deepcopy(v)) for k, v in doc.items()}
-        new_doc["parameters"] = {
-            k: (new_props if k == "properties" else copy.deepcopy(v)) for k, v in params.items()
-        }
-        out.append(new_doc)
+        new_params = {k: (new_props if k == "properties" else copy.deepcopy(v)) for k, v in params.items()}
+        out.append({k: (new_params if k == "parameters" else copy.deepcopy(v)) for k, v in doc.items()})
     return out
 
 
@@ -130,7 +127,7 @@ def error_hint(record: CallRecord, visible: frozenset[str], call_example: str) -
     name = record.call.name
     if record.error in ("unknown_function", "blocked") or name not in visible:
         return f"That function is not one of the available tools. {_tools(visible)} {PLAIN_TEXT}"
-    call = snapshot(record) or record.call
+    call = snapshot(record)  # the call as written (record.call is not None here)
     issues = check_call(call)
     missing = [i.argument for i in issues if i.kind == MISSING_REQUIRED]
     unknown = [i.argument for i in issues if i.kind == UNKNOWN_ARGUMENT]

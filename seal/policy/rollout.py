@@ -179,7 +179,10 @@ class RolloutEngine:
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]
 
     def _decode(self, ids: list[int]) -> str:
-        return self.tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+        return self.tokenizer.decode(
+            ids, skip_special_tokens=False,
+            clean_up_tokenization_spaces=False,  # pragma: no mutate (transformers 5's tokenizers backend cleans up nothing)
+        )
 
     def _prompt(self, entry: Entry, view: View, turn: TurnStart) -> tuple[str, list[int], int]:
         """The prompt's text and ids, and how many of them are the system message (shared by every

@@ -82,6 +82,9 @@ def test_successful_calls_and_parse_errors(base0):
     visible = base0.visible_function_names(0)
     record = run(base0, "pwd()")
     assert record.ok and apply(ALL_ON, EXAMPLE).tool_response(record, visible) == record.observation
+    from seal.interface.render import error_hint
+
+    assert error_hint(record, visible, EXAMPLE) == ""
     feedback = apply(Omega(phi_err=True), EXAMPLE).parse_error_feedback([("{bad", "not JSON")], visible)
     assert EXAMPLE in feedback and "answer in plain text" in feedback and "cat, cd, comment" in feedback
     assert apply(Omega(phi_schema=True), EXAMPLE).parse_error_feedback([("{bad", "x")], visible) is None
@@ -240,24 +243,34 @@ def test_annotation_by_hand_and_the_input_is_never_shared():
     from seal.interface.render import annotate_docs
 
     doc = {"name": "f", "description": "d", "response": {"type": "dict", "properties": {"r": {"type": "string"}}},
-           "parameters": {"type": "dict", "required": ["mode"], "extra": {"k": [1]}, "properties": {
-               "mode": {"type": "string", "description": "The mode. [Enum]: [\"a\", \"b\"]  "},
+           "parameters": {"type": "dict", "required": ["mode", "flag"], "extra": {"k": [1]}, "properties": {
+               "mode": {"type": "string", "description": "The mode. [Enum]: [\"a\", \"b\"]  ", "x": {"k": [1]}},
+               "odd": ["not a dict", ["nested"]],
                "note": {"type": "string"},
-               "odd": "not a dict",
+               "flag": {"type": "boolean"},
            }}}
     before = copy.deepcopy(doc)
     (project,) = annotate_docs([doc], "project")
+    assert annotate_docs([doc]) == [project]  # the project style is the default
     props = project["parameters"]["properties"]
+    assert list(props) == ["mode", "odd", "note", "flag"]
     assert props["mode"]["description"] == '[required] The mode. [Enum]: ["a", "b"] Allowed values: a, b.'
-    assert props["note"] == {"type": "string", "description": ""} and props["odd"] == "not a dict"
+    assert props["note"] == {"type": "string", "description": ""} and props["odd"] == ["not a dict", ["nested"]]
+    assert props["flag"] == {"type": "boolean", "description": "[required]"}
     (release,) = annotate_docs([{**doc, "parameters": {**doc["parameters"], "properties": {
         "mode": {"type": "string", "enum": ["x", "y"]}, "note": {"type": "string", "description": "n"}}}}], "release")
     assert release["parameters"]["properties"]["mode"]["description"] == "[required] Allowed values: x, y"
     assert release["parameters"]["properties"]["note"]["description"] == "n"
+    # values the description already lists are not listed again
+    listed = {"type": "string", "enum": ["x", "y"], "description": "Pick one. Allowed values: x, y"}
+    (again,) = annotate_docs([{"name": "h", "parameters": {"type": "dict", "properties": {"m": listed}}}], "release")
+    assert again["parameters"]["properties"]["m"]["description"] == "Pick one. Allowed values: x, y"
     # every part of the output is the output's own: changing it leaves the input as it was
     project["response"]["properties"]["r"]["type"] = "int"
     project["parameters"]["extra"]["k"].append(2)
     props["note"]["type"] = "int"
+    props["mode"]["x"]["k"].append(2)
+    props["odd"][1].append("changed")
     assert doc == before
     # a doc without parameters is copied, not shared
     src = {"name": "g", "tags": ["x"], "parameters": {"type": "dict", "properties": {}}}
