@@ -213,12 +213,12 @@ def check_single_turn(entry: Entry, calls: list[ToolCall], decoded: bool) -> tup
                          model_name)
     if result["valid"]:
         return True, None, ""
-    return False, result["error_type"], "; ".join(map(str, result.get("error", [])))
+    return False, result["error_type"], "; ".join(map(str, result["error"]))  # every result of it has "error"
 
 
 def memory_answer_key(entry_id: str) -> str:
     """The snake_case key the scripted oracle files a memory question's answer under (q_<number>)."""
-    return "q_" + entry_id.rsplit("-", 1)[-1]
+    return "q_" + entry_id.rpartition("-")[2]
 
 
 def with_memory_instructions(entry: Entry, backends: Any) -> list[list[dict[str, str]]]:

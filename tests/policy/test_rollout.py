@@ -30,7 +30,8 @@ def check_accounting(engine_, rollout):
     assert len(r.completion_ids) == len(r.completion_mask) == len(r.logprobs)
     step_tokens = sum(s.num_tokens for turn in r.episode.steps for s in turn)
     assert r.num_model_tokens == sum(r.completion_mask) == step_tokens
-    assert r.transcript[0].ids == r.prompt_ids and not r.transcript[0].model
+    assert r.transcript[0].ids == r.prompt_ids and r.transcript[0].model is False
+    assert all(type(s.model) is bool for s in r.transcript)  # the flag is written out as JSON true/false
     assert [i for s in r.transcript for i in s.ids] == r.prompt_ids + r.completion_ids
     assert [int(s.model) for s in r.transcript[1:] for _ in s.ids] == r.completion_mask
     for s in r.transcript:
