@@ -732,3 +732,4 @@ def test_each_episode_times_its_own_execution_and_verification(oracle_policy, be
     assert 0.03 * calls <= r.timings["execution"] <= wall
     assert 0.0 < r.timings["verification"] <= wall - r.timings["execution"]
     assert r.timings["generation"] == 0.0  # the oracle generates nothing
+    assert list(r.timings) == ["generation", "execution", "verification"]
