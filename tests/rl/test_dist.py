@@ -1,0 +1,92 @@
+"""seal.rl.distributed one piece at a time, with accelerate's process group stood in (the real two-rank
+run is tests/rl/test_distributed.py, in make test-slow)."""
+
+import hashlib
+import sys
+import types
+
+import pytest
+
+from seal.rl import distributed
+from seal.rl.distributed import Dist
+
+
+def test_a_single_process_is_rank_zero_of_one_and_gathers_nothing(monkeypatch):
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    dist = distributed.current()
+    assert (dist.rank, dist.world, dist.main) == (0, 1, True)
+    items = [1, 2]
+    gathered = dist.gather(items)
+    assert gathered == [1, 2] and gathered is not items
+    assert dist.shard([5, 6, 7]) == [5, 6, 7]
+    dist.check_agree("anything", {"x": object()})  # nothing to compare with, nothing gathered
+
+
+def test_each_rank_takes_every_world_th_item():
+    items = list(range(10))
+    assert Dist(0, 3).shard(items) == [0, 3, 6, 9]
+    assert Dist(1, 3).shard(items) == [1, 4, 7]
+    assert Dist(2, 3).shard(items) == [2, 5, 8]
+    assert not Dist(1, 3).main and Dist(0, 3).main
+
+
+class Gathered:
+    """accelerate's gather_object for rank `rank` of two: its own list, then the partner's, in rank order."""
+
+    def __init__(self, rank, partner):
+        self.rank, self.partner, self.calls = rank, partner, []
+
+    def __call__(self, items):
+        self.calls.append(items)
+        return items + self.partner if self.rank == 0 else self.partner + items
+
+
+def _with_gather(monkeypatch, fake):
+    import accelerate.utils
+
+    monkeypatch.setattr(accelerate.utils, "gather_object", fake)
+
+
+def test_two_ranks_gather_in_rank_order(monkeypatch):
+    fake = Gathered(1, ["a0"])
+    _with_gather(monkeypatch, fake)
+    assert Dist(1, 2).gather(("b0", "b1")) == ["a0", "b0", "b1"]
+    assert fake.calls == [["b0", "b1"]]  # handed over as a list
+
+
+def test_the_ranks_agree_when_their_digests_match_and_stop_when_they_do_not(monkeypatch):
+    state = {"rho": {"b": 0.5, "a": 1}, "omega": ["x"]}
+    # the digest of the state's JSON with sorted keys, by hand
+    text = '{"omega": ["x"], "rho": {"a": 1, "b": 0.5}}'
+    digest = hashlib.sha256(text.encode()).hexdigest()
+    same = Gathered(0, [digest])
+    _with_gather(monkeypatch, same)
+    Dist(0, 2).check_agree("rho", state)
+    assert same.calls == [[digest]]
+    _with_gather(monkeypatch, Gathered(0, ["0" * 64]))
+    with pytest.raises(RuntimeError) as drift:
+        Dist(0, 2).check_agree("rho", state)
+    assert str(drift.value) == (f"the ranks disagree on rho (digests by rank: {[digest, '0' * 64]}); "
+                                "shared state drifted")
+    # values JSON cannot write are compared by their text
+    _with_gather(monkeypatch, Gathered(0, [hashlib.sha256(b'{"p": "PosixPath(\'/x\')"}').hexdigest()]))
+    from pathlib import PosixPath
+
+    with pytest.raises(RuntimeError):
+        Dist(0, 2).check_agree("p", {"p": PosixPath("/x")})  # str(), not repr(): "/x"
+    _with_gather(monkeypatch, Gathered(0, [hashlib.sha256(b'{"p": "/x"}').hexdigest()]))
+    Dist(0, 2).check_agree("p", {"p": PosixPath("/x")})
+
+
+def test_a_launch_of_several_ranks_joins_the_process_group_on_the_cpu(monkeypatch):
+    made = []
+
+    class PartialState:  # accelerate's, stood in: this process is rank 1 of 2
+        def __init__(self, cpu):
+            made.append(cpu)
+            self.process_index, self.num_processes = 1, 2
+
+    monkeypatch.setitem(sys.modules, "accelerate", types.SimpleNamespace(PartialState=PartialState))
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    dist = distributed.current()
+    assert (dist.rank, dist.world) == (1, 2) and made == [True]  # no CUDA here: gloo on the CPU
