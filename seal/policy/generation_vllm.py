@@ -258,8 +258,9 @@ def _reprocess_tied_layers(model: Any) -> None:
     sharing: dict[int, list[Any]] = {}
     for module in model.modules():
         weight = getattr(module, "weight", None)
-        if getattr(module, "quant_method", None) is not None and getattr(weight, "numel", lambda: 0)():
-            sharing.setdefault(weight.data_ptr(), []).append(module)
+        if getattr(module, "quant_method", None) is None or weight is None or weight.numel() == 0:
+            continue
+        sharing.setdefault(weight.data_ptr(), []).append(module)
     for modules in sharing.values():
         if len(modules) > 1:
             for module in modules:

@@ -11,10 +11,9 @@ import math
 import pytest
 import torch
 
-from seal.errors import UserError
 from seal.policy import generation_vllm as gv
 from seal.policy.generation import GenerationRequest
-from seal.policy.generation_vllm import VLLMMemory, engine_options, step_seed
+from seal.policy.generation_vllm import VLLMMemory
 
 # fp32 on both sides; what is left is kernel order (measured here: at most 3e-5 on 2,500-token prompts)
 LOGPROB_TOL = 5e-4
@@ -28,32 +27,7 @@ needs_vllm = pytest.mark.skipif(
 )
 
 
-# ---------------------------------------------------------------------------------------- no engine
-
-
-def test_memory_options_follow_the_device():
-    assert engine_options(cpu=True, memory=VLLMMemory()) == {"kv_cache_memory_bytes": 2**30}
-    assert engine_options(cpu=True, memory=VLLMMemory(kv_cache_gib=2)) == {"kv_cache_memory_bytes": 2 * 2**30}
-    assert engine_options(cpu=False, memory=VLLMMemory()) == {"gpu_memory_utilization": 0.3}
-    assert engine_options(cpu=False, memory=VLLMMemory(kv_cache_gib=1, gpu_memory_utilization=0.5)) == {
-        "gpu_memory_utilization": 0.5, "kv_cache_memory_bytes": 2**30,
-    }
-    with pytest.raises(UserError, match="applies to CUDA only"):
-        engine_options(cpu=True, memory=VLLMMemory(gpu_memory_utilization=0.5))
-    with pytest.raises(UserError, match="fraction"):
-        engine_options(cpu=False, memory=VLLMMemory(gpu_memory_utilization=1.5))
-
-
-def test_a_missing_vllm_is_one_sentence(monkeypatch):
-    monkeypatch.setitem(__import__("sys").modules, "vllm", None)
-    with pytest.raises(UserError, match="needs the vllm package.*make install"):
-        gv._import_vllm()
-
-
-def test_step_seeds_depend_on_the_episode_seed_and_length_only():
-    assert step_seed(7, 100) == step_seed(7, 100)
-    seeds = {step_seed(s, n) for s in range(20) for n in range(1000, 1020)}
-    assert len(seeds) == 400 and all(0 <= s < 2**63 for s in seeds)
+# the bookkeeping without an engine (options, seeds, stops, weight names) is in test_vllm_unit.py
 
 
 # ---------------------------------------------------------------------------------------- fixtures
