@@ -49,9 +49,8 @@ class RandomDiagnoser(RuleDiagnoser):
     cause drawn independently). A layer's label frequencies stay the same in expectation; only the
     link between a failed turn and its label is broken, in the weights and in the interface alike."""
 
-    def __init__(self, name: str = "random", seed: int = 0):
+    def __init__(self, name: str = "random", *, seed: int):
         super().__init__(name)
-        self.seed = seed
         self._rng = random.Random(seed)
 
     def _sampler(self, values, failures):

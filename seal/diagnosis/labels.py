@@ -143,10 +143,6 @@ class TurnLabel:
     def to_dict(self) -> dict[str, str | None]:
         return {"outcome": self.outcome, "cause": self.cause}
 
-    @classmethod
-    def from_dict(cls, d: Mapping[str, str | None]) -> TurnLabel:
-        return cls(d["outcome"], d["cause"])
-
 
 def check_layer(layer: str) -> None:
     if layer not in LAYERS:
@@ -170,7 +166,7 @@ def table5_cause(cause: str) -> str | None:
     return None
 
 
-def check_labels(labels, vocabulary: Sequence[str], what: str = "label") -> None:
+def check_labels(labels, vocabulary: Sequence[str], what: str) -> None:
     unknown = sorted({str(x) for x in labels} - set(vocabulary))
     if unknown:
         raise ValueError(f"unknown {what}(s) {', '.join(unknown)}; valid ones are {', '.join(vocabulary)}")

@@ -57,7 +57,7 @@ class FailureProfile:
         counts = {k: total[k] for k in sorted(total, key=order.__getitem__)}
         return cls(
             counts=counts,
-            prevalence={k: v / n for k, v in counts.items()} if n else {},
+            prevalence={k: v / n for k, v in counts.items()},  # no counts when n == 0
             mean_reward=sum(rewards) / len(rewards) if rewards else 0.0,
             by_category={
                 c: {k: cnt[k] for k in sorted(cnt, key=order.__getitem__)} for c, cnt in by_category.items()
@@ -69,7 +69,7 @@ class FailureProfile:
     def to_dict(self) -> dict:
         return asdict(self)
 
-    def metrics(self, prefix: str = "diag") -> dict[str, float]:
+    def metrics(self, prefix: str) -> dict[str, float]:
         """Flat, namespaced numbers for the logger: <prefix>/<label> is the label's prevalence,
         <prefix>/num_turns the number of counted turns (e.g. prefix diag/outcome, diag/cause)."""
         out = {f"{prefix}/{label}": share for label, share in self.prevalence.items()}

@@ -80,6 +80,38 @@ def test_check_rho_keys_accepts_only_counted_outcome_tags():
         check_rho_keys({"checker_error": 1.0})
 
 
+def test_label_errors_name_every_bad_label_and_the_whole_vocabulary():
+    table6 = ("spurious_tool_call, correct_abstention, empty_turn_model_response, state_mismatch, response_mismatch, "
+              "instance_mismatch, pass")
+    with pytest.raises(ValueError) as err:
+        check_rho_keys({"pass": 1.0, "spurious_call": 2.0, "argument_mismatch": 1.2})
+    assert str(err.value) == (
+        f"unknown rho key(s) argument_mismatch, spurious_call; valid ones are {table6}, checker_error, gt_error, "
+        "unlabelled"
+    )
+    with pytest.raises(ValueError) as err:
+        check_rho_keys({"unlabelled": 1.0, "gt_error": 1.0})
+    assert str(err.value) == f"rho key(s) gt_error, unlabelled are never weighted; weighted outcomes are {table6}"
+    with pytest.raises(ValueError) as err:
+        ConstantDiagnoser(outcome="wrong")
+    assert str(err.value) == f"unknown constant diagnoser outcome(s) wrong; valid ones are {table6}, checker_error, gt_error, unlabelled"
+    with pytest.raises(ValueError) as err:
+        ConstantDiagnoser(cause="instance_mismatch")
+    assert str(err.value).startswith(
+        "unknown constant diagnoser cause(s) instance_mismatch; valid ones are invalid_tool_call, argument_mismatch, "
+    )
+
+
+@pytest.mark.parametrize("choice", ["rules", "random", "constant", "none"])
+def test_a_diagnoser_class_names_itself_as_its_config_does(choice):
+    """Built in code without a name (the tests, the validation), a diagnoser reports what its config calls it."""
+    cfg = compose_with(f"diagnoser={choice}").diagnoser
+    cls = {"rules": RuleDiagnoser, "random": RandomDiagnoser, "constant": ConstantDiagnoser, "none": NoDiagnoser}[choice]
+    assert cfg._target_ == f"seal.diagnosis.{cls.__name__}"
+    built = cls(seed=0) if cls is RandomDiagnoser else cls()
+    assert built.name == cfg.name == choice
+
+
 @pytest.mark.parametrize("choice", ["rules", "random", "constant", "none"])
 def test_every_diagnoser_config_instantiates_and_labels_a_round(choice, round_items):
     cfg = compose_with(f"diagnoser={choice}")
@@ -111,6 +143,21 @@ def test_random_redraws_failures_in_each_layer_from_the_rounds_own_labels(round_
     assert any(a.cause != b.cause for a, b in pairs if a.cause in table5_only)
     assert RandomDiagnoser(seed=0).label_round(round_items) == rand
     assert RandomDiagnoser(seed=1).label_round(round_items) != rand
+
+
+def test_random_redraws_follow_the_rounds_label_frequencies():
+    """A failure is redrawn with the round's own frequencies, not uniformly over the labels seen: with 99
+    state mismatches to 1 response mismatch, about 99% of 4,000 redraws are state mismatches (a uniform draw
+    would give 50%; 95% is over 20 standard deviations away from 99% at this size)."""
+    rand = RandomDiagnoser(seed=0)
+    values = ["state_mismatch"] * 99 + ["response_mismatch", "pass", None]
+    draw = rand._sampler(values, OUTCOME_FAILURES)
+    draws = [draw("spurious_tool_call") for _ in range(4000)]
+    assert set(draws) == {"state_mismatch", "response_mismatch"}
+    assert draws.count("state_mismatch") / 4000 > 0.95
+    # a success passes through untouched and draws nothing from the stream
+    state = rand._rng.getstate()
+    assert draw("pass") == "pass" and draw(None) is None and rand._rng.getstate() == state
 
 
 def test_random_state_dict_round_trip_continues_the_stream(round_items):
@@ -153,6 +200,9 @@ def test_failure_profile_by_hand():
     assert p.mean_reward == pytest.approx(1 / 3)
     assert p.by_category == {"base": {"argument_mismatch": 1, "pass": 1}, "miss_param": {"argument_mismatch": 1, "correct_abstention": 1}}
     assert (p.num_trajectories, p.num_turns) == (3, 4)
+    # reported in the tables' order (Table 6's outcomes, then the causes), not alphabetically
+    assert list(p.counts) == ["correct_abstention", "pass", "argument_mismatch"]
+    assert list(p.by_category["miss_param"]) == ["correct_abstention", "argument_mismatch"]
     assert json.loads(json.dumps(p.to_dict()))["counts"] == p.counts
     assert p.metrics("diag/cause") == {"diag/cause/argument_mismatch": 0.5, "diag/cause/pass": 0.25,
                                        "diag/cause/correct_abstention": 0.25, "diag/cause/num_turns": 4.0}
