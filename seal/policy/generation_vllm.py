@@ -255,10 +255,13 @@ def _reprocess_tied_layers(model: Any) -> None:
     """The layer-wise reload re-processes only the layers that received weights. A tied LM head gets
     none (the checkpoint's lm_head is the embedding), yet on the CPU it computes with a packed copy made
     from the embedding at load time: re-process every layer whose weight another layer shares."""
+    import torch
+
     sharing: dict[int, list[Any]] = {}
     for module in model.modules():
         weight = getattr(module, "weight", None)
-        if getattr(module, "quant_method", None) is None or weight is None or weight.numel() == 0:
+        # a layer without a tensor weight (none, or a packed non-tensor form) shares nothing
+        if getattr(module, "quant_method", None) is None or not isinstance(weight, torch.Tensor) or not weight.numel():
             continue
         sharing.setdefault(weight.data_ptr(), []).append(module)
     for modules in sharing.values():

@@ -446,7 +446,9 @@ def test_only_layers_that_share_a_weight_are_processed_again():
     model.empty_a.weight = torch.nn.Parameter(torch.empty(0))
     model.empty_b.weight = torch.nn.Parameter(torch.empty(0))
     model.bare = torch.nn.ReLU()  # a quant method but no weight
-    for name in ("embed", "head", "other", "empty_a", "empty_b", "bare"):
+    model.packed_a, model.packed_b = torch.nn.ReLU(), torch.nn.ReLU()  # weights that are no tensors
+    model.packed_a.weight = model.packed_b.weight = ("packed", 4)
+    for name in ("embed", "head", "other", "empty_a", "empty_b", "bare", "packed_a", "packed_b"):
         getattr(model, name).quant_method = _Method(log, name)
     model.plain.quant_method = None
     assert model.empty_a.weight.data_ptr() == model.empty_b.weight.data_ptr()
