@@ -92,6 +92,11 @@ def fake_vllm(monkeypatch):
     return module
 
 
+def _seed_by_hand(seed: int, length: int) -> int:
+    """The step seed's definition: 8-byte blake2b of "seed:length", little-endian, top bit dropped."""
+    return int.from_bytes(hashlib.blake2b(f"{seed}:{length}".encode(), digest_size=8).digest(), "little") // 2
+
+
 def _generator(context_length=64, **kwargs):
     return gv.VLLMGenerator("/models/m", dtype="float32", context_length=context_length, seed=5, **kwargs)
 
@@ -151,9 +156,7 @@ def test_importing_vllm_keeps_the_engine_in_this_process_and_its_log_quiet(monke
 
 
 def test_step_seed_is_the_blake2b_hash_of_seed_and_length_as_a_signed_64_bit_seed():
-    # the definition worked out once by hand: 8-byte blake2b of "seed:length", little-endian, top bit dropped
-    digest = hashlib.blake2b(b"7:100", digest_size=8).digest()
-    assert step_seed(7, 100) == int.from_bytes(digest, "little") // 2
+    assert step_seed(7, 100) == _seed_by_hand(7, 100)
     assert step_seed(np.int64(7), np.int64(100)) == step_seed(7, 100)
     seeds = {step_seed(s, n) for s in range(20) for n in range(1000, 1020)}
     assert len(seeds) == 400 and all(0 <= s < 2**63 for s in seeds)
@@ -274,8 +277,7 @@ def test_each_request_is_sent_as_its_token_ids_with_its_own_seeded_sampling(fake
         # logprobs=0: the sampled token's own logprob only
         "logprobs": 0, "detokenize": False, "skip_special_tokens": False,
     }
-    seeds = [int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "little") // 2
-             for text in (b"40:3", b"40:5", b"41:1")]
+    seeds = [_seed_by_hand(40, 3), _seed_by_hand(40, 5), _seed_by_hand(41, 1)]
     assert [dict(p) for p in params] == [
         {"temperature": 1.0, "max_tokens": 6, "seed": seeds[0], **common},
         {"temperature": 1.0, "max_tokens": 4, "seed": seeds[1], **common},
