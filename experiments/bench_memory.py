@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
-BACKBONES = ["qwen2.5-3b", "qwen2.5-7b", "toolace-2-8b"]
+BACKBONES = ["qwen2.5-3b", "qwen2.5-7b", "llama-3.1-8b"]
 GPU_GIB = 80
 
 
@@ -36,38 +36,40 @@ def _train_prompt_lengths() -> list[int]:
 
 
 def memory() -> None:
+    from seal.policy.generation_hf import PREFILL_CHUNK
     from seal.policy.memory import GiB, kv_bytes_per_token, lora_param_count, param_count, training_memory
 
     prompts = sorted(_train_prompt_lengths())
-    print(f"\n## memory: paper budget (32 prompts x 8 rollouts, max new tokens 4096, context 16384), from configs")
+    usable = GPU_GIB * 10**9 - 2 * GiB  # an 80 GB GPU less the CUDA context and allocator reserve
+    print(f"\n## memory: paper budget (32 prompts x 8 rollouts, max new tokens 4096, context 16384), per rank, "
+          f"from configs")
     print(f"train prompts (SmolLM2 tokens, a proxy): median {prompts[len(prompts) // 2]}, max {prompts[-1]}")
+    print(f"rollouts with vLLM colocated at {ENGINE_SHARE} of each GPU (the authors'), asleep while the optimizer runs; "
+          f"fits = total under {usable / GiB:.1f} GiB")
     for name in BACKBONES:
         cfg = _compose("budget=paper", f"backbone={name}")
         arch, budget, ctx = dict(cfg.backbone.arch), cfg.budget, cfg.backbone.context_length
         kvb = kv_bytes_per_token(arch, cfg.backbone.dtype)
         episodes = budget.prompts_per_round * budget.rollouts_per_prompt
-        # the engine before planning: every episode of the round in one batch, each row sized for the
-        # longest prompt plus a full generation, at the first decode step
-        unplanned = episodes * (min(prompts[-1], ctx) + budget.max_new_tokens + 1) * kvb
-        full = training_memory(arch, compute_dtype=cfg.backbone.dtype, episode_tokens=ctx)
-        lora = training_memory(arch, compute_dtype=cfg.backbone.dtype, episode_tokens=ctx,
-                               lora_params=lora_param_count(arch, 16, "all-linear"))
+        columns = {}
+        for label, sharding, world, lora in LAUNCHES:
+            columns[label] = training_memory(
+                arch, compute_dtype=cfg.backbone.dtype, episode_tokens=ctx, sharding=sharding, shards=world,
+                lora_params=lora_param_count(arch, 16, "all-linear") if lora else 0,
+                rollout_engine_bytes=int(ENGINE_SHARE * GPU_GIB * 10**9),
+                prefill_rows=min(budget.batch_size, episodes // world), prefill_tokens=PREFILL_CHUNK,
+            )
         print(f"\n### {name}: {param_count(arch) / 1e9:.2f}B parameters, KV cache {kvb / 1024:.0f} KiB per token "
               f"({cfg.backbone.dtype})")
-        print(f"{'':34} {'full fine-tuning':>17} {'LoRA r=16 all-linear':>21}")
-        for (part, a), (_, b) in zip(full.table(), lora.table()):
-            if part != "rollout kv":
-                print(f"{part + ' (GiB)':34} {a:17.1f} {b:21.1f}")
-        print(f"rollout KV cache, one round in one batch (before planning): {unplanned / GiB:.0f} GiB")
-        for label, state in [("full fine-tuning", full.total), ("LoRA", lora.total)]:
-            left = GPU_GIB * GiB - state
-            if left <= 0:
-                print(f"  {label}: does not fit one {GPU_GIB} GiB GPU per rank ({state / GiB:.0f} GiB before any "
-                      "KV cache); data parallelism replicates it on every rank")
-                continue
-            budget_bytes = int(left * 0.7)  # budget.rollout_memory_fraction of what is free
-            # the planner keeps each episode's cache between steps and one batched copy of a step's rows
-            in_flight = budget_bytes // (2 * kvb * (prompts[len(prompts) // 2] + budget.max_new_tokens))
-            print(f"  {label}: planned KV peak <= {budget_bytes / GiB:.1f} GiB on a {GPU_GIB} GiB GPU "
-                  f"(0.7 of the {left / GiB:.1f} GiB left), about {min(in_flight, episodes)} median episodes "
-                  f"generated at once, the round in chunks")
+        print(f"{'GiB per rank':22}" + "".join(f"{label:>15}" for label in columns))
+        rows = [part for part, _ in next(iter(columns.values())).table()]
+        for i, part in enumerate(rows):
+            print(f"{part:22}" + "".join(f"{m.table()[i][1]:15.1f}" for m in columns.values()))
+        print(f"{'fits 80 GB':22}" + "".join(f"{'yes' if m.total <= usable else 'no':>15}" for m in columns.values()))
+
+
+# (column label, sharding, ranks, LoRA r=16 all-linear)
+LAUNCHES = [("ddp x1", "ddp", 1, False), ("ddp x4", "ddp", 4, False), ("fsdp2 x2", "fsdp2", 2, False),
+            ("fsdp2 x4", "fsdp2", 4, False), ("fsdp2 x8", "fsdp2", 8, False), ("LoRA ddp", "ddp", 1, True)]
+# the authors' vLLM share of each GPU
+ENGINE_SHARE = 0.4

@@ -130,6 +130,17 @@ def available_memory_bytes() -> tuple[int, str]:
         raise
 
 
+def device_total_bytes() -> int:
+    """The size of this rank's GPU, or of the host's memory without CUDA."""
+    import torch
+
+    if torch.cuda.is_available():
+        return torch.cuda.get_device_properties(_device()).total_memory
+    import psutil
+
+    return psutil.virtual_memory().total
+
+
 def check_fits(name: str, params_b: float, dtype: str, available: int | None = None, where: str = "host") -> None:
     """Fail in one sentence when `params_b` billion parameters in `dtype` cannot fit."""
     if available is None:
@@ -144,29 +155,51 @@ def check_fits(name: str, params_b: float, dtype: str, available: int | None = N
 
 
 def check_training_fits(backbone: Any, *, episode_tokens: int, micro_batch: int, reference: bool,
-                        gradient_checkpointing: bool, available: int | None = None, where: str = "host") -> Any:
-    """Refuse, in one sentence and before loading, a training run whose weights, gradients, optimizer state,
-    reference model and activations cannot fit one device (data parallelism replicates them per rank).
+                        gradient_checkpointing: bool, sharding: str = "ddp", world: int = 1,
+                        rollout_engine_fraction: float | None = None, prefill_rows: int = 1,
+                        available: int | None = None, where: str = "host") -> Any:
+    """Refuse, in one sentence and before loading, a training run whose per-rank memory (seal.policy.memory:
+    weights, optimizer state, reference, and the larger of the training and the rollout parts) cannot
+    fit one device under the launch's sharding over `world` ranks. A vLLM engine colocated on a GPU takes
+    `rollout_engine_fraction` of the device. The refusal names a launch that would fit when there is one.
     Returns the estimate (seal.policy.memory.TrainingMemory), or None when the architecture is unknown."""
+    from seal.policy.generation_hf import PREFILL_CHUNK
     from seal.policy.memory import GiB, lora_param_count, training_memory
 
     config = backbone.model_config()
     if not config:
         return None
     lora = dict(backbone.lora) if backbone.lora else None
-    need = training_memory(
-        config, compute_dtype=backbone.dtype, reference=reference, episode_tokens=episode_tokens,
-        micro_batch=micro_batch, gradient_checkpointing=gradient_checkpointing,
-        lora_params=lora_param_count(config, int(lora.get("r", 16)), lora.get("target_modules", "all-linear")) if lora else 0,
-    )
+    lora_params = lora_param_count(config, int(lora.get("r", 16)), lora.get("target_modules", "all-linear")) if lora else 0
     if available is None:
         available, where = available_memory_bytes()
+        total = device_total_bytes()
+    else:
+        total = available
+    engine = int(rollout_engine_fraction * total) if rollout_engine_fraction is not None else None
+
+    def plan(sharding: str, shards: int):
+        return training_memory(
+            config, compute_dtype=backbone.dtype, reference=reference, episode_tokens=episode_tokens,
+            micro_batch=micro_batch, gradient_checkpointing=gradient_checkpointing, lora_params=lora_params,
+            sharding=sharding, shards=shards, rollout_engine_bytes=engine, prefill_rows=prefill_rows,
+            prefill_tokens=PREFILL_CHUNK,
+        )
+
+    need = plan(sharding, world)
     if need.total > available:
         parts = ", ".join(f"{name} {gib:.0f}" for name, gib in need.table()[:-1] if gib >= 0.5)
+        launch = f"{world} rank(s) with {sharding}"
+        if lora:
+            fixes = "lower budget.micro_batch_size, or use a larger device"
+        else:
+            fits = [k for k in (2, 4, 8) if plan("fsdp2", k).total <= available]
+            fixes = (f"shard it over {fits[0]} GPUs (`accelerate launch --config_file experiments/cluster/accelerate/"
+                     f"fsdp2.yaml --num_processes {fits[0]} run.py ...`), " if fits and (sharding, world) != ("fsdp2", fits[0])
+                     else "") + "train LoRA adapters (backbone.lora='{r: 16, alpha: 32}'), or lower budget.micro_batch_size"
         raise UserError(
-            f"training backbone {backbone.name} needs about {need.total / GiB:.0f} GiB per device ({parts} GiB) but "
-            f"only {available / GiB:.0f} GiB of {where} memory is free: train LoRA adapters "
-            f"(backbone.lora='{{r: 16, alpha: 32}}'), lower budget.micro_batch_size, or use a larger device"
+            f"training backbone {backbone.name} on {launch} needs about {need.total / GiB:.0f} GiB per device "
+            f"({parts} GiB) but only {available / GiB:.0f} GiB of {where} memory is free: {fixes}"
         )
     return need
 

@@ -64,6 +64,9 @@ class TransformersGenerator:
     ):
         # settable: the RL loop swaps in the trainer's (possibly peft-wrapped) model
         self.model = model
+        # settable: when the trained model is sharded, a callable run at the start of every play that
+        # returns the (refreshed, unsharded) model to generate with
+        self.refresh: Any = None
         self.pad_id = pad_id
         self.compute_dtype = compute_dtype
         self.memory_bytes, self.memory_fraction = memory_bytes, float(memory_fraction)
@@ -102,6 +105,8 @@ class TransformersGenerator:
 
     # -- a play ---------------------------------------------------------------------------------------
     def begin(self) -> None:
+        if self.refresh is not None:
+            self.model = self.refresh()
         self._kvb = None
         self._caches.clear()
         self._prefixes.clear()

@@ -23,9 +23,13 @@ def check_hardware(cfg: DictConfig) -> None:
         raise UserError(f"trainer.loss_type={cfg.trainer.loss_type!r}: choose one of {', '.join(LOSS_TYPES)}")
 
 
-def grpo_config(cfg: DictConfig, budget: Budget, out_dir: Path, num_train: int, compute_dtype: str):
-    """TRL's arguments for a run of `budget` (planned for budget.world ranks) on num_train entries."""
+def grpo_config(cfg: DictConfig, budget: Budget, out_dir: Path, num_train: int, compute_dtype: str,
+                sharding: str = "ddp"):
+    """TRL's arguments for a run of `budget` (planned for budget.world ranks) on num_train entries, with the
+    launch's sharding (seal.rl.sharding)."""
     from trl import GRPOConfig
+
+    from seal.rl.sharding import grpo_arguments
 
     check_hardware(cfg)
     tr = cfg.trainer
@@ -87,4 +91,5 @@ def grpo_config(cfg: DictConfig, budget: Budget, out_dir: Path, num_train: int, 
         log_completions=False,  # pragma: no mutate (TRL's default)
         # an episode ends wherever its last turn ends: never mask it as truncated
         mask_truncated_completions=False,  # pragma: no mutate (TRL's default, kept explicit)
+        **grpo_arguments(sharding),
     )

@@ -76,11 +76,23 @@ def trim_bounds(attention_mask: torch.Tensor, completion_width: int) -> tuple[in
 
 class SealGRPOTrainer(GRPOTrainer):
     def __init__(self, *args: Any, coevolution: Any, std_epsilon: float = TRL_STD_EPSILON, **kwargs: Any):
+        from seal.rl.sharding import reference_sharded_per_layer
+
         self.coevolution = coevolution
         # the epsilon under a group's reward std (TRL's is fixed at 1e-4; the release uses 1e-6)
         self.std_epsilon = float(std_epsilon)
         self._capture: dict[str, torch.Tensor] | None = None
-        super().__init__(*args, **kwargs)
+        with reference_sharded_per_layer():
+            super().__init__(*args, **kwargs)
+
+    def create_accelerator_and_postprocess(self) -> None:
+        """transformers' accelerator, kept on the FSDP2 path on a CPU (seal.rl.sharding.shard_on_gloo)."""
+        super().create_accelerator_and_postprocess()
+        if self.args.fsdp_plugin_args is not None and not self.is_fsdp_enabled:
+            from seal.rl.sharding import shard_on_gloo
+
+            shard_on_gloo(self.accelerator, self.args.fsdp_plugin_args)
+            self.is_fsdp_enabled = True
 
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
         out = super()._generate_and_score_completions(inputs)
@@ -174,6 +186,7 @@ def make_trainer(
     out_dir: Path,
     compute_dtype: str = "float32",
     peft_config: Any = None,
+    sharding: str = "ddp",
 ) -> SealGRPOTrainer:
     """TRL's trainer for one run of `budget` (a seal.budget.Budget, planned for the launch's ranks):
     prompts are entry ids, the rollout function plays them."""
@@ -184,7 +197,7 @@ def make_trainer(
     from seal.rl.checkpoint import SealStateCallback
     from seal.rl.config import grpo_config
 
-    args = grpo_config(cfg, budget, out_dir, len(train_ids), compute_dtype)
+    args = grpo_config(cfg, budget, out_dir, len(train_ids), compute_dtype, sharding)
     # rollout_func is marked experimental in TRL 1.16; it is the documented multi-turn hook
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     trainer = SealGRPOTrainer(

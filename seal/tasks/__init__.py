@@ -18,6 +18,7 @@ from seal.errors import UserError
 from seal.io import in_multirun
 from seal.tasks import eval as eval_task
 from seal.tasks import replay, sanity, score, show_prompt, train, validate_diagnoser
+from seal.tasks.launch import relaunch
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +82,8 @@ def run(cfg: DictConfig, out_dir: Path | None = None) -> None:
     out_dir = out_dir or output_dir()
     try:
         try:
-            resolve(cfg.task)(cfg, out_dir)
+            if not relaunch(cfg, out_dir):
+                resolve(cfg.task)(cfg, out_dir)
         except Exception as exc:
             raise config_error(exc) or exc
     except Exception as exc:

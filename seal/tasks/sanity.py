@@ -22,7 +22,7 @@ from seal.errors import UserError
 
 def sanity(cfg: DictConfig, out_dir: Path) -> None:
     from seal.policy.formats import CHATS, chat_for
-    from seal.rl import distributed
+    from seal.rl import distributed, sharding
     from seal.rl.sanity import ChoiceTask, rose
     from seal.rl.trainer import make_trainer
 
@@ -33,6 +33,8 @@ def sanity(cfg: DictConfig, out_dir: Path) -> None:
     bb = instantiate(cfg.backbone)
     if not getattr(bb, "trainable", False):
         raise UserError(f"backbone={bb.name} is a scripted policy and cannot be trained; pick a model backbone")
+    shards = sharding.resolve(cfg.launch.sharding, dist.world)
+    sharding.check_combination(shards, lora=bool(bb.lora))
     policy = bb.load(training=True)
     # the run's own trainer settings, on the sanity task's batch
     budget = Budget.from_config(OmegaConf.to_container(cfg.budget, resolve=True) | {
@@ -50,7 +52,7 @@ def sanity(cfg: DictConfig, out_dir: Path) -> None:
     prompts = [f"sanity_{i}" for i in range(s.prompts_per_round)]
     trainer = make_trainer(run_cfg, budget=budget, model=policy.model, tokenizer=policy.tokenizer, coevolution=task,
                            train_ids=prompts, out_dir=out_dir, compute_dtype=backbone["dtype"],
-                           peft_config=bb.peft_config())
+                           peft_config=bb.peft_config(), sharding=shards)
     task.model = trainer.model
     if dist.main:
         print(f"sanity check: {bb.describe()}, lr {run_cfg.trainer.learning_rate:g}, {s.rounds} rounds of "
@@ -61,7 +63,7 @@ def sanity(cfg: DictConfig, out_dir: Path) -> None:
     ok, first, last = rose(rewards, float(s.min_rise))
     result = {"backbone": bb.describe(), "learning_rate": run_cfg.trainer.learning_rate, "rewards": rewards,
               "first_rounds_mean": first, "last_rounds_mean": last, "min_rise": float(s.min_rise), "rose": ok,
-              "world_size": dist.world, "seconds": time.perf_counter() - started, "history": task.history}
+              "world_size": dist.world, "sharding": shards, "seconds": time.perf_counter() - started, "history": task.history}
     if not dist.main:
         return
     (out_dir / "sanity.json").write_text(json.dumps(result, indent=2))

@@ -1,0 +1,218 @@
+"""How the training state is spread over the ranks of a launch: `ddp` or `fsdp2` (`launch.sharding`).
+
+`ddp` replicates the model, its gradients and the optimizer state on every rank (what fits: LoRA, and
+full fine-tuning up to about 3B parameters on 80 GB). `fsdp2` is PyTorch's FSDP2 (`fully_shard`) through
+accelerate, as transformers' Trainer drives it: fp32 master weights, gradients and AdamW state divided
+over the ranks, every decoder layer gathered in the compute dtype only while it computes, sharded
+checkpoints (each rank writes its own part). What the project adds around it:
+
+- the reference model (KL term) sharded per layer with its parameters offloaded to host memory, as the
+  authors ran it (TRL would shard it as one unit, so its first forward would gather the whole model);
+- an unsharded compute-dtype copy of the policy that the transformers rollout engine generates with,
+  refreshed from the shards at the start of every play (generating with the sharded model would need
+  every rank to run the same number of forward passes, and the ranks' episodes differ in length);
+- the final model gathered into one full state dict in the backbone's dtype;
+- on a CPU (two gloo processes, the tests' stand-in for GPUs), accelerate 1.15 turns an FSDP plugin into
+  plain data parallelism; `shard_on_gloo` restores the FSDP2 path there, so the same accelerate code
+  (fully_shard, the sharded save and load, the full state dict) runs on the CPU.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from typing import Any
+
+from seal.errors import UserError
+from seal.policy.memory import SHARDINGS
+
+CHOICES = ("auto", *SHARDINGS)
+
+
+def launched_sharding() -> str | None:
+    """The sharding an `accelerate launch --config_file ...` asked for (None: not said by the launch)."""
+    if os.environ.get("ACCELERATE_USE_FSDP", "false").lower() != "true":
+        return None
+    version = os.environ.get("FSDP_VERSION", "1")
+    if version != "2":
+        raise UserError(
+            f"the accelerate launch config asks for FSDP version {version}; seal trains with FSDP2: use "
+            "experiments/cluster/accelerate/fsdp2.yaml (fsdp_version: 2)"
+        )
+    return "fsdp2"
+
+
+def resolve(requested: str, world: int) -> str:
+    """The run's sharding: `launch.sharding` checked against the launch and the number of ranks."""
+    if requested not in CHOICES:
+        raise UserError(f"launch.sharding={requested!r}: choose one of {', '.join(CHOICES)}")
+    launched = launched_sharding()
+    if requested == "auto":
+        requested = launched or "ddp"
+    elif launched is not None and launched != requested:
+        raise UserError(
+            f"launch.sharding={requested} but the accelerate launch config asks for {launched}: launch with "
+            f"experiments/cluster/accelerate/{requested}.yaml, or drop the override (launch.sharding=auto)"
+        )
+    if requested == "fsdp2" and world < 2:
+        raise UserError(
+            "launch.sharding=fsdp2 divides the model over several ranks, and this is a single process: launch "
+            "`accelerate launch --config_file experiments/cluster/accelerate/fsdp2.yaml --num_processes <GPUs> "
+            "run.py ...`, or use launch.sharding=ddp on one GPU"
+        )
+    return requested
+
+
+def check_devices(world_on_node: int, cuda_devices: int) -> None:
+    """Every rank of a node needs a GPU of its own (rank i uses cuda:i)."""
+    if cuda_devices and world_on_node > cuda_devices:
+        raise UserError(
+            f"{world_on_node} ranks were launched on this node but it has {cuda_devices} GPU(s): set the launch "
+            f"config's num_processes (or --nproc_per_node) to {cuda_devices}"
+        )
+
+
+def check_combination(sharding: str, *, lora: bool) -> None:
+    """Refuse, before anything loads, what the sharded path cannot do."""
+    if sharding != "fsdp2":
+        return
+    if lora:
+        raise UserError(
+            "LoRA adapters are trained with launch.sharding=ddp (the frozen base fits every rank): drop "
+            "backbone.lora or use experiments/cluster/accelerate/ddp.yaml"
+        )
+
+
+# what transformers' Trainer writes into a checkpoint of an FSDP2 model (accelerate's sharded model folder)
+SHARDED_MODEL = "pytorch_model_fsdp_0"
+
+
+def check_checkpoint(checkpoint: Any, sharding: str) -> None:
+    """A checkpoint resumes under the sharding that wrote it (any number of ranks)."""
+    written = "fsdp2" if (checkpoint / SHARDED_MODEL).is_dir() else "ddp"
+    if written != sharding:
+        raise UserError(
+            f"{checkpoint} was written with launch.sharding={written} and this launch is {sharding}: resume it "
+            f"with experiments/cluster/accelerate/{written}.yaml, or start the run in another hydra.run.dir"
+        )
+
+
+def grpo_arguments(sharding: str) -> dict[str, Any]:
+    """transformers' TrainingArguments for the sharding (nothing for ddp, accelerate's default)."""
+    if sharding != "fsdp2":
+        return {}
+    return {
+        "fsdp": True,
+        "fsdp_config": {
+            "version": 2,
+            # every decoder layer (the model's _no_split_modules) is one FSDP unit
+            "auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
+            "reshard_after_forward": True,
+            # each rank writes its own shard of the model and optimizer: no gather at every checkpoint
+            "state_dict_type": "SHARDED_STATE_DICT",
+            "cpu_ram_efficient_loading": False,
+        },
+    }
+
+
+def shard_on_gloo(accelerator: Any, plugin_args: dict[str, Any]) -> None:
+    """Put accelerate on its FSDP path on the CPU. accelerate 1.15 keeps an FSDP plugin only on
+    accelerators and turns a CPU launch into plain data parallelism (MULTI_CPU), although torch's
+    `fully_shard` trains over gloo; the distributed type lives in two shared states (PartialState's is
+    copied into AcceleratorState whenever one is built), so both are set."""
+    from accelerate.state import PartialState
+    from accelerate.utils import DistributedType, FullyShardedDataParallelPlugin
+
+    if accelerator.distributed_type != DistributedType.MULTI_CPU:
+        raise RuntimeError(f"FSDP on gloo is a CPU stand-in; this launch is {accelerator.distributed_type}")
+    plugin = FullyShardedDataParallelPlugin(**plugin_args)
+    if accelerator.mixed_precision != "no":
+        plugin.set_mixed_precision(accelerator.mixed_precision)
+    accelerator.state.fsdp_plugin = plugin
+    accelerator.state.distributed_type = DistributedType.FSDP
+    PartialState._shared_state["distributed_type"] = DistributedType.FSDP
+
+
+def decoder_layers(model: Any) -> list[Any]:
+    """The modules FSDP2 shards as units: the model's own `_no_split_modules` (its decoder layers)."""
+    names = set(getattr(model, "_no_split_modules", None) or ())
+    return [m for m in model.modules() if type(m).__name__ in names]
+
+
+def shard_reference(model: Any, accelerator: Any) -> Any:
+    """The reference model sharded per decoder layer, its parameters in host memory on CUDA (FSDP2
+    copies one layer at a time to the GPU while it scores); it never trains."""
+    from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
+
+    plugin = accelerator.state.fsdp_plugin
+    options = {
+        "reshard_after_forward": True,
+        "offload_policy": CPUOffloadPolicy() if accelerator.device.type == "cuda" else OffloadPolicy(),
+        "mp_policy": plugin.mixed_precision_policy or MixedPrecisionPolicy(),
+    }
+    for layer in decoder_layers(model):
+        fully_shard(layer, **options)
+    fully_shard(model, **options)
+    model.eval()
+    return model
+
+
+@contextlib.contextmanager
+def reference_sharded_per_layer() -> Iterator[None]:
+    """While TRL builds its trainer, its reference-model preparation under FSDP is `shard_reference`
+    (TRL's own shards the reference as one unit)."""
+    import trl.trainer.grpo_trainer as grpo
+
+    original = grpo.prepare_fsdp
+    grpo.prepare_fsdp = shard_reference
+    try:
+        yield
+    finally:
+        grpo.prepare_fsdp = original
+
+
+def full_tensors(model: Any) -> Iterator[tuple[str, Any]]:
+    """(name, full tensor) for every parameter and buffer of a possibly FSDP2-sharded model. A sharded
+    parameter is gathered (a collective: every rank must iterate in the same order)."""
+    from torch.distributed.tensor import DTensor
+
+    for name, tensor in [*model.named_parameters(), *model.named_buffers()]:
+        tensor = tensor.detach()
+        yield name, tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
+
+
+class RolloutCopy:
+    """An unsharded copy of a sharded policy in the compute dtype, for the transformers rollout engine.
+
+    `refresh()` (called at the start of every play, on every rank at once) gathers the current weights
+    from the shards into it; the copy is built on the first refresh, on this rank's device."""
+
+    def __init__(self, sharded: Any, dtype: Any, device: Any):
+        self.sharded, self.dtype, self.device = sharded, dtype, device
+        self.model: Any = None
+
+    def _build(self) -> Any:
+        import copy
+
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        config = copy.deepcopy(self.sharded.config)
+        with torch.device(self.device):
+            model = AutoModelForCausalLM.from_config(config, dtype=self.dtype)
+        model.generation_config = copy.deepcopy(self.sharded.generation_config)
+        model.eval().requires_grad_(False)
+        return model
+
+    def refresh(self) -> Any:
+        import torch
+
+        if self.model is None:
+            self.model = self._build()
+        target = dict([*self.model.named_parameters(), *self.model.named_buffers()])
+        with torch.no_grad():
+            for name, tensor in full_tensors(self.sharded):
+                if name in target:
+                    target[name].copy_(tensor)
+        return self.model

@@ -1,0 +1,83 @@
+"""A training job that owns several GPUs starts one process per GPU with accelerate and a launch config.
+
+A SLURM job from the sweep launcher (hydra-submitit-launcher) is one process holding all the GPUs the
+job asked for. With `launch.processes=<n>` (conf/local/example.yaml sets it next to `gpus_per_node`) that
+process starts the run again as `accelerate launch --config_file experiments/cluster/accelerate/<sharding>.yaml
+--num_processes <n> run.py <the same overrides> hydra.run.dir=<this job's directory>` and waits for it; the
+ranks then find the launch in their environment (WORLD_SIZE, and the sharding from the config file). A
+requeued job starts them again, and they resume from the last complete round.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from seal.errors import UserError
+
+ROOT = Path(__file__).resolve().parents[2]
+ACCELERATE_CONFIGS = ROOT / "experiments" / "cluster" / "accelerate"
+# the tasks that train, and so may take several processes
+DISTRIBUTED_TASKS = ("train", "sanity")
+
+
+def processes_wanted(value: Any) -> int:
+    """`launch.processes` as a number of processes (null: the launch's own, one unless a launcher started more)."""
+    if value is None:
+        return 1
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise UserError(f"launch.processes={value!r}: give a number of processes per node (one per GPU), or null")
+    return value
+
+
+def launch_command(*, processes: int, sharding: str, overrides: list[str], out_dir: Path, gpus: int) -> list[str]:
+    """The accelerate command that runs this job on `processes` ranks with the sharding's launch config."""
+    if sharding not in ("ddp", "fsdp2"):
+        raise UserError(f"launch.sharding={sharding!r}: a launch of several processes takes ddp or fsdp2")
+    if gpus and processes > gpus:
+        raise UserError(
+            f"launch.processes={processes} but this job has {gpus} GPU(s): ask the launcher for {processes} GPUs "
+            f"(hydra.launcher.gpus_per_node={processes}) or set launch.processes={gpus}"
+        )
+    config = ACCELERATE_CONFIGS / f"{sharding}.yaml"
+    command = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(config),
+               "--num_processes", str(processes), "--main_process_port", str(_free_port())]
+    if not gpus:
+        # gloo ranks on the CPU (how the tests run it); the launch config's bf16 is a GPU setting
+        command += ["--mixed_precision", "no"]
+    kept = [o for o in overrides if not o.startswith(("hydra.run.dir=", "launch.processes="))]
+    return [*command, str(ROOT / "run.py"), *kept, "launch.processes=null", f"hydra.run.dir={out_dir}"]
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def relaunch(cfg: Any, out_dir: Path) -> bool:
+    """Run this job on launch.processes ranks when it asks for several and is not one of them yet; returns
+    whether it did (the caller then has nothing left to do)."""
+    processes = processes_wanted(cfg.launch.get("processes"))
+    if cfg.task not in DISTRIBUTED_TASKS or processes == 1 or int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        return False
+    import torch
+    from hydra.core.hydra_config import HydraConfig
+
+    from seal.rl.sharding import resolve
+
+    sharding = resolve(cfg.launch.sharding, processes)
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    command = launch_command(processes=processes, sharding=sharding, overrides=list(HydraConfig.get().overrides.task),
+                             out_dir=out_dir, gpus=gpus)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    code = subprocess.call(command, cwd=ROOT)
+    if code != 0:
+        raise UserError(f"the {processes}-process launch of this job exited with code {code}; its error is above "
+                        f"and in {out_dir / 'run.log'}")
+    return True

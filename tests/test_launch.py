@@ -1,0 +1,64 @@
+"""seal.tasks.launch: a job holding several GPUs starts one rank per GPU with accelerate and a launch config."""
+
+import sys
+
+import pytest
+import yaml
+
+from seal.errors import UserError
+from seal.tasks import launch
+
+
+def test_the_command_names_the_shardings_launch_config_and_keeps_the_overrides(tmp_path):
+    command = launch.launch_command(
+        processes=4, sharding="fsdp2", gpus=4, out_dir=tmp_path,
+        overrides=["backbone=qwen2.5-7b", "launch.processes=4", "hydra.run.dir=elsewhere", "seed=1"])
+    config = launch.ROOT / "experiments" / "cluster" / "accelerate" / "fsdp2.yaml"
+    assert command[:6] == [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(config),
+                           "--num_processes"]
+    assert command[6] == "4" and command[7] == "--main_process_port" and int(command[8]) > 0
+    # the ranks run the same overrides in this job's directory, and never start ranks of their own
+    assert command[9:] == [str(launch.ROOT / "run.py"), "backbone=qwen2.5-7b", "seed=1", "launch.processes=null",
+                           f"hydra.run.dir={tmp_path}"]
+    # on a CPU (gloo ranks) the launch config's bf16 is turned off
+    cpu = launch.launch_command(processes=2, sharding="ddp", gpus=0, out_dir=tmp_path, overrides=[])
+    assert cpu[cpu.index("--mixed_precision") + 1] == "no" and cpu[4].endswith("accelerate/ddp.yaml")
+
+
+def test_more_processes_than_the_jobs_gpus_are_refused(tmp_path):
+    with pytest.raises(UserError, match=r"launch.processes=8 but this job has 4 GPU\(s\).*gpus_per_node=8"):
+        launch.launch_command(processes=8, sharding="ddp", gpus=4, out_dir=tmp_path, overrides=[])
+
+
+@pytest.mark.parametrize("value", [0, -1, 2.5, "four", True])
+def test_a_number_of_processes_is_a_positive_integer(value):
+    with pytest.raises(UserError, match="launch.processes="):
+        launch.processes_wanted(value)
+    assert launch.processes_wanted(None) == 1 and launch.processes_wanted(4) == 4
+
+
+@pytest.mark.parametrize("name, distributed_type", [("ddp", "MULTI_GPU"), ("fsdp2", "FSDP")])
+def test_the_launch_configs_are_what_accelerate_reads(name, distributed_type):
+    config = yaml.safe_load((launch.ACCELERATE_CONFIGS / f"{name}.yaml").read_text())
+    assert config["distributed_type"] == distributed_type and config["mixed_precision"] == "bf16"
+    if name == "fsdp2":
+        from seal.rl.sharding import grpo_arguments
+
+        # the launch config and the arguments seal gives transformers agree
+        ours = grpo_arguments("fsdp2")["fsdp_config"]
+        fsdp = config["fsdp_config"]
+        assert fsdp["fsdp_version"] == ours["version"] == 2
+        assert fsdp["fsdp_auto_wrap_policy"] == ours["auto_wrap_policy"]
+        assert fsdp["fsdp_state_dict_type"] == ours["state_dict_type"]
+        assert fsdp["fsdp_reshard_after_forward"] is ours["reshard_after_forward"] is True
+
+
+def test_a_single_process_job_and_the_ranks_themselves_do_not_relaunch(monkeypatch, tmp_path):
+    from tests.test_configs import compose_with
+
+    cfg = compose_with("launch.processes=2")
+    monkeypatch.setenv("WORLD_SIZE", "2")  # a rank of the launch
+    assert launch.relaunch(cfg, tmp_path) is False
+    monkeypatch.delenv("WORLD_SIZE")
+    assert launch.relaunch(compose_with("launch.processes=null"), tmp_path) is False
+    assert launch.relaunch(compose_with("launch.processes=2", "task=replay"), tmp_path) is False
