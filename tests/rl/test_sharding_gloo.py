@@ -100,3 +100,16 @@ def test_fsdp2_trains_the_rounds_of_ddp_and_resumes_from_its_sharded_checkpoint(
         assert x == pytest.approx(y, rel=1e-6, abs=1e-9)
     c = weights(resumed)
     assert all(torch.equal(c[k], a[k]) for k in a)
+
+
+@pytest.mark.slow
+def test_a_job_asking_for_two_processes_starts_them_with_the_fsdp2_launch_config(tmp_path):
+    """What a SLURM job holding two GPUs does (seal.tasks.launch), here with gloo ranks."""
+    args = [a for a in ARGS if not a.startswith("trainer.")]
+    proc = subprocess.run([sys.executable, *args, "budget.rounds=1", "launch.processes=2", "launch.sharding=fsdp2",
+                           f"hydra.run.dir={tmp_path}"], cwd=ROOT, capture_output=True, text=True, timeout=1500)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run_config = json.loads((tmp_path / "run_config.json").read_text())
+    assert (run_config["world_size"], run_config["sharding"]) == (2, "fsdp2")
+    assert (tmp_path / "checkpoints" / "checkpoint-1" / "pytorch_model_fsdp_0").is_dir()
+    assert sorted(p.name for p in (tmp_path / "ranks").iterdir()) == ["rank0.jsonl", "rank1.jsonl"]
