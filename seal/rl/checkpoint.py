@@ -35,7 +35,7 @@ def read_state(checkpoint: Path) -> dict[str, Any]:
 
 # what the optimizer steps report (TRL's names), kept per round as train/<name>
 OPTIMIZER_SIGNALS = ("loss", "grad_norm", "learning_rate", "kl", "entropy", "clip_ratio/low_mean",
-                     "clip_ratio/high_mean", "clip_ratio/region_mean")
+                     "clip_ratio/high_mean", "clip_ratio/region_mean", "logprob_gap")
 
 
 class SealStateCallback(TrainerCallback):

@@ -21,6 +21,12 @@ def check_hardware(cfg: DictConfig) -> None:
     """Fail at once, with the fix, when the config asks for hardware or extras this machine lacks."""
     if cfg.trainer.loss_type not in LOSS_TYPES:
         raise UserError(f"trainer.loss_type={cfg.trainer.loss_type!r}: choose one of {', '.join(LOSS_TYPES)}")
+    cap = cfg.trainer.get("tis_cap")
+    if cap is not None and (isinstance(cap, bool) or not isinstance(cap, (int, float)) or cap <= 0):
+        raise UserError(
+            f"trainer.tis_cap={cap!r}: the importance-sampling ratio's cap is a positive number (TRL's default "
+            "cap is 3.0), or null for no correction"
+        )
 
 
 def grpo_config(cfg: DictConfig, budget: Budget, out_dir: Path, num_train: int, compute_dtype: str,

@@ -4,7 +4,8 @@ Per round (one TRL generation batch), TRL calls, in this order:
 
     _generate_and_score_completions    rollout_func = CoEvolution.play_round (this rank's episodes);
                                        verifier rewards; group-relative advantages A_j;
-                                       then here: CoEvolution.close_round -> A~_j = w_j A_j
+                                       then here: CoEvolution.close_round -> A~_j = w_j A_j;
+                                       the sampler-trainer gap and, when asked, truncated IS
     _get_per_token_logps_and_entropies old-policy and reference log-probs (trimmed per micro-batch here)
     _compute_loss, steps_per_round x   the clipped GRPO objective (TRL) + the KL term (here, as verl's
                                        low_var_kl), one optimizer step per mini-batch
@@ -35,6 +36,28 @@ def low_var_kl(logps: torch.Tensor, ref_logps: torch.Tensor) -> torch.Tensor:
     importance-ratio factor (TRL's `use_bias_correction_kl` would multiply one in)."""
     r = torch.clamp(ref_logps - logps, -20.0, 20.0)
     return torch.clamp(torch.exp(r) - r - 1.0, -10.0, 10.0)
+
+
+def loss_mask(batch: dict[str, Any]) -> torch.Tensor:
+    """The tokens the loss trains on: completion tokens the model wrote (TRL's completion mask times the
+    rollout's environment mask, which TRL keeps as tool_mask)."""
+    mask = batch["completion_mask"]
+    return mask * batch["tool_mask"] if "tool_mask" in batch else mask
+
+
+def logprob_gap_totals(logps: torch.Tensor, sampling_logps: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """(sum of |trainer log-prob - sampler log-prob| over the masked tokens, their count): what the
+    round's `train/logprob_gap` averages, the rollout engine's numerics against the trainer's."""
+    mask = mask.float()
+    return torch.stack([((logps - sampling_logps).abs() * mask).sum(), mask.sum()]).detach()
+
+
+def truncated_importance_weights(old_logps: torch.Tensor, sampling_logps: torch.Tensor, mask: torch.Tensor,
+                                 cap: float) -> torch.Tensor:
+    """TRL's token-level truncated importance sampling (vllm_importance_sampling_mode="token_truncate"):
+    per token exp(old - sampling), the trainer's probability of the sampled token over the sampler's,
+    at most `cap`; 1 outside the mask."""
+    return torch.exp((old_logps - sampling_logps) * mask).clamp(max=cap).detach()
 
 
 def aggregate(per_token: torch.Tensor, mask: torch.Tensor, loss_type: str) -> torch.Tensor:
@@ -75,12 +98,15 @@ def trim_bounds(attention_mask: torch.Tensor, completion_width: int) -> tuple[in
 
 
 class SealGRPOTrainer(GRPOTrainer):
-    def __init__(self, *args: Any, coevolution: Any, std_epsilon: float = TRL_STD_EPSILON, **kwargs: Any):
+    def __init__(self, *args: Any, coevolution: Any, std_epsilon: float = TRL_STD_EPSILON,
+                 tis_cap: float | None = None, **kwargs: Any):
         from seal.rl.sharding import reference_sharded_per_layer
 
         self.coevolution = coevolution
         # the epsilon under a group's reward std (TRL's is fixed at 1e-4; the release uses 1e-6)
         self.std_epsilon = float(std_epsilon)
+        # truncated importance sampling against the rollout engine's log-probs: the ratio's cap (None: off)
+        self.tis_cap = None if tis_cap is None else float(tis_cap)
         self._capture: dict[str, torch.Tensor] | None = None
         with reference_sharded_per_layer():
             super().__init__(*args, **kwargs)
@@ -106,7 +132,52 @@ class SealGRPOTrainer(GRPOTrainer):
             out["advantages"] = scale_advantages(out["advantages"], factors)
         if weights is not None:
             out["advantages"] = scale_advantages(out["advantages"], weights)
+        return self._sampler_against_trainer(out)
+
+    def _sampler_against_trainer(self, out: dict[str, Any]) -> dict[str, Any]:
+        """Compare the rollout engine's log-probs with the trainer's under the weights that sampled them,
+        and correct for the gap when asked.
+
+        Those trainer log-probs exist here when TRL scored the batch before its first optimizer step (it
+        does when a round takes several steps); otherwise every micro-batch of the round runs before the
+        round's one step, and `_compute_loss` logs the gap from its own log-probs. The correction needs
+        them here: without TRL's, one scoring pass makes them. TRL multiplies its per-token policy loss by
+        the detached, non-negative ratio and adds the KL term afterwards, so for the grpo and bnpo losses
+        multiplying each token's advantage by it is the same (TRL's own correction is tied to use_vllm,
+        which seal cannot set: the rollout function has its own engine)."""
+        sampling = out.get("sampling_per_token_logps")
+        if sampling is None:
+            return out
+        if self.tis_cap is not None and "old_per_token_logps" not in out:
+            out["old_per_token_logps"] = self._score(out)
+        old = out.get("old_per_token_logps")
+        if old is None:
+            return out
+        mask = loss_mask(out)
+        self._log_logprob_gap(logprob_gap_totals(old, sampling, mask))
+        if self.tis_cap is not None:
+            ratio = truncated_importance_weights(old, sampling, mask, self.tis_cap)
+            advantages = out["advantages"]
+            out["advantages"] = (advantages.unsqueeze(-1) if advantages.dim() == 1 else advantages) * ratio
         return out
+
+    def _score(self, batch: dict[str, Any]) -> torch.Tensor:
+        """The current model's log-probs of the batch's completion tokens (no gradient), as TRL scores
+        the old policy."""
+        from trl.models.utils import disable_gradient_checkpointing
+
+        ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], 1)
+        attention = torch.cat([batch["prompt_mask"], batch["completion_mask"]], 1)
+        with torch.no_grad(), disable_gradient_checkpointing(self.model, self.args.gradient_checkpointing_kwargs):
+            logps, _, _ = self._get_per_token_logps_and_entropies(
+                self.model, ids, attention, batch["completion_ids"].shape[1],
+                batch_size=self.args.per_device_train_batch_size)
+        return logps
+
+    def _log_logprob_gap(self, totals: torch.Tensor) -> None:
+        totals = self.accelerator.reduce(totals, reduction="sum")
+        mode = "train" if self.model.training else "eval"
+        self._metrics[mode]["logprob_gap"].append((totals[0] / totals[1].clamp(min=1.0)).item())
 
     def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, batch_size=None,
                                            compute_entropy=False, **kwargs):
@@ -135,7 +206,8 @@ class SealGRPOTrainer(GRPOTrainer):
         return logps, torch.cat(entropies) if entropies else None, torch.stack(aux).mean() if aux else None
 
     def _compute_loss(self, model, inputs):
-        """TRL's clipped objective with its own KL term switched off, plus the paper's KL term."""
+        """TRL's clipped objective with its own KL term switched off, plus the paper's KL term; and the
+        sampler-trainer gap when this round's log-probs are still those of the weights that sampled it."""
         beta, self.beta = self.beta, 0.0
         self._capture = {}
         try:
@@ -143,9 +215,11 @@ class SealGRPOTrainer(GRPOTrainer):
             logps = self._capture.get("logps")
         finally:
             self.beta, self._capture = beta, None
+        mask = loss_mask(inputs)
+        if "sampling_per_token_logps" in inputs and "old_per_token_logps" not in inputs:
+            self._log_logprob_gap(logprob_gap_totals(logps, inputs["sampling_per_token_logps"], mask))
         if beta == 0.0:
             return loss
-        mask = inputs["completion_mask"] * inputs["tool_mask"] if "tool_mask" in inputs else inputs["completion_mask"]
         kl = low_var_kl(logps, inputs["ref_per_token_logps"])
         mode = "train" if self.model.training else "eval"
         normalizer = self.current_gradient_accumulation_steps if mode == "train" else 1.0
@@ -211,6 +285,7 @@ def make_trainer(
         callbacks=[SealStateCallback(coevolution, budget.steps_per_round)],
         coevolution=coevolution,
         std_epsilon=cfg.trainer.get("std_epsilon", TRL_STD_EPSILON),
+        tis_cap=cfg.trainer.get("tis_cap"),
     )
     # the console gets one line per round from the loop; each optimizer step's dict goes to run.log
     from transformers.trainer_callback import PrinterCallback, ProgressCallback

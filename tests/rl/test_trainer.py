@@ -311,3 +311,143 @@ def test_an_episode_whose_prompt_cannot_fit_reaches_trl_as_one_environment_token
     im_end = policy.tokenizer.convert_tokens_to_ids("<|im_end|>")
     assert out["completion_ids"] == [[im_end], [im_end]] and out["env_mask"] == [[0], [0]]
     assert out["verifier_reward"] == [0.0, 0.0] and {r.ended for r in co._played} == {"context_overflow"}
+
+
+# ---------------------------------------------------------------------------------------- sampler versus trainer
+
+
+def _model_logps(model, prompt_ids, completion_ids, temperature):
+    """log pi(token | prefix) of each completion token, from one plain forward pass of the model."""
+    ids = torch.tensor([list(prompt_ids) + list(completion_ids)])
+    with torch.no_grad():
+        logps = torch.log_softmax(model(input_ids=ids).logits[0].float() / temperature, -1)
+    start = len(prompt_ids) - 1
+    return [logps[start + i, token].item() for i, token in enumerate(completion_ids)]
+
+
+class OffsetEngine(ScriptedEngine):
+    """Scripted episodes whose sampler log-probs are the sampling model's own, minus `offset(episode,
+    position)` on each model token: a rollout engine whose numerics differ from the trainer's by a known
+    amount."""
+
+    def __init__(self, vocab_size, offset, temperature):
+        super().__init__(vocab_size)
+        self.offset, self.temperature = offset, temperature
+
+    def play(self, entries, view=None, **kwargs):
+        rollouts = super().play(entries, view, **kwargs)
+        for j, r in enumerate(rollouts):
+            logps = _model_logps(self.model, r.prompt_ids, r.completion_ids, self.temperature)
+            r.logprobs = [lp - self.offset(j, t) if m else 0.0
+                          for t, (lp, m) in enumerate(zip(logps, r.completion_mask))]
+        return rollouts
+
+
+def build_offset(cfg, tmp_path, offset):
+    policy = instantiate(cfg.backbone).load()
+    entries = get_entries(IDS)
+    icfg = instantiate(cfg.env_interface)
+    engine = OffsetEngine(policy.model.config.vocab_size, offset, cfg.budget.temperature)
+    co = CoEvolution(
+        engine=engine, entries={e.id: e for e in entries}, omega=initial_interface(icfg), interface_cfg=icfg,
+        diagnoser=instantiate(cfg.diagnoser), reweighting=instantiate(cfg.reweighting), temperature=1.0, seed=cfg.seed,
+    )
+    trainer = make_trainer(cfg, budget=Budget.from_config(cfg.budget), model=policy.model, tokenizer=policy.tokenizer,
+                           coevolution=co, train_ids=IDS, out_dir=tmp_path)
+    engine.model = trainer.model  # the loop's hand-over: the engine samples with the trained model
+    return co, trainer
+
+
+def _trl_batches(monkeypatch):
+    """What TRL's own generate-and-score handed over, batch by batch (before SEAL's changes)."""
+    seen = []
+    original = trl.GRPOTrainer._generate_and_score_completions
+
+    def spy(self, inputs):
+        out = original(self, inputs)
+        seen.append({k: v.clone() if torch.is_tensor(v) else v for k, v in out.items()})
+        return out
+
+    monkeypatch.setattr(trl.GRPOTrainer, "_generate_and_score_completions", spy)
+    return seen
+
+
+def test_the_gap_and_the_truncated_ratio_by_hand():
+    from seal.rl.trainer import logprob_gap_totals, truncated_importance_weights
+
+    old = torch.tensor([[-1.0, -2.0, -0.5], [-3.0, -0.1, -4.0]])
+    sampling = torch.tensor([[-1.5, -1.0, -0.5], [-1.0, -0.3, 0.0]])
+    mask = torch.tensor([[1, 1, 0], [1, 1, 0]])
+    # |old - sampling| on the four masked tokens: 0.5, 1.0, 2.0, 0.2
+    assert logprob_gap_totals(old, sampling, mask).tolist() == pytest.approx([3.7, 4.0])
+    # exp(old - sampling): e^0.5, e^-1, e^-2, e^0.2 on the masked tokens, capped at 1.5; 1 where masked out
+    expected = [1.5, math.exp(-1.0), 1.0, math.exp(-2.0), math.exp(0.2), 1.0]
+    assert truncated_importance_weights(old, sampling, mask, 1.5).flatten().tolist() == pytest.approx(expected)
+    assert truncated_importance_weights(old, sampling, mask, 10.0)[0, 0].item() == pytest.approx(math.exp(0.5))
+
+
+@pytest.mark.parametrize("overrides, trl_scored", [
+    # one optimizer step per round: every micro-batch is scored before it, with the sampling weights
+    (("budget.micro_batch_size=4", "budget.steps_per_round=1"), False),
+    # two steps per round, at a learning rate that moves the weights far: TRL scores the batch up front
+    (("budget.micro_batch_size=2", "budget.steps_per_round=2", "trainer.learning_rate=0.05"), True),
+])
+def test_the_round_record_holds_the_gap_between_sampler_and_trainer_logprobs(tmp_path, monkeypatch, overrides,
+                                                                              trl_scored):
+    co, trainer = build_offset(config(*overrides), tmp_path, offset=lambda episode, position: 0.25)
+    batches = _trl_batches(monkeypatch)
+    trainer.train()
+    assert ("old_per_token_logps" in batches[0]) is trl_scored
+    (record,) = co.history
+    assert record.metrics["train/logprob_gap"] == pytest.approx(0.25, abs=1e-4)
+
+
+def _hand_loss(per_token, mask, loss_type):
+    if loss_type == "grpo":
+        return ((per_token * mask).sum(1) / mask.sum(1)).mean()
+    return (per_token * mask).sum() / mask.sum()
+
+
+@pytest.mark.parametrize("loss_type", ["grpo", "bnpo"])
+def test_truncated_importance_sampling_weights_each_tokens_advantage(tmp_path, monkeypatch, loss_type):
+    # the sampler below the trainer by these, by episode and position: ratios e^0.5, e^-0.3, e^1.5 (capped)
+    offsets = [0.5, -0.3, 1.5]
+    cfg = config("reweighting=off", "trainer.std_epsilon=1e-4", "trainer.beta=0.0", "trainer.tis_cap=2.0",
+                 f"trainer.loss_type={loss_type}")
+    co, trainer = build_offset(cfg, tmp_path, offset=lambda episode, position: offsets[(episode + position) % 3])
+    batches = _trl_batches(monkeypatch)
+    out = trainer._generate_and_score_completions([{"prompt": i} for i in IDS for _ in range(2)])
+    (plain,) = batches
+    # one optimizer step per round: TRL scored nothing up front, so the correction scored the batch once
+    assert "old_per_token_logps" not in plain
+    mask = (out["completion_mask"] * out["tool_mask"]).float()
+    offset = torch.tensor([[offsets[(j + t) % 3] for t in range(mask.shape[1])] for j in range(mask.shape[0])])
+    ratio = torch.where(mask.bool(), offset.exp().clamp(max=2.0), torch.ones_like(mask))
+    gap = (out["old_per_token_logps"] - out["sampling_per_token_logps"]) * mask
+    assert torch.allclose(gap, offset * mask, atol=1e-4)
+    assert torch.allclose(out["advantages"], plain["advantages"][:, None] * ratio, rtol=1e-4)
+    # the loss: TRL's clipped objective -min(r1 A, clip(r1) A) with the ratio on each token; r1 = 1 here
+    # (the old log-probs are the current weights')
+    trainer.current_gradient_accumulation_steps = 1
+    trainer.model.train()
+    loss = trainer.compute_loss(trainer.model, out)
+    expected = _hand_loss(-plain["advantages"][:, None] * ratio, mask, loss_type)
+    assert loss.item() == pytest.approx(expected.item(), rel=1e-4)
+    uncorrected = _hand_loss(-plain["advantages"][:, None] * torch.ones_like(mask), mask, loss_type)
+    assert abs(loss.item() - uncorrected.item()) > 1e-3
+
+
+def test_without_the_correction_nothing_changes(tmp_path, monkeypatch):
+    cfg = config("reweighting=off", "trainer.std_epsilon=1e-4", "trainer.beta=0.0")
+    assert cfg.trainer.tis_cap is None  # off by default, as in the authors' runs
+    co, trainer = build_offset(cfg, tmp_path, offset=lambda episode, position: 1.5)
+    batches = _trl_batches(monkeypatch)
+    out = trainer._generate_and_score_completions([{"prompt": i} for i in IDS for _ in range(2)])
+    (plain,) = batches
+    assert torch.equal(out["advantages"], plain["advantages"]) and out["advantages"].dim() == 1
+    assert "old_per_token_logps" not in out
+    mask = (out["completion_mask"] * out["tool_mask"]).float()
+    trainer.current_gradient_accumulation_steps = 1
+    trainer.model.train()
+    loss = trainer.compute_loss(trainer.model, out)
+    assert loss.item() == pytest.approx(_hand_loss(-plain["advantages"][:, None] * mask, mask, "grpo").item(), rel=1e-5)
