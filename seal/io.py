@@ -39,13 +39,15 @@ def short_hash(text: str, length: int = 12) -> str:
 
 
 def config_fingerprint(cfg: Any) -> str:
-    """Hash of everything in a (Hydra) config that changes a training run's results: not the logger, and
-    not the `benchmark` group (read by task=eval only, whose run directory names it)."""
+    """Hash of everything in a (Hydra) config that changes a training run's results: not the logger, not
+    the `benchmark` group (read by task=eval only, whose run directory names it), and not
+    launch.timeout_minutes (a run its timeout stopped resumes with a longer one)."""
     from omegaconf import OmegaConf
 
     resolved = OmegaConf.to_container(cfg, resolve=True)
     resolved.pop("logger", None)
     resolved.pop("benchmark", None)
+    resolved.get("launch", {}).pop("timeout_minutes", None)
     return short_hash(json.dumps(resolved, sort_keys=True, default=str), 16)
 
 

@@ -79,7 +79,7 @@ def train(cfg: DictConfig, out_dir: Path) -> None:
     started = time.perf_counter()
     return_freed_memory_to_the_os()
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-    dist = distributed.current()
+    dist = distributed.current(cfg.launch.timeout_minutes)
     fingerprint = config_fingerprint(cfg)
     # the main rank owns the run directory (the other ranks run the same command line)
     if dist.main:
