@@ -294,10 +294,11 @@ def out_of_domain_benchmarks(cfg: DictConfig, budget: Budget) -> list[Any]:
 def evaluate_out_of_domain(engine: Any, benchmarks: list[Any], budget: Budget, out_dir: Path, when: str,
                            dist: Any, step_limit: str) -> dict[str, Any]:
     """{"ood_<when>": {benchmark: metrics}} for the model as it is now (`when`: before | after training),
-    played on the main rank; results already on disk (a resumed run) are read back."""
+    shared out over the ranks (the main rank writes the files); results already on disk (a resumed run)
+    are read back."""
     from seal.eval.ood import evaluate_benchmark
 
-    if not benchmarks or not dist.main:
+    if not benchmarks:
         return {}
     results = {}
     for node in benchmarks:
@@ -305,8 +306,9 @@ def evaluate_out_of_domain(engine: Any, benchmarks: list[Any], budget: Budget, o
         if (folder / "metrics.json").exists():
             results[node.name] = json.loads((folder / "metrics.json").read_text())
             continue
-        metrics, _ = evaluate_benchmark(engine, node, folder, budget.ood_entries_per_category, step_limit)
-        write_json(folder / "metrics.json", metrics)
+        metrics, _ = evaluate_benchmark(engine, node, folder, budget.ood_entries_per_category, step_limit, dist=dist)
+        if dist.main:
+            write_json(folder / "metrics.json", metrics)
         results[node.name] = metrics
     return {f"ood_{when}": results}
 
