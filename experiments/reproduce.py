@@ -58,8 +58,8 @@ def plan(backbones=TABLE1_BACKBONES, seeds=(0, 1, 2), ablation_backbone: str | N
 
 def run_dir(root: Path, job: Job, extra: tuple[str, ...] = ()) -> Path:
     """Where Hydra puts the job: its overrides, sorted, as key=value joined by commas (conf/config.yaml);
-    hydra's own overrides and task= are not part of the name."""
-    return root / ",".join(sorted(_task_overrides(job, extra)))
+    hydra's own overrides, task= and how the job is launched (launch.*) are not part of the name."""
+    return root / ",".join(sorted(o for o in _task_overrides(job, extra) if not o.startswith("launch.")))
 
 
 def _task_overrides(job: Job, extra: tuple[str, ...]) -> list[str]:

@@ -145,6 +145,21 @@ def test_slurm_launcher_takes_account_and_partition_from_the_local_config(tmp_pa
     assert (launcher.account, launcher.partition) == ("lab42", "gpu-a100")
 
 
+def test_a_run_its_timeout_stopped_resumes_with_a_longer_one_in_the_same_directory():
+    from seal.io import config_fingerprint
+
+    assert compose_with().launch.timeout_minutes == 120  # two hours by default
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        dirs = [compose(config_name="config", overrides=o, return_hydra_config=True).hydra.job.override_dirname
+                for o in (["seed=1"], ["seed=1", "launch.timeout_minutes=240"],
+                          ["seed=1", "launch.processes=4", "launch.sharding=fsdp2"])]
+    # how a job is launched is not part of its directory's name (a resubmission with other GPUs resumes)
+    assert dirs == ["seed=1", "seed=1", "seed=1"]
+    fingerprint = config_fingerprint(compose_with("seed=1"))
+    assert config_fingerprint(compose_with("seed=1", "launch.timeout_minutes=240")) == fingerprint
+    assert config_fingerprint(compose_with("seed=2")) != fingerprint
+
+
 def test_a_loss_type_the_kl_term_cannot_follow_fails_with_the_fix():
     from seal.errors import UserError
     from seal.rl.config import check_hardware
@@ -169,6 +184,7 @@ WRONG_VALUES = [
     ("trainer.loss_type=dapo", ["trainer.loss_type", "dapo", "grpo", "bnpo"]),
     ("logger.mode=bogus", ["logger.mode", "bogus", "offline", "online", "disabled"]),
     ("split.val_scenarios=-3", ["split", "val_scenarios=-3"]),
+    ("launch.timeout_minutes=0", ["launch.timeout_minutes=0", "positive number of minutes"]),
 ]
 
 

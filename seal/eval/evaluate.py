@@ -136,6 +136,16 @@ def protocol(engine: Any, step_limit: str) -> dict[str, Any]:
     }
 
 
+def gather_records(dist: Any, records: list[dict[str, Any]], ids: list[str],
+                   seconds: float) -> tuple[list[dict[str, Any]], float]:
+    """Every rank's records of its share, in the order of `ids`, and the slowest rank's seconds, on every
+    rank (a single process's, as given)."""
+    if dist is None or dist.world == 1:
+        return records, seconds
+    order = {entry_id: i for i, entry_id in enumerate(ids)}
+    return sorted(dist.gather(records), key=lambda r: order[r["id"]]), max(dist.gather([seconds]))
+
+
 def evaluate_entries(engine: Any, entries: list[Entry], out_dir: Path | None = None, *, progress: bool = False,
                      dist: Any = None, step_limit: str = "turn"):
     """Greedy episodes under the plain interface and `step_limit` (BFCL's per-turn rule by default);
@@ -147,11 +157,7 @@ def evaluate_entries(engine: Any, entries: list[Entry], out_dir: Path | None = N
     start = time.perf_counter()
     rollouts = engine.play(shard, PLAIN, temperature=0.0, progress=progress, step_limit=step_limit)
     seconds = time.perf_counter() - start
-    records = [trajectory_record(r) for r in rollouts]
-    if dist is not None and dist.world > 1:
-        order = {e.id: i for i, e in enumerate(entries)}
-        records = sorted(dist.gather(records), key=lambda r: order[r["id"]])
-        seconds = max(dist.gather([seconds]))
+    records, seconds = gather_records(dist, [trajectory_record(r) for r in rollouts], [e.id for e in entries], seconds)
     metrics = metrics_of(records)
     metrics["protocol"] = protocol(engine, step_limit)
     model_tokens = sum(r["model_tokens"] for r in records)

@@ -13,17 +13,20 @@ evaluated (memory: with the prerequisite conversations of their scenarios only).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import shutil
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from seal.env import ood
 from seal.env.benchmark import category_summary
 from seal.errors import UserError
-from seal.eval.evaluate import summary_metrics
+from seal.eval.evaluate import gather_records, summary_metrics
 from seal.interface.view import PLAIN
 
 log = logging.getLogger(__name__)
@@ -63,14 +66,57 @@ def prepare(benchmark: Any) -> list[str]:
     return categories
 
 
-def select(entries: list[ood.Entry], n: int | None) -> tuple[list[list[ood.Entry]], list[ood.Entry]]:
-    """(prerequisite waves, questions) for the first `n` questions (None: all) of one category."""
+def select(entries: list[ood.Entry], n: int | None) -> tuple[list[ood.Entry], list[ood.Entry]]:
+    """(prerequisite conversations, questions) for the first `n` questions (None: all) of one category."""
     questions = [e for e in entries if not ood.is_prereq(e)]
     if n is not None:
         questions = questions[: max(int(n), 0)]
     scenarios = {ood.memory_scenario(e) for e in questions if e.category in ood.MEMORY_CATEGORIES}
-    prereqs = [e for e in entries if ood.is_prereq(e) and ood.memory_scenario(e) in scenarios]
-    return ood.prerequisite_waves(prereqs), questions
+    return [e for e in entries if ood.is_prereq(e) and ood.memory_scenario(e) in scenarios], questions
+
+
+@contextlib.contextmanager
+def snapshot_folder(out_dir: Path, main: bool) -> Iterator[Path]:
+    """Where this rank's memory backends keep their snapshots: `memory/` of the output folder on the main
+    rank (emptied first: snapshots of an earlier run must not leak in), a private temporary folder on
+    the others, so that no folder is written by two ranks and only the main rank leaves files."""
+    if main:
+        folder = out_dir / "memory"
+        shutil.rmtree(folder, ignore_errors=True)
+        yield folder
+        return
+    with tempfile.TemporaryDirectory(prefix="seal-memory-") as tmp:
+        yield Path(tmp)
+
+
+def play_prerequisites(engine: Any, prereqs: list[ood.Entry], memory_dir: Path, step_limit: str, dist: Any) -> int:
+    """Play the memory prerequisite conversations; returns how many were played on all ranks.
+
+    A scenario's conversations run in order on one rank (each starts from the memory the previous one
+    left); with several ranks the scenarios are shared out, and the snapshots each rank wrote are then
+    copied to every rank's folder, so that any rank can ask any question of any scenario."""
+    if not prereqs:
+        return 0
+    scenarios = list(dict.fromkeys(ood.memory_scenario(e) for e in prereqs))
+    mine = set(scenarios if dist is None else dist.shard(scenarios))
+    before = _files(memory_dir)
+    waves = ood.prerequisite_waves([e for e in prereqs if ood.memory_scenario(e) in mine])
+    # every rank starts as many plays as the rank with the most waves: the start of a play may gather a
+    # sharded model's weights, a collective every rank must join
+    plays = len(waves) if dist is None or dist.world == 1 else max(dist.gather([len(waves)]))
+    for i in range(plays):
+        engine.play(waves[i] if i < len(waves) else [], PLAIN, temperature=0.0, step_limit=step_limit)
+    if dist is not None and dist.world > 1:
+        written = {str(path.relative_to(memory_dir)): path.read_bytes() for path in _files(memory_dir) - before}
+        for files in dist.gather([written]):
+            for name, data in files.items():
+                (memory_dir / name).parent.mkdir(parents=True, exist_ok=True)
+                (memory_dir / name).write_bytes(data)
+    return len(prereqs)
+
+
+def _files(folder: Path) -> set[Path]:
+    return {path for path in folder.rglob("*") if path.is_file()}
 
 
 def record_of(rollout: Any) -> dict[str, Any]:
@@ -95,28 +141,33 @@ def metrics_of(name: str, categories: list[str], records: list[dict[str, Any]]) 
 
 
 def evaluate_benchmark(engine: Any, benchmark: Any, out_dir: Path, n: int | None, step_limit: str = "turn",
-                       progress: bool = False) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """Play and score one out-of-domain benchmark with `engine`; returns (metrics, records)."""
+                       progress: bool = False, dist: Any = None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Play and score one out-of-domain benchmark with `engine`; returns (metrics, records).
+
+    With several data-parallel ranks (`dist`), each plays its share of every category's questions (and
+    of the memory scenarios' prerequisites); the records are gathered in a single process's order, and
+    the main rank writes `trajectories.jsonl`."""
     categories = prepare(benchmark)
-    memory_dir = out_dir / "memory"
-    shutil.rmtree(memory_dir, ignore_errors=True)  # snapshots of an earlier run must not leak in
     records: list[dict[str, Any]] = []
+    ids: list[str] = []
     prerequisites = 0
     start = time.perf_counter()
-    for category in categories:
-        entries = ood.load_category(category, memory_dir, benchmark.get("search_url"))
-        waves, questions = select(entries, n)
-        for wave in waves:  # each conversation starts from the memory the previous one of its scenario left
-            engine.play(wave, PLAIN, temperature=0.0, step_limit=step_limit)
-            prerequisites += len(wave)
-        rollouts = engine.play(questions, PLAIN, temperature=0.0, step_limit=step_limit, progress=progress)
-        records += [record_of(r) for r in rollouts]
-    seconds = time.perf_counter() - start
+    with snapshot_folder(out_dir, dist is None or dist.main) as memory_dir:
+        for category in categories:
+            entries = ood.load_category(category, memory_dir, benchmark.get("search_url"))
+            prereqs, questions = select(entries, n)
+            prerequisites += play_prerequisites(engine, prereqs, memory_dir, step_limit, dist)
+            shard = questions if dist is None else dist.shard(questions)
+            rollouts = engine.play(shard, PLAIN, temperature=0.0, step_limit=step_limit, progress=progress)
+            records += [record_of(r) for r in rollouts]
+            ids += [e.id for e in questions]
+    records, seconds = gather_records(dist, records, ids, time.perf_counter() - start)
     metrics = metrics_of(benchmark.name, categories, records)
     metrics["prerequisite_conversations"] = prerequisites
     metrics["timing"] = {"seconds": seconds, "model_tokens": sum(r["model_tokens"] for r in records)}
-    out_dir.mkdir(parents=True, exist_ok=True)
-    with (out_dir / "trajectories.jsonl").open("w") as fh:
-        for r in records:
-            fh.write(json.dumps(r, default=str) + "\n")
+    if dist is None or dist.main:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        with (out_dir / "trajectories.jsonl").open("w") as fh:
+            for r in records:
+                fh.write(json.dumps(r, default=str) + "\n")
     return metrics, records

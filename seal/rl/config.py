@@ -5,6 +5,7 @@ written at round boundaries only.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import torch
@@ -12,6 +13,7 @@ from omegaconf import DictConfig
 
 from seal.budget import Budget
 from seal.errors import UserError
+from seal.rl.distributed import collective_timeout
 
 # loss aggregations the paper's KL term can follow (seal.rl.trainer.aggregate)
 LOSS_TYPES = ("grpo", "bnpo")
@@ -77,6 +79,8 @@ def grpo_config(cfg: DictConfig, budget: Budget, out_dir: Path, num_train: int, 
         temperature=budget.temperature,
         max_completion_length=budget.max_new_tokens,
         use_cpu=not cuda,
+        # the process group exists before the trainer (seal.rl.distributed.current); TRL is told the same timeout
+        ddp_timeout=math.ceil(collective_timeout(cfg.launch.timeout_minutes).total_seconds()),
         # mixed precision: fp32 master weights, forward passes under autocast to the backbone's dtype
         bf16=compute_dtype == "bfloat16",
         fp16=compute_dtype == "float16",  # pragma: no mutate (float16 is refused on a CPU above)

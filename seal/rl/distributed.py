@@ -11,7 +11,10 @@ import hashlib
 import json
 import os
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
+
+from seal.errors import UserError
 
 
 @dataclass
@@ -45,14 +48,27 @@ class Dist:
         return list(items[self.rank :: self.world])
 
 
-def current() -> Dist:
-    """The process group of this launch (initialised here when a launcher started several ranks)."""
+def collective_timeout(minutes: Any) -> timedelta:
+    """launch.timeout_minutes as the process group's timeout, with one sentence for a value that is not one."""
+    number = isinstance(minutes, (int, float)) and not isinstance(minutes, bool)
+    # (NaN fails both comparisons; infinity and what timedelta cannot hold fail the second)
+    if number and 0 < minutes <= timedelta.max // timedelta(minutes=1):
+        return timedelta(minutes=minutes)
+    raise UserError(f"launch.timeout_minutes={minutes!r}: give a positive number of minutes a rank may wait "
+                    "for the others in a collective (e.g. 120)")
+
+
+def current(timeout_minutes: Any) -> Dist:
+    """The process group of this launch (initialised here when a launcher started several ranks), whose
+    collectives fail after `timeout_minutes` (launch.timeout_minutes) of waiting."""
+    timeout = collective_timeout(timeout_minutes)
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world == 1:
         return Dist()
     import torch
     from accelerate import PartialState
 
-    # without a GPU, accelerate joins the ranks over gloo only when told the run is on the CPU
-    state = PartialState(cpu=not torch.cuda.is_available())
+    # the group is made here, before any trainer: TRL's ddp_timeout would come too late to set it.
+    # Without a GPU, accelerate joins the ranks over gloo only when told the run is on the CPU
+    state = PartialState(cpu=not torch.cuda.is_available(), timeout=timeout)
     return Dist(rank=state.process_index, world=state.num_processes)

@@ -186,11 +186,15 @@ class RolloutCopy:
     """An unsharded copy of a sharded policy in the compute dtype, for the transformers rollout engine.
 
     `refresh()` (called at the start of every play, on every rank at once) gathers the current weights
-    from the shards into it; the copy is built on the first refresh, on this rank's device."""
+    from the shards into it; the copy is built on the first refresh, on this rank's device. `version`
+    (e.g. the trainer's optimizer step, the same on every rank) skips the gather when the weights have
+    not changed since the last one: an evaluation of many plays gathers once."""
 
-    def __init__(self, sharded: Any, dtype: Any, device: Any):
+    def __init__(self, sharded: Any, dtype: Any, device: Any, version: Any = None):
         self.sharded, self.dtype, self.device = sharded, dtype, device
+        self.version = version
         self.model: Any = None
+        self._gathered_at: Any = None
 
     def _build(self) -> Any:
         import copy
@@ -210,6 +214,9 @@ class RolloutCopy:
 
         if self.model is None:
             self.model = self._build()
+        elif self.version is not None and self.version() == self._gathered_at:
+            return self.model
+        self._gathered_at = None if self.version is None else self.version()
         target = dict([*self.model.named_parameters(), *self.model.named_buffers()])
         with torch.no_grad():
             for name, tensor in full_tensors(self.sharded):

@@ -27,7 +27,7 @@ def sanity(cfg: DictConfig, out_dir: Path) -> None:
     from seal.rl.trainer import make_trainer
 
     started = time.perf_counter()
-    dist = distributed.current()
+    dist = distributed.current(cfg.launch.timeout_minutes)
     s = cfg.sanity
     backbone = OmegaConf.to_container(cfg.backbone, resolve=True)
     bb = instantiate(cfg.backbone)

@@ -79,7 +79,7 @@ def train(cfg: DictConfig, out_dir: Path) -> None:
     started = time.perf_counter()
     return_freed_memory_to_the_os()
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-    dist = distributed.current()
+    dist = distributed.current(cfg.launch.timeout_minutes)
     fingerprint = config_fingerprint(cfg)
     # the main rank owns the run directory (the other ranks run the same command line)
     if dist.main:
@@ -223,7 +223,8 @@ def train(cfg: DictConfig, out_dir: Path) -> None:
     # once at the end for the final model
     copy = None
     if shards == "fsdp2":
-        copy = sharding.RolloutCopy(trainer.model, dtype=policy.compute_dtype, device=policy.device)
+        copy = sharding.RolloutCopy(trainer.model, dtype=policy.compute_dtype, device=policy.device,
+                                    version=lambda: trainer.state.global_step)
     if copy is not None and backbone.generation == "transformers":
         engine.generator.refresh = copy.refresh
     checkpoint = latest_complete_checkpoint(Path(trainer.args.output_dir))
@@ -239,6 +240,7 @@ def train(cfg: DictConfig, out_dir: Path) -> None:
         if backbone.generation == "transformers":
             engine.generator.refresh = None
         engine.model = copy.refresh()
+        del copy  # it refers to the trainer, freed below
         if dist.main:
             engine.model.save_pretrained(out_dir / "final_model")
             policy.tokenizer.save_pretrained(out_dir / "final_model")
@@ -333,10 +335,11 @@ def out_of_domain_benchmarks(cfg: DictConfig, budget: Budget) -> list[Any]:
 def evaluate_out_of_domain(engine: Any, benchmarks: list[Any], budget: Budget, out_dir: Path, when: str,
                            dist: Any, step_limit: str) -> dict[str, Any]:
     """{"ood_<when>": {benchmark: metrics}} for the model as it is now (`when`: before | after training),
-    played on the main rank; results already on disk (a resumed run) are read back."""
+    shared out over the ranks (the main rank writes the files); results already on disk (a resumed run)
+    are read back."""
     from seal.eval.ood import evaluate_benchmark
 
-    if not benchmarks or not dist.main:
+    if not benchmarks:
         return {}
     results = {}
     for node in benchmarks:
@@ -344,8 +347,9 @@ def evaluate_out_of_domain(engine: Any, benchmarks: list[Any], budget: Budget, o
         if (folder / "metrics.json").exists():
             results[node.name] = json.loads((folder / "metrics.json").read_text())
             continue
-        metrics, _ = evaluate_benchmark(engine, node, folder, budget.ood_entries_per_category, step_limit)
-        write_json(folder / "metrics.json", metrics)
+        metrics, _ = evaluate_benchmark(engine, node, folder, budget.ood_entries_per_category, step_limit, dist=dist)
+        if dist.main:
+            write_json(folder / "metrics.json", metrics)
         results[node.name] = metrics
     return {f"ood_{when}": results}
 

@@ -276,6 +276,99 @@ def test_a_wrong_benchmark_value_stops_with_one_sentence(override, words, tmp_pa
     assert list(tmp_path.iterdir()) == []
 
 
+# ------------------------------------------------------------------------------------------ several ranks
+
+def _ood_setup():
+    """The oracle, a budget that asks every question, and two benchmarks: memory on two backends (two
+    categories of five scenarios each) and two small single-turn categories."""
+    from seal.budget import Budget
+    from seal.tasks.eval import load_engine
+
+    cfg = config("budget.ood_entries_per_category=null")
+    budget = Budget.from_config(cfg.budget)
+    benchmarks = [config("benchmark=bfcl_v4_memory", "benchmark.memory_backends=[kv,rec_sum]").benchmark,
+                  config("benchmark=bfcl_single_turn", "benchmark.categories=[live_parallel,live_relevance]").benchmark]
+    return load_engine(cfg, budget)[1], budget, benchmarks
+
+
+def _evaluate_as_rank(rank, out_dirs, reports):
+    from seal.rl import distributed
+    from seal.tasks.train import evaluate_out_of_domain
+
+    dist = distributed.current(5)
+    engine, budget, benchmarks = _ood_setup()
+    played, play = [], engine.play
+
+    def recorded(entries, *args, **kwargs):
+        played.extend(e.id for e in entries)
+        return play(entries, *args, **kwargs)
+
+    engine.play = recorded
+    ood = evaluate_out_of_domain(engine, benchmarks, budget, out_dirs[rank], "before", dist, "turn")
+    (reports / f"rank{rank}.json").write_text(json.dumps({"ood": ood, "played": played}))
+
+
+def _files(folder):
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def _no_seconds(metrics):
+    """Metrics without the wall time, which differs from run to run."""
+    return {**metrics, "timing": {**metrics["timing"], "seconds": None}}
+
+
+def _results(ood_before):
+    return {name: _no_seconds(metrics) for name, metrics in ood_before["ood_before"].items()}
+
+
+@pytest.mark.costly  # two fresh processes (about a minute on two cores)
+def test_two_ranks_share_the_out_of_domain_evaluation_and_write_what_one_process_writes(tmp_path):
+    from seal.rl.distributed import Dist
+    from seal.tasks.train import evaluate_out_of_domain
+    from tests.rl.ranks import run_ranks
+
+    out_dirs = [tmp_path / "rank0", tmp_path / "rank1"]
+    run_ranks(_evaluate_as_rank, 2, out_dirs, tmp_path)
+    engine, budget, benchmarks = _ood_setup()
+    one = evaluate_out_of_domain(engine, benchmarks, budget, tmp_path / "one", "before", Dist(), "turn")
+
+    # every question answered (on two ranks, each asks questions of scenarios the other rank's
+    # prerequisite conversations filled)
+    memory = one["ood_before"]["bfcl_v4_memory"]
+    everything = {"passed": MEMORY_QUESTIONS, "total": MEMORY_QUESTIONS}
+    assert memory["counts"] == {"memory_kv": everything, "memory_rec_sum": everything}
+    assert memory["prerequisite_conversations"] == 2 * sum(PREREQS.values())
+    reports = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    # both ranks hold the gathered results, equal to one process's (the wall time aside)
+    assert _results(reports[0]["ood"]) == _results(reports[1]["ood"]) == _results(one)
+    # only the main rank wrote files, the same files as one process: metrics, trajectories in the same
+    # order, and every memory snapshot
+    assert not out_dirs[1].exists()
+    two, single = _files(out_dirs[0]), _files(tmp_path / "one")
+    assert sorted(two) == sorted(single) and any("memory_snapshot" in name for name in two)
+    assert {f"ood_before/{b}/{f}" for b in ("bfcl_v4_memory", "bfcl_single_turn")
+            for f in ("metrics.json", "trajectories.jsonl")} <= set(two)
+    for name in single:
+        if name.endswith("metrics.json"):
+            assert _no_seconds(json.loads(two[name])) == _no_seconds(json.loads(single[name])), name
+        else:
+            assert two[name] == single[name], name
+
+    # the work was shared out: each question once, half of each category per rank; each scenario's
+    # prerequisite conversations on one rank, every conversation once
+    questions = {c: [e.id for e in ood.load_category(c, tmp_path) if not ood.is_prereq(e)]
+                 for c in ["memory_kv", "memory_rec_sum", "live_parallel", "live_relevance"]}
+    played = [r["played"] for r in reports]
+    for category, ids in questions.items():
+        mine = [[i for i in p if i in ids] for p in played]
+        assert sorted(mine[0] + mine[1]) == sorted(ids)
+        assert [len(m) for m in mine] == [(len(ids) + 1) // 2, len(ids) // 2]
+    prereqs = [[i for i in p if "_prereq_" in i] for p in played]
+    assert len(prereqs[0]) + len(prereqs[1]) == len(set(prereqs[0] + prereqs[1])) == 2 * sum(PREREQS.values())
+    scenarios = [{(i.split("_prereq_")[0], i.split("-")[1]) for i in p} for p in prereqs]
+    assert scenarios[0] and scenarios[1] and not scenarios[0] & scenarios[1]
+
+
 # ------------------------------------------------------------------------------------- the pieces, one by one
 
 def test_every_category_is_checked_the_way_bfcl_checks_it():

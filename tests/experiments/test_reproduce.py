@@ -41,3 +41,12 @@ def test_a_dry_run_lists_the_jobs_and_skips_finished_ones(tmp_path):
     assert proc.stdout.startswith("27 jobs, 1 finished, 26 to run")
     assert "finished backbone=qwen2.5-3b experiment=seal seed=1 budget=paper" in proc.stdout
     assert not list(tmp_path.glob(".reproduce"))  # nothing submitted
+
+
+def test_the_run_directory_is_the_one_hydra_names_with_launch_overrides():
+    from hydra import compose, initialize_config_dir
+
+    job, extra = Job("qwen2.5-7b", "seal", 2), ("budget=paper", "launch.processes=4", "launch.sharding=fsdp2")
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=job.overrides(extra), return_hydra_config=True)
+    assert run_dir(REPO, job, extra).name == cfg.hydra.job.override_dirname == "backbone=qwen2.5-7b,budget=paper,experiment=seal,seed=2"

@@ -34,7 +34,8 @@ def main(out: Path) -> None:
     report = {"distributed_type": str(accelerator.distributed_type),
               "local_shapes": {n: list(p.to_local().shape) for n, p in model.named_parameters()}}
 
-    copy = sharding.RolloutCopy(model, dtype=torch.float32, device=torch.device("cpu"))
+    step = [0]  # stands in for the trainer's optimizer step
+    copy = sharding.RolloutCopy(model, dtype=torch.float32, device=torch.device("cpu"), version=lambda: step[0])
     first = copy.refresh()
     report["copy_equals_unsharded"] = all(torch.equal(first.state_dict()[k], full[k]) for k in full)
     report["copy_is_plain"] = not any(type(p).__name__ == "DTensor" for p in first.parameters())
@@ -44,6 +45,10 @@ def main(out: Path) -> None:
     accelerator.backward(loss)
     optimizer.step()
     optimizer.zero_grad()
+    # the same version: no gather, the copy keeps the weights of its last refresh
+    stale = copy.refresh()
+    report["same_version_not_gathered"] = all(torch.equal(stale.state_dict()[k], full[k]) for k in full)
+    step[0] += 1
     second = copy.refresh()
     gathered = dict(sharding.full_tensors(model))
     report["copy_follows_training"] = second is first and all(

@@ -75,7 +75,7 @@ def test_each_setting_reaches_its_grpo_config_field(tmp_path):
         "trainer.lr_scheduler_type=cosine", "trainer.warmup_ratio=0.1", "trainer.scale_rewards=batch",
         "trainer.gradient_checkpointing=false", "trainer.save_every=3", "trainer.keep_checkpoints=5",
         "budget.temperature=0.9", "budget.max_new_tokens=1234", "budget.rollouts_per_prompt=4",
-        "budget.micro_batch_size=2", "budget.epochs=2",
+        "budget.micro_batch_size=2", "budget.epochs=2", "launch.timeout_minutes=45",
     )
     args = args_of(cfg, tmp_path, num_train=100, compute_dtype="float32")
     # 32 prompts x 4 rollouts = 128 episodes per round, 4 steps of 32, micro-batches of 2: 16 per step;
@@ -90,6 +90,8 @@ def test_each_setting_reaches_its_grpo_config_field(tmp_path):
         "disable_dropout": True, "dataloader_num_workers": 0, "log_completions": False,
         "mask_truncated_completions": False, "num_iterations": 1, "use_bias_correction_kl": False,
         "model_init_kwargs": {"dtype": "float32"}, "logging_steps": 1,
+        # 45 minutes in seconds (transformers' default is 1800)
+        "ddp_timeout": 2700,
     }
     assert {k: getattr(args, k) for k in expected} == expected
     assert getattr(args.lr_scheduler_type, "value", args.lr_scheduler_type) == "cosine"
@@ -129,6 +131,14 @@ def test_round_plan_counts_are_integers_and_bad_sizes_are_named(tmp_path):
                                             r"number \(TRL's default cap is 3.0\), or null for no correction$"):
             args_of(compose_with("budget=paper", f"trainer.tis_cap={cap}"), tmp_path, 400, "float32")
     args_of(compose_with("budget=paper", "trainer.tis_cap=2"), tmp_path, 400, "float32")
+
+
+def test_trl_is_told_the_process_groups_timeout_in_whole_seconds(tmp_path):
+    assert args_of(compose_with("budget=paper"), tmp_path, 400, "float32").ddp_timeout == 2 * 60 * 60
+    # 0.01 minutes is 0.6 s: rounded up, never to a zero timeout
+    assert args_of(compose_with("budget=paper", "launch.timeout_minutes=0.01"), tmp_path, 400, "float32").ddp_timeout == 1
+    with pytest.raises(UserError, match="^launch.timeout_minutes=-1: give a positive number of minutes"):
+        args_of(compose_with("budget=paper", "launch.timeout_minutes=-1"), tmp_path, 400, "float32")
 
 
 def test_float16_needs_a_gpu(tmp_path, monkeypatch):

@@ -1,21 +1,26 @@
-"""seal.rl.distributed one piece at a time, with accelerate's process group stood in (the real two-rank
-run is tests/rl/test_distributed.py, in make test-slow)."""
+"""seal.rl.distributed one piece at a time, with accelerate's process group stood in, and the process
+group's timeout read back from two real gloo ranks (the real two-rank training run is
+tests/rl/test_distributed.py, in make test-slow)."""
 
 import hashlib
+import json
 import sys
 import types
+from datetime import timedelta
 
 import pytest
 
+from seal.errors import UserError
 from seal.rl import distributed
 from seal.rl.distributed import Dist
+from tests.rl.ranks import run_ranks
 
 
 def test_a_single_process_is_rank_zero_of_one_and_gathers_nothing(monkeypatch):
     monkeypatch.delenv("WORLD_SIZE", raising=False)
     # a single process never touches accelerate's process group
     monkeypatch.setitem(sys.modules, "accelerate", None)
-    dist = distributed.current()
+    dist = distributed.current(120)
     monkeypatch.undo()
     assert (dist.rank, dist.world, dist.main) == (0, 1, True)
     items = [1, 2]
@@ -85,11 +90,57 @@ def test_a_launch_of_several_ranks_joins_the_process_group_on_the_cpu(monkeypatc
     made = []
 
     class PartialState:  # accelerate's, stood in: this process is rank 1 of 2
-        def __init__(self, cpu):
-            made.append(cpu)
+        def __init__(self, cpu, **kwargs):
+            made.append((cpu, kwargs))
             self.process_index, self.num_processes = 1, 2
 
     monkeypatch.setitem(sys.modules, "accelerate", types.SimpleNamespace(PartialState=PartialState))
     monkeypatch.setenv("WORLD_SIZE", "2")
-    dist = distributed.current()
-    assert (dist.rank, dist.world) == (1, 2) and made == [True]  # no CUDA here: gloo on the CPU
+    dist = distributed.current(90)
+    assert (dist.rank, dist.world) == (1, 2)
+    # no CUDA here: gloo on the CPU; accelerate hands `timeout` to torch.distributed.init_process_group
+    assert made == [(True, {"timeout": timedelta(hours=1, minutes=30)})]
+    assert distributed.current(0.5) == Dist(1, 2) and made[-1][1] == {"timeout": timedelta(seconds=30)}
+
+
+LARGEST = timedelta.max // timedelta(minutes=1)  # whole minutes a timedelta holds (999,999,999 days and 23:59)
+
+
+@pytest.mark.parametrize("value", [0, -5, 0.0, True, "120", None, [120], float("nan"), float("inf"), LARGEST + 1])
+def test_a_timeout_that_is_not_a_positive_number_of_minutes_is_refused_before_any_group_is_made(value, monkeypatch):
+    monkeypatch.setitem(sys.modules, "accelerate", None)  # never reached
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(UserError) as refused:
+        distributed.current(value)
+    assert str(refused.value) == (f"launch.timeout_minutes={value!r}: give a positive number of minutes a rank may "
+                                  "wait for the others in a collective (e.g. 120)")
+
+
+def test_the_timeout_accepts_any_positive_number_of_minutes_a_timedelta_holds():
+    assert distributed.collective_timeout(120) == timedelta(hours=2)
+    assert distributed.collective_timeout(0.001) == timedelta(microseconds=60_000)
+    assert distributed.collective_timeout(LARGEST) == timedelta(days=999_999_999, hours=23, minutes=59)
+
+
+def _report_timeout(rank, minutes, out):
+    import torch
+
+    dist = distributed.current(minutes)
+    group = torch.distributed.distributed_c10d._get_default_group()
+    # torch keeps the timeout on the group's gloo backend (ProcessGroupGloo.options._timeout)
+    timeout = group._get_backend(torch.device("cpu")).options._timeout
+    ranks = dist.gather([dist.rank])
+    (out / f"rank{rank}.json").write_text(json.dumps({"seconds": timeout.total_seconds(), "ranks": ranks,
+                                                      "world": dist.world, "backend": torch.distributed.get_backend()}))
+
+
+@pytest.mark.costly  # two fresh processes (about 20 s)
+def test_two_gloo_ranks_wait_for_each_other_as_long_as_the_config_says(tmp_path):
+    from tests.test_configs import compose_with
+
+    minutes = compose_with("launch.timeout_minutes=7.5").launch.timeout_minutes
+    run_ranks(_report_timeout, 2, minutes, tmp_path)
+    for rank in (0, 1):
+        report = json.loads((tmp_path / f"rank{rank}.json").read_text())
+        # 7.5 minutes, neither gloo's default (30) nor NCCL's (10)
+        assert report == {"seconds": 450.0, "ranks": [0, 1], "world": 2, "backend": "gloo"}

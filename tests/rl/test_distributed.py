@@ -59,10 +59,11 @@ def test_two_cpu_ranks_train_the_same_rounds_as_one_process(tmp_path):
     rank1 = (two / "ranks" / "rank1.jsonl").read_text().splitlines()
     assert len(rank0) == 2 and rank0 == rank1
     # sampling is keyed per episode, rewards and labels are gathered: the same rounds as one process (the
-    # optimizer's averages over ranks may differ in the last bits)
+    # optimizer's averages over ranks may differ in the last bits, and train/logprob_gap, a few 1e-7 here, is
+    # rounding noise that depends on how the micro-batches are padded)
     assert [r.keys() for r in rounds(two)] == [r.keys() for r in rounds(one)]
     for a, b in zip(rounds(two), rounds(one)):
-        assert a == pytest.approx(b, rel=1e-5)
+        assert a == pytest.approx(b, rel=1e-5, abs=1e-6)
     assert [r["episodes"] for r in history] == [r["episodes"] for r in final_seal_state(one)["history"]]
     # gradients averaged over the ranks equal one process's accumulation (up to summation order)
     from safetensors.torch import load_file
@@ -91,4 +92,4 @@ def test_a_two_rank_checkpoint_resumes_in_one_process(tmp_path):
     proc = python_run(whole)
     assert proc.returncode == 0, proc.stderr[-3000:]
     for a, b in zip(rounds(split), rounds(whole), strict=True):
-        assert a == pytest.approx(b, rel=1e-5)
+        assert a == pytest.approx(b, rel=1e-5, abs=1e-6)

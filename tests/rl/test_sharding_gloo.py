@@ -40,6 +40,8 @@ def test_two_gloo_ranks_shard_gather_and_checkpoint_through_accelerates_fsdp2_pa
         # the rollout copy is a plain module holding the gathered weights, before and after a step
         assert report["copy_equals_unsharded"] and report["copy_is_plain"]
         assert report["trained_moved"] and report["copy_follows_training"]
+        # while the optimizer has not stepped (its version unchanged) a play reuses the copy without a gather
+        assert report["same_version_not_gathered"]
         # the reference: one unit per decoder layer plus the root, scoring exactly as unsharded
         assert report["reference_units"] == 3 and report["reference_max_diff"] == 0.0
         # accelerate's sharded checkpoint (a directory of shards) loads back into a fresh model exactly
