@@ -1,0 +1,273 @@
+"""`python -m experiments.gpu_check`, the GPU preflight, on this CPU: tiny shapes, the real run.py."""
+
+import json
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from experiments import gpu_check
+from experiments.gpu_check import Failure
+from seal.errors import UserError
+from seal.policy.backbones import embedded_tokenizer
+from seal.rl.checkpoint import latest_complete_checkpoint
+
+REPO = Path(__file__).resolve().parents[2]
+SHAPE_KEYS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "intermediate_size")
+# the embedded SmolLM2 tokenizer's vocabulary (its GGUF's token list)
+SMOLLM2_VOCAB = 49152
+
+
+def published_arch(name):
+    """The arch block of conf/backbone/<name>.yaml, read as plain YAML (not through the preflight's own code)."""
+    return yaml.safe_load((REPO / "conf" / "backbone" / f"{name}.yaml").read_text())["arch"]
+
+
+def preflight_cli(*args):
+    return subprocess.run([sys.executable, "-m", "experiments.gpu_check", *args], cwd=REPO, capture_output=True,
+                          text=True, timeout=1800)
+
+
+# -- the model ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["qwen2.5-3b", "llama-3.1-8b", "qwen3-4b"])
+def test_the_published_shape_is_the_backbone_configs_with_the_tokenizers_vocabulary(tmp_path, name):
+    bb = gpu_check.published_backbone(name, [])
+    gpu_check.model_config(bb["arch"], embedded_tokenizer(), 16384, tiny=False).save_pretrained(tmp_path)
+    saved = json.loads((tmp_path / "config.json").read_text())
+    arch = published_arch(name)
+    assert {k: saved[k] for k in SHAPE_KEYS} == {k: arch[k] for k in SHAPE_KEYS}
+    if "head_dim" in arch:  # Qwen3-4B: 32 heads of 128 on a 2560-wide model, not 2560 / 32
+        assert saved["head_dim"] == arch["head_dim"] == 128
+    assert (saved["model_type"], saved["tie_word_embeddings"]) == (arch["model_type"], arch["tie_word_embeddings"])
+    assert saved["vocab_size"] == SMOLLM2_VOCAB != arch["vocab_size"]
+    assert saved["max_position_embeddings"] == 16384
+
+
+def test_the_tiny_shape_scales_only_the_sizes_and_is_built_once(tmp_path):
+    bb = gpu_check.published_backbone("qwen2.5-3b", [])
+    first = gpu_check.build_model(bb["arch"], 16384, True, "bfloat16", str(tmp_path))
+    again = gpu_check.build_model(bb["arch"], 16384, True, "bfloat16", str(tmp_path))
+    assert first["built"] and not again["built"] and again["path"] == first["path"]
+    saved = json.loads((Path(first["path"]) / "config.json").read_text())
+    assert {k: saved[k] for k in SHAPE_KEYS} == {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+                                                 "num_key_value_heads": 2, "intermediate_size": 128}
+    assert (saved["model_type"], saved["tie_word_embeddings"], saved["vocab_size"]) == ("qwen2", True, SMOLLM2_VOCAB)
+    # by hand: tied embedding 49152 x 64; per layer q and o 64x64, k and v 64x32 (2 kv heads of 16), Qwen2's
+    # q/k/v biases 64+32+32, the MLP 3 x 64x128, two norms of 64; the final norm
+    per_layer = 2 * 64 * 64 + 2 * 64 * 32 + (64 + 32 + 32) + 3 * 64 * 128 + 2 * 64
+    assert first["parameters"] == SMOLLM2_VOCAB * 64 + 2 * per_layer + 64
+    assert (Path(first["path"]) / "tokenizer.json").is_file()
+
+
+def test_a_tiny_qwen3_derives_its_head_size_from_the_tiny_width():
+    config = gpu_check.model_config(published_arch("qwen3-4b"), embedded_tokenizer(), 16384, tiny=True)
+    assert (config.model_type, config.hidden_size, config.num_attention_heads, config.head_dim) == ("qwen3", 64, 4, 16)
+
+
+def test_the_embedding_note_says_how_much_smaller_the_embedding_is():
+    qwen = gpu_check.embedding_note(published_arch("qwen2.5-3b"), SMOLLM2_VOCAB, tiny=False)
+    # 151,936 - 49,152 = 102,784 rows of 2,048, one tied matrix: 210,501,632 parameters
+    assert "102,784 rows smaller, 210.5M fewer parameters" in qwen and "one tied matrix" in qwen
+    # Llama-3.1-8B unties them: 128,256 - 49,152 = 79,104 rows, twice 4,096 wide: 648,019,968
+    llama = gpu_check.embedding_note(published_arch("llama-3.1-8b"), SMOLLM2_VOCAB, tiny=False)
+    assert "79,104 rows smaller, 648.0M fewer parameters" in llama and "embedding and LM head" in llama
+
+
+@pytest.mark.slow
+def test_a_model_built_for_qwen2_5_3b_has_its_published_shape_in_bf16(tmp_path):
+    # about 2 min and 6 GiB of memory on a CPU
+    from seal.policy.memory import param_count
+
+    bb = gpu_check.published_backbone("qwen2.5-3b", [])
+    built = gpu_check.build_model(bb["arch"], int(bb["context_length"]), False, bb["dtype"], str(tmp_path))
+    folder = Path(built["path"])
+    saved = json.loads((folder / "config.json").read_text())
+    arch = published_arch("qwen2.5-3b")
+    assert {k: saved[k] for k in SHAPE_KEYS} == {k: arch[k] for k in SHAPE_KEYS}
+    assert saved["vocab_size"] == SMOLLM2_VOCAB
+    # torch's count of the built model against the architecture formula with the tokenizer's vocabulary
+    assert built["parameters"] == param_count(arch | {"vocab_size": SMOLLM2_VOCAB})
+    dtypes = set()
+    for shard in folder.glob("*.safetensors"):
+        with shard.open("rb") as fh:  # a safetensors file opens with its header's length, then the JSON header
+            header = json.loads(fh.read(struct.unpack("<Q", fh.read(8))[0]))
+        dtypes |= {v["dtype"] for k, v in header.items() if k != "__metadata__"}
+    assert dtypes == {"BF16"}
+
+
+# -- reading the runs' files -------------------------------------------------------------------------
+
+HYDRA_ERROR = """Could not override 'budget.nonexistent'.
+To append to your config use +budget.nonexistent=1
+Key 'nonexistent' is not in struct
+    full_key: budget.nonexistent
+    object_type=dict
+
+Set the environment variable HYDRA_FULL_ERROR=1 for a complete stack trace.
+"""
+TRACEBACK = """[1/1] round 0 | reward 0.000
+Traceback (most recent call last):
+  File "run.py", line 20, in main
+RuntimeError: PytorchStreamWriter failed writing file data/12: file write failed
+"""
+
+
+def test_the_failure_reason_is_the_line_that_says_why():
+    assert gpu_check.failure_reason(HYDRA_ERROR) == "Could not override 'budget.nonexistent'."
+    assert gpu_check.failure_reason(TRACEBACK) == \
+        "RuntimeError: PytorchStreamWriter failed writing file data/12: file write failed"
+    assert gpu_check.failure_reason("sanity check: ...\nerror: backbone.dtype='f8': choose one of float32\n") == \
+        "backbone.dtype='f8': choose one of float32"
+
+
+def sanity_json(folder, rewards, rose):
+    k = 3
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "sanity.json").write_text(json.dumps({
+        "rewards": rewards, "rose": rose, "learning_rate": 1e-6, "min_rise": 0.15,
+        "first_rounds_mean": sum(rewards[:k]) / k, "last_rounds_mean": sum(rewards[-k:]) / k}))
+
+
+def test_a_flat_sanity_reward_fails_on_the_published_shape_only(tmp_path):
+    log = tmp_path / "sanity.log"
+    log.write_text("sanity: reward 0.250 -> 0.200 (did NOT rise; needed +0.15)\n")
+    sanity_json(tmp_path / "run", [0.25, 0.25, 0.25, 0.2, 0.2, 0.2], rose=False)
+    assert gpu_check.check_sanity(1, tmp_path / "run", log, mechanics_only=True) == (
+        "reward 0.25 -> 0.20 over 6 rounds at lr 1e-06 (did not rise: expected on a tiny shape, only the "
+        "mechanics count)")
+    with pytest.raises(Failure, match=r"^step sanity: the reward did not rise \(reward 0.25 -> 0.20 over 6 rounds "
+                                      r"at lr 1e-06, \+0.15 needed\)"):
+        gpu_check.check_sanity(1, tmp_path / "run", log, mechanics_only=False)
+    sanity_json(tmp_path / "run", [0.0, 0.0, 0.25, 1.0, 1.0, 0.75], rose=True)
+    # (0 + 0 + 0.25) / 3 and (1 + 1 + 0.75) / 3
+    verdict = gpu_check.check_sanity(0, tmp_path / "run", log, mechanics_only=False)
+    assert verdict == "reward 0.08 -> 0.92 over 6 rounds at lr 1e-06 (rose)"
+
+
+def test_a_sanity_run_that_crashed_fails_with_its_reason(tmp_path):
+    log = tmp_path / "sanity.log"
+    log.write_text(TRACEBACK)
+    # exit code 1 without sanity.json is a crash, not the task's "did not rise"
+    with pytest.raises(Failure, match=r"^step sanity failed with exit code 1: RuntimeError: PytorchStreamWriter"):
+        gpu_check.check_sanity(1, tmp_path / "empty", log, mechanics_only=True)
+
+
+def test_the_train_step_needs_its_files_and_one_round(tmp_path):
+    log = tmp_path / "train.log"
+    log.write_text("")
+    run = tmp_path / "train"
+    run.mkdir()
+    plan = {"weights": 1.5, "total": 4.25}
+    (run / "run_config.json").write_text(json.dumps({"training_memory_gib": plan}))
+    # SIGKILL (the OOM killer's) leaves no line in the log that says why
+    with pytest.raises(Failure, match=r"^step train failed with exit code -9: killed by SIGKILL \(log: "):
+        gpu_check.check_train(-9, run, log)
+    with pytest.raises(Failure, match=r"^step train exited 0 but wrote no metrics.json"):
+        gpu_check.check_train(0, run, log)
+    (run / "metrics.json").write_text(json.dumps({"rounds": 2, "round_time_split": {}}))
+    with pytest.raises(Failure, match=r"ran 2 rounds instead of 1"):
+        gpu_check.check_train(0, run, log)
+    split = {"generation": 4.2, "optimisation": 35.0, "diagnosis": 0.01}
+    (run / "metrics.json").write_text(json.dumps({"rounds": 1, "round_time_split": split,
+                                                  "eval_before": {"num_entries": 4}}))
+    assert gpu_check.check_train(0, run, log) == (
+        plan, "1 round (generation 4 s, optimisation 35 s), 4 held-out entries evaluated before and after")
+
+
+def test_a_checkpoint_counts_once_seal_state_json_is_in_it(tmp_path):
+    folder = tmp_path / "checkpoints" / "checkpoint-1"
+    folder.mkdir(parents=True)
+    (folder / "model.safetensors").write_bytes(b"")
+    with pytest.raises(Failure, match=r"^step checkpoint: no complete checkpoint"):
+        gpu_check.check_checkpoint(tmp_path)
+    (folder / "seal_state.json").write_text(json.dumps({"history": [{"round": 0}]}))
+    assert gpu_check.check_checkpoint(tmp_path) == folder
+    (folder / "model.safetensors").unlink()
+    with pytest.raises(Failure, match=r"holds no model weights"):
+        gpu_check.check_checkpoint(tmp_path)
+
+
+def test_out_is_claimed_and_only_its_step_folders_are_cleared(tmp_path):
+    (tmp_path / "theirs.txt").write_text("")
+    with pytest.raises(UserError, match="holds files this preflight did not write"):
+        gpu_check.prepare_out(tmp_path)
+    out = tmp_path / "out"
+    gpu_check.prepare_out(out)
+    for name in ("sanity", "train", "logs", "models"):
+        (out / name).mkdir()
+        (out / name / "f").write_text("")
+    gpu_check.prepare_out(out)
+    assert sorted(p.name for p in out.iterdir()) == [".gpu_check", "models"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--backbone", "tiny-random"], "--backbone tiny-random: choose a backbone with a published architecture"),
+    (["--", "task=eval"], "the preflight sets task=eval itself"),
+    (["--", "backbone.dtype=float8"], "backbone.dtype"),
+])
+def test_bad_input_is_one_sentence_and_exit_code_2(tmp_path, capsys, args, message):
+    out = tmp_path / "out"
+    assert gpu_check.main(["--out", str(out), *args]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and message in err[0]
+    # refused before anything is written
+    assert not out.exists()
+
+
+# -- the preflight through run.py --------------------------------------------------------------------
+
+def test_a_failing_step_stops_the_preflight_naming_the_step(tmp_path):
+    proc = preflight_cli("--out", str(tmp_path / "out"), "--", "budget.nonexistent=1")
+    assert proc.returncode == 1
+    log = tmp_path / "out" / "logs" / "sanity.log"
+    assert proc.stderr.strip().splitlines()[-1] == ("gpu_check failed: step sanity failed with exit code 1: "
+                                                    f"Could not override 'budget.nonexistent'. (log: {log})")
+    assert not (tmp_path / "out" / "train").exists()
+
+
+# the smallest runs that still pass through every step: two sanity rounds of 2 x 2, four new tokens
+SMALL = ["sanity.rounds=2", "sanity.prompts_per_round=2", "sanity.rollouts_per_prompt=2", "budget.max_new_tokens=4"]
+
+
+@pytest.mark.slow
+def test_the_tiny_preflight_runs_end_to_end_and_reports_the_runs_own_figures(tmp_path):
+    # two preflights of about 3 min each on the 2-core CPU: the first keeps its checkpoint, the second reuses
+    # the model, starts its runs afresh and removes the checkpoint afterwards
+    out = tmp_path / "out"
+    proc = preflight_cli("--out", str(out), "--keep", "--", *SMALL)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    summary = json.loads((out / "gpu_check.json").read_text())
+    assert (summary["tiny"], summary["cuda"], summary["vocab_size"]) == (True, False, SMOLLM2_VOCAB)
+    assert [s["name"] for s in summary["steps"]] == ["build", "sanity", "train", "checkpoint"]
+    # the plan printed and returned is run_config.json's
+    plan = json.loads((out / "train" / "run_config.json").read_text())["training_memory_gib"]
+    assert summary["plan_gib"] == plan and summary["steps"][2]["plan_gib"] == plan["total"]
+    assert f"training_memory_gib): total {plan['total']:g} GiB" in proc.stdout
+    train_line = next(line for line in proc.stdout.splitlines() if line.startswith("train "))
+    assert f" {plan['total']:.2f}  1 round (" in train_line
+    # the sanity figures are sanity.json's
+    sanity = json.loads((out / "sanity" / "sanity.json").read_text())
+    assert len(sanity["rewards"]) == 2 and sanity["learning_rate"] == 1e-6
+    assert f"reward {sanity['first_rounds_mean']:.2f} -> {sanity['last_rounds_mean']:.2f} over 2 rounds" in \
+        summary["steps"][1]["note"]
+    # the checkpoint is the train run's last complete one, with its round in seal_state.json
+    checkpoint = latest_complete_checkpoint(out / "train" / "checkpoints")
+    assert summary["checkpoint"] == str(checkpoint)
+    assert len(json.loads((checkpoint / "seal_state.json").read_text())["history"]) == 1
+    assert summary["checkpoint_gib"] == sum(f.stat().st_size for f in checkpoint.rglob("*") if f.is_file()) / 2**30
+    # each run recorded its own peak at exit (a process that imported torch holds well over 0.2 GiB)
+    for step in summary["steps"][1:3]:
+        assert step["peak"] == json.loads((out / "logs" / f"{step['name']}.peak.json").read_text())
+        assert step["peak"]["max_rss_gib"] > 0.2 and "cuda_max_allocated_gib" not in step["peak"]
+
+    again = preflight_cli("--out", str(out), "--", *SMALL)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    second = json.loads((out / "gpu_check.json").read_text())
+    assert second["model"]["path"] == summary["model"]["path"] and not second["model"]["built"]
+    assert "resuming from" not in (out / "train" / "run.log").read_text()
+    assert not (out / "train" / "checkpoints").exists() and not (out / "train" / "final_model").exists()
+    assert not (out / "sanity" / "checkpoints").exists() and (out / "train" / "run_config.json").is_file()
