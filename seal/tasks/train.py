@@ -68,7 +68,7 @@ def train(cfg: DictConfig, out_dir: Path) -> None:
     from seal.policy.backbones import check_training_fits, param_dtype
     from seal.policy.rollout import RolloutEngine
     from seal.rl import distributed
-    from seal.rl.checkpoint import latest_complete_checkpoint, read_state
+    from seal.rl.checkpoint import check_run_disk_space, latest_complete_checkpoint, read_state, save_final_model
     from seal.rl.coevolution import CoEvolution
     from seal.rl.selection import ModelSelection
     from seal.rl.config import check_hardware
@@ -107,6 +107,9 @@ def train(cfg: DictConfig, out_dir: Path) -> None:
         reference=cfg.trainer.beta != 0, gradient_checkpointing=cfg.trainer.gradient_checkpointing,
     )
     if dist.main:
+        # the checkpoints and models the run writes must fit its disk (its rounds come from at most this
+        # many train entries)
+        check_run_disk_space(backbone, cfg, budget, out_dir, budget.train_entries or len(split.train), shards=1)
         # once every component has accepted its config: a run refused for a typo leaves nothing that
         # would block the corrected command
         claim_run_dir(out_dir, fingerprint)
@@ -190,7 +193,8 @@ def train(cfg: DictConfig, out_dir: Path) -> None:
         return evaluate_entries(engine, entries, folder, dist=dist, step_limit=eval_step_limit)
 
     selection = ModelSelection(every=budget.val_every, val_entries=get_entries(split.val), out_dir=out_dir,
-                               dist=dist, keep_all=bool(cfg.get("eval_all_checkpoints_on_test")), evaluate=evaluate)
+                               dist=dist, keep_all=bool(cfg.get("eval_all_checkpoints_on_test")), evaluate=evaluate,
+                               dtype=backbone.dtype)
 
     # -- before: the initial model on the held-out slice (shared out over the ranks) ---------------
     evals = {}
@@ -221,7 +225,7 @@ def train(cfg: DictConfig, out_dir: Path) -> None:
         log.info("resuming from %s (round %d done)", checkpoint, len(coevolution.history))
     trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
     if dist.main:
-        trainer.save_model(str(out_dir / "final_model"))
+        save_final_model(trainer, out_dir / "final_model", backbone.dtype)
     # the optimizer state, gradients and reference model are not needed to evaluate: free them
     # before the after-evaluation allocates its caches (it keeps the main job under 8 GB)
     engine.model = trainer.model
