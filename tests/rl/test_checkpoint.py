@@ -208,3 +208,17 @@ def test_the_final_model_of_a_bf16_run_is_its_last_masters_in_bf16(failed_save):
     for name, master in masters.items():
         assert final[name].dtype == torch.bfloat16 and torch.equal(final[name], master.to(torch.bfloat16)), name
     assert (out / "final_model" / "tokenizer.json").is_file()
+
+
+
+def test_the_estimate_matches_what_transformers_writes(failed_save):
+    from seal.policy.backbones import TinyRandomBackbone
+
+    out, _ = failed_save
+    config = TinyRandomBackbone().model_config()
+    need = disk_need(config, dtype="bfloat16", keep=2, saves=2)
+    # the weights and AdamW's state as written (the rest, tokenizer and RNG files, is a few MB whatever the model)
+    written = out / "checkpoints" / "checkpoint-2"
+    assert (written / "model.safetensors").stat().st_size + (written / "optimizer.pt").stat().st_size == pytest.approx(
+        need.checkpoint, rel=0.01)
+    assert (out / "final_model" / "model.safetensors").stat().st_size == pytest.approx(need.model, rel=0.01)
