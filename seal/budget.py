@@ -74,6 +74,10 @@ class Budget:
     rollout_memory_fraction: float = 0.7
     max_train_tokens: int | None = None
     val_every: int | None = None
+    # checkpoints: rounds between two (None: none) and how many complete ones stay on disk (None: all);
+    # conf/trainer/grpo.yaml reads them as trainer.save_every and trainer.keep_checkpoints
+    save_every: int | None = 1
+    keep_checkpoints: int | None = 2
     # the ranks the round is planned for (not a config key: the launch decides it)
     world: int = field(default=1, metadata={"config": False})
 
@@ -156,6 +160,8 @@ _RULES: dict[str, tuple[tuple[type, ...], float | None, bool, str]] = {
     "rollout_memory_fraction": (_FLOAT, 0, False, "a fraction above 0 and at most 1"),
     "max_train_tokens": (_INT, 1, True, "a number of tokens (at least 1) or null for every token"),
     "val_every": (_INT, 1, True, "a number of rounds (at least 1) or null for no validation"),
+    "save_every": (_INT, 1, True, "a number of rounds (at least 1) or null for no periodic checkpoints"),
+    "keep_checkpoints": (_INT, 1, True, "a number of checkpoints (at least 1) or null for all"),
 }
 # bounds that are strict (the value must exceed the minimum) or capped above
 _STRICT = {"temperature", "rollout_memory_gb", "rollout_memory_fraction"}

@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Any
 
 FINGERPRINT_FILE = "fingerprint.txt"
+# config keys (under trainer and budget) that say how often a run saves, not what it computes
+CHECKPOINT_CADENCE = ("save_every", "keep_checkpoints")
 
 
 def write_json(path: Path, data: Any) -> None:
@@ -40,13 +42,17 @@ def short_hash(text: str, length: int = 12) -> str:
 
 def config_fingerprint(cfg: Any) -> str:
     """Hash of everything in a (Hydra) config that changes a training run's results: not the logger, not
-    the `benchmark` group (read by task=eval only, whose run directory names it), and not how the launch
-    spreads the run over its ranks (`launch`: the rounds are the same on any number of ranks)."""
+    the `benchmark` group (read by task=eval only, whose run directory names it), not how the launch
+    spreads the run over its ranks (`launch`: the rounds are the same on any number of ranks), and not the
+    checkpoint cadence (a run short of disk resumes with fewer or rarer checkpoints)."""
     from omegaconf import OmegaConf
 
     resolved = OmegaConf.to_container(cfg, resolve=True)
     for key in ("logger", "benchmark", "launch"):
         resolved.pop(key, None)
+    for group in ("trainer", "budget"):
+        for key in CHECKPOINT_CADENCE:
+            (resolved.get(group) or {}).pop(key, None)
     return short_hash(json.dumps(resolved, sort_keys=True, default=str), 16)
 
 

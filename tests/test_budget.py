@@ -49,8 +49,11 @@ WRONG = [
     ({"ood_benchmarks": "bfcl_v4_memory"}, "budget.ood_benchmarks='bfcl_v4_memory': give a list"),
     ({"ood_benchmarks": [3]}, "budget.ood_benchmarks=[3]"),
     ({"step_limit": "trajectory"}, "budget.step_limit='trajectory': choose turn"),
+    ({"save_every": 0}, "budget.save_every=0: give a number of rounds (at least 1) or null for no periodic"),
+    ({"keep_checkpoints": 0}, "budget.keep_checkpoints=0: give a number of checkpoints (at least 1) or null for all"),
     ({"max_new_tokenz": 3}, "budget.max_new_tokenz is not a budget key; the keys are batch_size, epochs, "
-                            "eval_entries_per_category, eval_temperature, heldout_entries_per_category, max_new_tokens"),
+                            "eval_entries_per_category, eval_temperature, heldout_entries_per_category, keep_checkpoints, "
+                            "max_new_tokens"),
     # the launch decides the world size, not the config
     ({"world": 2}, "budget.world is not a budget key"),
     ({"steps_per_round": 3}, "a round's 2 episodes (budget.prompts_per_round x budget.rollouts_per_prompt) do not split"),

@@ -1,36 +1,262 @@
 """Crash-safe checkpoints: TRL's (model, optimizer, scheduler, RNG, data order) plus SEAL's state.
 
 A checkpoint counts as complete only once `seal_state.json` is in it: that file is written last and
-atomically, so a run killed mid-save resumes from the previous complete round.
+atomically, so a run killed mid-save resumes from the previous complete round. Old checkpoints are
+deleted only after the new one is complete, a save that fails stops the run in one sentence with the
+previous one intact, and a run whose checkpoints cannot fit its disk is refused before the model loads.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
+import shutil
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from transformers import TrainerCallback
 
+from seal.errors import UserError
+
 SEAL_STATE = "seal_state.json"
 _CHECKPOINT = re.compile(r"checkpoint-(\d+)$")
+GiB = 2**30
+_BYTES = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2}
+# AdamW keeps two fp32 moments per trained parameter
+_ADAMW_BYTES = 8
+# run.log only (the console shows the one-sentence error): the traceback of a failed save
+_save_log = logging.getLogger("trainer.save")
 
 
 def latest_complete_checkpoint(directory: Path) -> Path | None:
+    done = _complete(directory)
+    return done[-1] if done else None
+
+
+def _complete(directory: Path) -> list[Path]:
+    """The complete checkpoints in `directory`, oldest first."""
     if not directory.is_dir():
-        return None
-    done = [
-        (int(m.group(1)), p)
-        for p in directory.iterdir()
-        if (m := _CHECKPOINT.search(p.name)) and (p / SEAL_STATE).is_file()
-    ]
-    return max(done)[1] if done else None
+        return []
+    found = [(int(m.group(1)), p) for p in directory.iterdir()
+             if (m := _CHECKPOINT.search(p.name)) and (p / SEAL_STATE).is_file()]
+    return [p for _, p in sorted(found)]
 
 
 def read_state(checkpoint: Path) -> dict[str, Any]:
     return json.loads((checkpoint / SEAL_STATE).read_text())
+
+
+# -- how much disk a run's checkpoints and models take ------------------------------------------------
+
+@dataclass(frozen=True)
+class DiskNeed:
+    """Bytes a training run writes, at their peak on its disk."""
+
+    # one resumable checkpoint (one rank's part when sharded)
+    checkpoint: int
+    # checkpoints on disk at once
+    at_once: int
+    # one saved model (final_model/, best_model/)
+    model: int
+    models: int
+
+    @property
+    def total(self) -> int:
+        return self.checkpoint * self.at_once + self.model * self.models
+
+
+def disk_need(config: Any, *, dtype: str, keep: int | None, saves: int, models: int = 1, lora_params: int = 0,
+              shards: int = 1) -> DiskNeed:
+    """What the checkpoints and models of a run take on disk, from the architecture alone.
+
+    A checkpoint holds the trained parameters in fp32 (full fine-tuning's master weights, or LoRA's
+    adapters) and AdamW's two fp32 moments: 12 bytes per trained parameter (scheduler, RNG and JSON
+    files are kilobytes). Sharded over `shards` ranks, each rank writes its share. A new checkpoint is
+    written whole before the oldest is deleted, so `keep` kept means keep + 1 on disk while one is
+    saved (at most the `saves` the run makes; keep=None keeps all). A saved model is the full weights
+    in the backbone's dtype, or LoRA's fp32 adapters."""
+    from seal.policy.memory import param_count
+
+    trained = lora_params or param_count(config)
+    checkpoint = -(-trained * (4 + _ADAMW_BYTES) // shards)
+    model = lora_params * 4 if lora_params else param_count(config) * _BYTES[dtype]
+    at_once = saves if keep is None else min(keep + 1, saves)
+    return DiskNeed(checkpoint=checkpoint, at_once=at_once, model=model, models=models)
+
+
+def check_disk_space(need: DiskNeed, out_dir: Path, *, keep: int | None, dtype: str) -> None:
+    """Refuse, in one sentence naming the figures and the fixes, a run whose outputs cannot fit the disk
+    of `out_dir`. What an earlier attempt of the run left there (its checkpoints and models) is replaced
+    as the run goes, so it counts as room."""
+    free = shutil.disk_usage(_existing(out_dir)).free
+    room = free + sum(_bytes_under(out_dir / name) for name in ("checkpoints", "final_model", "best_model", "validated"))
+    if need.total <= room:
+        return
+    kept = "every checkpoint kept" if keep is None else f"trainer.keep_checkpoints={keep} kept"
+    fixes = ["keep fewer (trainer.keep_checkpoints=1)"] if keep != 1 else []
+    fixes += ["write no periodic checkpoints (trainer.save_every=null: the run cannot resume)",
+              "put the run on a larger disk (hydra.run.dir=<directory>)"]
+    raise UserError(
+        f"this run needs about {need.total / GiB:.1f} GiB on the disk of {out_dir} but {room / GiB:.1f} GiB are free: "
+        f"{need.at_once} checkpoint(s) of {need.checkpoint / GiB:.1f} GiB at once (fp32 weights and AdamW state; "
+        f"{kept} plus the one being written) and {need.models} model(s) of {need.model / GiB:.1f} GiB "
+        f"(final_model/, best_model/ in {dtype}); {', '.join(fixes[:-1])} or {fixes[-1]}"
+    )
+
+
+def check_run_disk_space(backbone: Any, cfg: Any, budget: Any, out_dir: Path, num_train: int, shards: int = 1) -> None:
+    """check_disk_space for task=train, before the model is loaded: `num_train` bounds the train entries
+    (the rounds, hence the saves, cannot be more); models: final_model/, best_model/ when validating,
+    and every validated one with eval_all_checkpoints_on_test."""
+    from seal.policy.memory import lora_param_count
+
+    config = backbone.model_config()
+    if not config:
+        return  # an unknown architecture: nothing to estimate from
+    tr = cfg.trainer
+    lora = dict(backbone.lora) if backbone.lora else None
+    lora_params = lora_param_count(config, int(lora.get("r", 16)), lora.get("target_modules", "all-linear")) if lora else 0
+    rounds = budget.rounds_for(num_train)
+    saves = rounds // tr.save_every if tr.save_every else 0
+    validated = rounds // budget.val_every if budget.val_every else 0
+    models = 1 + min(validated, 1) + (validated if cfg.get("eval_all_checkpoints_on_test") else 0)
+    need = disk_need(config, dtype=backbone.dtype, keep=tr.keep_checkpoints, saves=saves, models=models,
+                     lora_params=lora_params, shards=shards)
+    check_disk_space(need, out_dir, keep=tr.keep_checkpoints, dtype=backbone.dtype)
+
+
+def _existing(path: Path) -> Path:
+    while not path.exists():
+        path = path.parent
+    return path
+
+
+def _bytes_under(folder: Path) -> int:
+    return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file()) if folder.is_dir() else 0
+
+
+# -- writing checkpoints --------------------------------------------------------------------------------
+
+# what the writers raise on a full disk: OSError (ENOSPC, EDQUOT) from Python's own writes, RuntimeError
+# from torch.save's zip writer ("PytorchStreamWriter failed writing file"), SafetensorError from safetensors
+def _save_errors() -> tuple[type[BaseException], ...]:
+    from safetensors import SafetensorError
+
+    return (OSError, RuntimeError, SafetensorError)
+
+
+def write_checkpoint(trainer: Any, save: Callable[[], None]) -> None:
+    """TRL's checkpoint save (`save`), with transformers' rotation held back and its failure made one sentence.
+
+    transformers deletes old checkpoints at the end of its save, before SealStateCallback marks the new
+    one complete: with keep_checkpoints=1, a kill in between would leave no complete checkpoint. So the
+    rotation waits for the marker (SealStateCallback.on_save). A save that raises leaves the previous
+    complete checkpoint as it was, removes its own partial folder (its space is freed) and stops the run."""
+    args = trainer.args
+    folder = Path(args.output_dir) / f"checkpoint-{trainer.state.global_step}"
+    limit, args.save_total_limit = args.save_total_limit, None
+    try:
+        save()
+    except _save_errors() as exc:
+        raise failed_save(folder, exc) from exc
+    finally:
+        args.save_total_limit = limit
+
+
+def failed_save(folder: Path, exc: BaseException) -> UserError:
+    """The one sentence for a checkpoint that could not be written, once its partial folder is removed."""
+    _save_log.warning("writing %s failed", folder, exc_info=exc)
+    free = shutil.disk_usage(_existing(folder)).free
+    shutil.rmtree(folder, ignore_errors=True)
+    previous = latest_complete_checkpoint(folder.parent)
+    kept = (f"{previous.name} is intact and the same command resumes from it" if previous is not None
+            else "no earlier checkpoint exists, so the same command starts the training over")
+    first_line = (str(exc).strip().splitlines() or [""])[0][:200]
+    return UserError(
+        f"writing {folder} failed ({type(exc).__name__}: {first_line}) with {free / GiB:.1f} GiB free on its disk; "
+        f"{kept} once there is room (free space, lower trainer.keep_checkpoints, or set trainer.save_every=null "
+        f"to write no periodic checkpoints)"
+    )
+
+
+def rotate_checkpoints(directory: Path, keep: int | None) -> None:
+    """Delete every checkpoint but the newest `keep` complete ones (None: keep every complete one).
+    Incomplete folders (no seal_state.json: a save killed midway) are never resumed from and go too."""
+    complete = _complete(directory)
+    kept = set(complete if keep is None else complete[-keep:])
+    for path in directory.iterdir():
+        if _CHECKPOINT.search(path.name) and path not in kept:
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def save_final_model(trainer_or_model: Any, folder: Path, dtype: str | None) -> None:
+    """The trained weights as a model transformers loads (AutoModelForCausalLM), in the backbone's dtype.
+
+    Full fine-tuning trains fp32 master weights; the model is run and shipped in the compute dtype, at
+    half the disk with bf16. A LoRA model writes its adapters as peft does (fp32, as trained; the frozen
+    base is the backbone's own). dtype=None keeps the weights' own dtype. Given a trainer, its tokenizer
+    is written beside the weights, as Trainer.save_model does."""
+    import torch
+    from transformers import Trainer
+
+    trainer = trainer_or_model if isinstance(trainer_or_model, Trainer) else None
+    model = trainer.model if trainer is not None else trainer_or_model
+    model = getattr(model, "module", model)  # a DDP wrapper
+    if folder.exists():
+        shutil.rmtree(folder)
+    if getattr(model, "peft_config", None) or dtype is None:
+        model.save_pretrained(folder)
+    else:
+        target, cast = getattr(torch, dtype), {}
+        state = {}
+        for name, tensor in model.state_dict().items():
+            # tied weights (the embeddings and the LM head) stay one tensor, which save_pretrained writes once
+            key = (tensor.data_ptr(), tensor.shape)
+            if key not in cast:
+                cast[key] = tensor.detach().to("cpu", target) if tensor.is_floating_point() else tensor.detach().cpu()
+            state[name] = cast[key]
+        model.save_pretrained(folder, state_dict=state)
+        # save_pretrained records the weights' own dtype (fp32): AutoModelForCausalLM's dtype="auto" reads this
+        config = json.loads((folder / "config.json").read_text())
+        (folder / "config.json").write_text(json.dumps(config | {"dtype": dtype}, indent=2, sort_keys=True) + "\n")
+    if trainer is not None and trainer.processing_class is not None:
+        trainer.processing_class.save_pretrained(folder)
+
+
+def replay_epoch_order(loader: Any, epoch: int) -> None:
+    """Put TRL's prompt sampler where an uninterrupted run has it at the start of `epoch`.
+
+    TRL's RepeatSampler draws each epoch's prompt order (one randperm) from a generator seeded once, when
+    the sampler is built, and has no set_epoch: a process resumed in epoch k would draw epoch 0's order,
+    and every later epoch would lag k behind. Re-seeding it and drawing the k orders before makes the
+    next order epoch k's (for an uninterrupted run this changes nothing)."""
+    import torch
+
+    sampler = _repeat_sampler(loader)
+    if sampler is None or not sampler.shuffle or sampler.seed is None:
+        return
+    sampler.generator.manual_seed(sampler.seed)
+    for _ in range(epoch):
+        torch.randperm(sampler.num_samples, generator=sampler.generator)
+
+
+def _repeat_sampler(node: Any) -> Any:
+    """The RepeatSampler under a data loader (accelerate wraps the batch sampler once more per rank split)."""
+    from trl.trainer.utils import RepeatSampler
+
+    while node is not None and not isinstance(node, RepeatSampler):
+        inner = getattr(node, "batch_sampler", None)
+        node = inner if inner is not None else getattr(node, "sampler", None)
+    return node
+
+
+def _epoch(state: Any) -> int:
+    """The epoch about to start: TrainerState.epoch is whole at an epoch's end (epoch + steps/steps) and
+    is restored with a checkpoint (e.g. 1.5 midway through epoch 1)."""
+    return int(state.epoch or 0)
 
 
 # what the optimizer steps report (TRL's names), kept per round as train/<name>
@@ -48,6 +274,10 @@ class SealStateCallback(TrainerCallback):
         self.steps_per_round = steps_per_round
         self._signals: dict[str, list[float]] = {}
 
+    def on_epoch_begin(self, args, state, control, train_dataloader=None, **kwargs):
+        replay_epoch_order(train_dataloader, _epoch(state))
+        return control
+
     def on_log(self, args, state, control, logs=None, **kwargs):
         logs = logs or {}
         if "grad_norm" not in logs and "loss" not in logs:
@@ -64,9 +294,18 @@ class SealStateCallback(TrainerCallback):
         return control
 
     def on_save(self, args, state, control, **kwargs):
+        import torch.distributed as dist
+
+        # every rank has written its part (its RNG state at least) before the checkpoint is marked complete
+        if dist.is_available() and dist.is_initialized():
+            dist.barrier()
         if state.is_world_process_zero:
             folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
             tmp = folder / (SEAL_STATE + ".tmp")
-            tmp.write_text(json.dumps(self.coevolution.state_dict()))
-            os.replace(tmp, folder / SEAL_STATE)
+            try:
+                tmp.write_text(json.dumps(self.coevolution.state_dict()))
+                os.replace(tmp, folder / SEAL_STATE)
+            except OSError as exc:
+                raise failed_save(folder, exc) from exc
+            rotate_checkpoints(folder.parent, args.save_total_limit)
         return control

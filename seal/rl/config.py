@@ -20,7 +20,8 @@ LOSS_TYPES = ("grpo", "bnpo")
 
 
 def check_hardware(cfg: DictConfig) -> None:
-    """Fail at once, with the fix, when the config asks for hardware or extras this machine lacks."""
+    """Fail at once, with the fix, when the config asks for hardware or extras this machine lacks, or
+    names a trainer setting that cannot be used."""
     if cfg.trainer.loss_type not in LOSS_TYPES:
         raise UserError(f"trainer.loss_type={cfg.trainer.loss_type!r}: choose one of {', '.join(LOSS_TYPES)}")
     cap = cfg.trainer.get("tis_cap")
@@ -29,6 +30,10 @@ def check_hardware(cfg: DictConfig) -> None:
             f"trainer.tis_cap={cap!r}: the importance-sampling ratio's cap is a positive number (TRL's default "
             "cap is 3.0), or null for no correction"
         )
+    for key, null in (("save_every", "no periodic checkpoints"), ("keep_checkpoints", "keep every checkpoint")):
+        value = cfg.trainer[key]
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise UserError(f"trainer.{key}={value!r}: give a number of at least 1, or null for {null}")
 
 
 def grpo_config(cfg: DictConfig, budget: Budget, out_dir: Path, num_train: int, compute_dtype: str,
@@ -88,8 +93,9 @@ def grpo_config(cfg: DictConfig, budget: Budget, out_dir: Path, num_train: int, 
         model_init_kwargs={"dtype": compute_dtype},
         gradient_checkpointing=tr.gradient_checkpointing,
         disable_dropout=True,
-        save_strategy="steps",  # pragma: no mutate (TRL's default, kept explicit)
-        save_steps=plan.steps * tr.save_every,
+        # trainer.save_every=null: no periodic checkpoint (the authors' runs; such a run cannot resume)
+        save_strategy="steps" if tr.save_every else "no",
+        save_steps=plan.steps * (tr.save_every or 1),
         save_total_limit=tr.keep_checkpoints,
         logging_steps=1,
         report_to=[],  # pragma: no mutate (transformers' default reports nowhere either)

@@ -12,18 +12,18 @@ test scores is reported in a column marked test-selected, never used for a claim
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 from typing import Any
 
 from seal.errors import UserError
+from seal.rl.checkpoint import save_final_model
 
 AVG = "eval/bfcl_v3/avg"
 
 
 class ModelSelection:
     def __init__(self, *, every: int | None, val_entries: list[Any], out_dir: Path, dist: Any,
-                 keep_all: bool = False, evaluate: Any):
+                 keep_all: bool = False, evaluate: Any, dtype: str | None = None):
         if every is not None and int(every) < 1:
             raise UserError(f"budget.val_every={every}: give a number of rounds (at least 1) or null")
         if every is not None and not val_entries:
@@ -34,6 +34,8 @@ class ModelSelection:
         self.every = None if every is None else int(every)
         self.val_entries, self.out_dir, self.dist = val_entries, out_dir, dist
         self.keep_all, self.evaluate = keep_all, evaluate
+        # kept models are written in the backbone's dtype, as the final one (None: the weights' own)
+        self.dtype = dtype
         self.best_path = out_dir / "best.json"
         self.best = json.loads(self.best_path.read_text()) if self.best_path.exists() else None
 
@@ -54,10 +56,10 @@ class ModelSelection:
         if self.best is None or score > self.best["score"]:
             self.best = {"round": record.round, "global_step": record.global_step, "score": score,
                          "metric": f"val {AVG}", "entries": len(self.val_entries)}
-            _save(model, self.out_dir / "best_model")
+            save_final_model(model, self.out_dir / "best_model", self.dtype)
             self.best_path.write_text(json.dumps(self.best, indent=2))
         if self.keep_all:
-            _save(model, self.out_dir / "validated" / f"round_{record.round:04d}")
+            save_final_model(model, self.out_dir / "validated" / f"round_{record.round:04d}", self.dtype)
 
     def test_evaluations(self, model: Any, test_entries: list[Any]) -> dict[str, Any]:
         """The final and the best-on-validation models on test (and, as a diagnostic, every validated one)."""
@@ -85,12 +87,6 @@ class ModelSelection:
 
 def _unwrapped(model: Any) -> Any:
     return getattr(model, "module", model)
-
-
-def _save(model: Any, folder: Path) -> None:
-    if folder.exists():
-        shutil.rmtree(folder)
-    _unwrapped(model).save_pretrained(folder)
 
 
 def _load(model: Any, folder: Path) -> None:

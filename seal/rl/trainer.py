@@ -120,6 +120,15 @@ class SealGRPOTrainer(GRPOTrainer):
             shard_on_gloo(self.accelerator, self.args.fsdp_plugin_args)
             self.is_fsdp_enabled = True
 
+    def _save_checkpoint(self, model, trial):
+        """TRL's checkpoint; old ones are deleted only once it is complete, and a failed save stops the run
+        in one sentence with the previous complete checkpoint intact (seal.rl.checkpoint.write_checkpoint)."""
+        from functools import partial
+
+        from seal.rl.checkpoint import write_checkpoint
+
+        write_checkpoint(self, partial(super()._save_checkpoint, model, trial))
+
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
         out = super()._generate_and_score_completions(inputs)
         weights = self.coevolution.close_round(self.state.global_step)

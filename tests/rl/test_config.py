@@ -43,7 +43,9 @@ def test_paper_budget_grpo_config_per_backbone_and_world(tmp_path, backbone, wor
     # 6 epochs of 400 entries at 32 prompts per round, each epoch dropping its last partial batch (as TRL's
     # sampler and the release do): 6 x 12 = 72 rounds of 4 steps
     assert budget_of("budget=paper").rounds_for(400) == 72 and args.max_steps == 288
-    assert args.save_steps == 4 and args.bf16 and not args.fp16
+    # a checkpoint every 6 rounds of 4 steps, only the last kept (the authors saved none periodically)
+    assert (args.save_strategy, args.save_steps, args.save_total_limit) == ("steps", 24, 1)
+    assert args.bf16 and not args.fp16
     assert args.model_init_kwargs == {"dtype": "bfloat16"}
 
 
@@ -147,3 +149,15 @@ def test_float16_needs_a_gpu(tmp_path, monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(UserError, match="^backbone.dtype=float16 needs a CUDA GPU; use bfloat16 or float32 on a CPU$"):
         args_of(compose_with("budget=paper"), tmp_path, 400, compute_dtype="float16")
+
+
+def test_the_checkpoint_cadence_comes_from_the_budget_and_null_saves_none(tmp_path):
+    smoke = args_of(compose_with(), tmp_path, num_train=4, compute_dtype="float32")
+    assert (smoke.save_strategy, smoke.save_steps, smoke.save_total_limit) == ("steps", 1, 2)
+    # the authors' cadence: no periodic checkpoint (the best model is kept by budget.val_every)
+    none = args_of(compose_with("budget=paper", "trainer.save_every=null", "trainer.keep_checkpoints=null"), tmp_path,
+                   num_train=400, compute_dtype="bfloat16")
+    assert none.save_strategy == "no" and none.save_total_limit is None
+    for override in ("trainer.save_every=0", "trainer.keep_checkpoints=0", "trainer.save_every=1.5"):
+        with pytest.raises(UserError, match=rf"^{override.split('=')[0]}=.*: give a number of at least 1, or null"):
+            args_of(compose_with(override), tmp_path, num_train=4, compute_dtype="float32")

@@ -99,21 +99,32 @@ def test_a_wrong_override_fails_at_once_naming_the_choices():
     assert "closed_loop" in proc.stderr and "shuffled" in proc.stderr
 
 
-def test_a_killed_run_resumes_to_the_same_rounds_and_model(tmp_path):
-    args = [sys.executable, "run.py", *TINY, "budget.rounds=3", "budget.heldout_entries_per_category=0", "logger.mode=disabled"]
+def episode_ids(out_dir):
+    """Each round's episodes, by entry id, from the last checkpoint's SEAL state."""
+    last = max((out_dir / "checkpoints").glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
+    return [[e["id"] for e in r["episodes"]] for r in json.loads((last / "seal_state.json").read_text())["history"]]
+
+
+def test_a_run_killed_in_its_second_epoch_resumes_to_the_same_rounds_and_model(tmp_path):
+    # 2 train entries, 1 prompt per round: 2 rounds per epoch, so rounds 2 and 3 are epoch 1
+    args = [sys.executable, "run.py", *TINY, "budget.rounds=4", "budget.heldout_entries_per_category=0", "logger.mode=disabled"]
     full, killed = tmp_path / "full", tmp_path / "killed"
     done = subprocess.run([*args, f"hydra.run.dir={full}"], cwd=ROOT, check=True, timeout=600, capture_output=True,
                           text=True)
     # the console: one line per round and the closing line; no progress bar, step dict or library warning
     lines = done.stdout.splitlines()
-    assert [line.split(" | ")[0] for line in lines[:3]] == ["[1/3] round 0", "[2/3] round 1", "[3/3] round 2"], lines
-    assert len(lines) == 4 and "done: 3 rounds" in lines[3], lines
+    assert [line.split(" | ")[0] for line in lines[:4]] == [f"[{i + 1}/4] round {i}" for i in range(4)], lines
+    assert len(lines) == 5 and "done: 4 rounds" in lines[4], lines
     assert done.stderr == "", done.stderr
     # ... while run.log has everything, each optimizer step's values included
-    assert (full / "run.log").read_text().count("[trainer.steps]") >= 3
+    assert (full / "run.log").read_text().count("[trainer.steps]") >= 4
+    # epoch 1 draws its own prompt order (else a resume replaying epoch 0's order would go unnoticed)
+    order = [ids[0] for ids in episode_ids(full)]
+    assert sorted(order[:2]) == sorted(order[2:]) and order[:2] != order[2:], order
 
     proc = subprocess.Popen([*args, f"hydra.run.dir={killed}"], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    marker = killed / "checkpoints" / "checkpoint-1" / "seal_state.json"
+    # killed once epoch 1's first round is saved: the resumed process restarts midway through epoch 1
+    marker = killed / "checkpoints" / "checkpoint-3" / "seal_state.json"
     deadline = time.time() + 600
     while not marker.exists() and proc.poll() is None and time.time() < deadline:
         time.sleep(0.02)
@@ -122,6 +133,7 @@ def test_a_killed_run_resumes_to_the_same_rounds_and_model(tmp_path):
     assert marker.exists() and not (killed / "metrics.json").exists(), "the run was not killed mid-training"
 
     subprocess.run([*args, f"hydra.run.dir={killed}"], cwd=ROOT, check=True, timeout=600, capture_output=True)
+    assert episode_ids(killed) == episode_ids(full)
     assert rounds(killed) == rounds(full)
     from safetensors.torch import load_file
 

@@ -1,0 +1,224 @@
+"""Checkpoints that fit: the disk estimate and its refusal, rotation after the marker, a failed save that
+keeps the previous checkpoint, the final model in the backbone's dtype, and each epoch's prompt order."""
+
+import errno
+import json
+import os
+from collections import namedtuple
+from pathlib import Path
+
+import pytest
+import torch
+
+from seal.errors import UserError
+from seal.rl.checkpoint import (
+    SEAL_STATE, check_disk_space, disk_need, latest_complete_checkpoint, replay_epoch_order, rotate_checkpoints,
+    save_final_model,
+)
+from tests.rl.test_loop import TINY, rounds
+from tests.test_configs import compose_with
+
+GiB = 2**30
+# Qwen2.5-3B-Instruct's published config.json, and its model card's parameter count
+QWEN25_3B = {"model_type": "qwen2", "hidden_size": 2048, "num_hidden_layers": 36, "num_attention_heads": 16,
+             "num_key_value_heads": 2, "intermediate_size": 11008, "vocab_size": 151936, "tie_word_embeddings": True}
+QWEN25_3B_PARAMS = 3.09e9
+Usage = namedtuple("Usage", "total used free")
+
+
+def test_a_3b_checkpoint_is_fp32_weights_and_adamw_state():
+    need = disk_need(QWEN25_3B, dtype="bfloat16", keep=2, saves=72, models=1)
+    # 4 bytes of fp32 weights + 8 of AdamW moments per parameter: 3.09e9 x 12 B = 34.5 GiB (the 35 GB measured)
+    assert need.checkpoint == pytest.approx(QWEN25_3B_PARAMS * 12, rel=0.005)
+    assert need.checkpoint / GiB == pytest.approx(34.5, abs=0.1)
+    # two kept and the next one written before the oldest goes; final_model/ in bf16: 2 bytes a parameter
+    assert need.at_once == 3 and need.model == pytest.approx(QWEN25_3B_PARAMS * 2, rel=0.005)
+    assert need.total == 3 * need.checkpoint + need.model
+    # one rank's share of a checkpoint sharded over 4 ranks; the saved model is gathered whole
+    sharded = disk_need(QWEN25_3B, dtype="bfloat16", keep=2, saves=72, shards=4)
+    assert sharded.checkpoint == pytest.approx(need.checkpoint / 4, abs=1) and sharded.model == need.model
+    # a run that saves twice never holds three; keep=None keeps every one of its saves
+    assert disk_need(QWEN25_3B, dtype="bfloat16", keep=2, saves=2).at_once == 2
+    assert disk_need(QWEN25_3B, dtype="bfloat16", keep=None, saves=12).at_once == 12
+
+
+def test_a_lora_checkpoint_holds_only_the_adapters():
+    # 1M adapter parameters: fp32 + AdamW = 12 MB per checkpoint; the saved model is the fp32 adapters
+    need = disk_need(QWEN25_3B, dtype="bfloat16", keep=1, saves=12, models=2, lora_params=10**6)
+    assert (need.checkpoint, need.model, need.at_once) == (12 * 10**6, 4 * 10**6, 2)
+    assert need.total == 2 * 12 * 10**6 + 2 * 4 * 10**6
+
+
+def test_a_run_whose_checkpoints_cannot_fit_the_disk_is_refused(tmp_path, monkeypatch):
+    need = disk_need(QWEN25_3B, dtype="bfloat16", keep=2, saves=72)
+    # the measured disk: 64 GB free, and 3 x 34.5 + 5.8 = 109 GiB needed
+    monkeypatch.setattr("shutil.disk_usage", lambda path: Usage(10**12, 10**12 - 64 * 10**9, 64 * 10**9))
+    with pytest.raises(UserError) as err:
+        check_disk_space(need, tmp_path, keep=2, dtype="bfloat16")
+    message = str(err.value)
+    assert "\n" not in message and f"{need.total / GiB:.1f} GiB" in message and "59.6 GiB are free" in message
+    assert "3 checkpoint(s) of 34.5 GiB" in message
+    assert all(fix in message for fix in ("trainer.keep_checkpoints=1", "trainer.save_every=null", "hydra.run.dir"))
+    # keep 1 and no periodic checkpoint (the authors' cadence) fit 64 GB; 60 GiB do not hold two 34.5 GiB ones
+    check_disk_space(disk_need(QWEN25_3B, dtype="bfloat16", keep=1, saves=0), tmp_path, keep=1, dtype="bfloat16")
+    with pytest.raises(UserError):
+        check_disk_space(disk_need(QWEN25_3B, dtype="bfloat16", keep=1, saves=12), tmp_path, keep=1,
+                         dtype="bfloat16")
+
+
+def test_what_an_earlier_attempt_left_counts_as_room(tmp_path, monkeypatch):
+    # a resumed run replaces its old checkpoint: 35 GiB free plus the 40 GiB already there hold the 2 x 34.5 GiB
+    need = disk_need(QWEN25_3B, dtype="bfloat16", keep=1, saves=12, models=0)
+    monkeypatch.setattr("shutil.disk_usage", lambda path: Usage(10**12, 0, 35 * GiB))
+    with pytest.raises(UserError) as err:
+        check_disk_space(need, tmp_path, keep=1, dtype="bfloat16")
+    # keeping one already, the sentence does not offer to keep one
+    assert "keep_checkpoints=1)" not in str(err.value) and "trainer.keep_checkpoints=1 kept" in str(err.value)
+    old = tmp_path / "checkpoints" / "checkpoint-24"
+    old.mkdir(parents=True)
+    with open(old / "optimizer.pt", "wb") as fh:
+        fh.truncate(40 * GiB)  # sparse: its size counts, no disk is used
+    check_disk_space(need, tmp_path, keep=1, dtype="bfloat16")
+
+
+def test_task_train_refuses_before_writing_anything(tmp_path, monkeypatch):
+    from seal.tasks.train import train
+
+    monkeypatch.setattr("shutil.disk_usage", lambda path: Usage(10**9, 10**9 - 2**20, 2**20))
+    with pytest.raises(UserError, match="this run needs about .* GiB on the disk of"):
+        train(compose_with(*TINY, "logger.mode=disabled"), tmp_path)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_old_checkpoints_go_only_once_the_new_one_is_complete(tmp_path):
+    for step in (1, 2, 3, 4, 5):
+        (tmp_path / f"checkpoint-{step}").mkdir()
+    for step in (2, 3, 4):
+        (tmp_path / f"checkpoint-{step}" / SEAL_STATE).write_text("{}")
+    # 5 is being written (no marker yet): 2 and 3 would be deleted by an eager rotation keeping 2
+    rotate_checkpoints(tmp_path, None)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint-2", "checkpoint-3", "checkpoint-4"]
+    rotate_checkpoints(tmp_path, 2)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint-3", "checkpoint-4"]
+    assert latest_complete_checkpoint(tmp_path).name == "checkpoint-4"
+
+
+def test_the_fingerprint_ignores_the_checkpoint_cadence():
+    from seal.io import config_fingerprint
+
+    base = config_fingerprint(compose_with())
+    assert config_fingerprint(compose_with("trainer.keep_checkpoints=1", "budget.save_every=3")) == base
+    assert config_fingerprint(compose_with("trainer.learning_rate=2e-6")) != base
+
+
+def test_the_final_model_is_the_masters_in_the_backbones_dtype(tmp_path):
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
+
+    from seal.policy.backbones import TinyRandomBackbone
+
+    model = TinyRandomBackbone(dtype="bfloat16").load(training=True).model
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 1e-3)  # digits bf16 cannot hold
+    masters = {k: v.clone() for k, v in model.state_dict().items()}
+    assert all(v.dtype == torch.float32 for v in masters.values())
+    save_final_model(model, tmp_path / "final_model", "bfloat16")
+    loaded = AutoModelForCausalLM.from_pretrained(tmp_path / "final_model")
+    state = loaded.state_dict()
+    assert state.keys() == masters.keys()
+    for name, master in masters.items():
+        assert state[name].dtype == torch.bfloat16 and torch.equal(state[name], master.to(torch.bfloat16)), name
+    # the tied head is written once, as transformers writes it
+    assert "lm_head.weight" not in load_file(tmp_path / "final_model" / "model.safetensors")
+
+
+def _orders(sampler, epochs):
+    return [list(sampler) for _ in range(epochs)]
+
+
+def test_a_resumed_sampler_draws_the_epochs_order_not_epoch_0s():
+    from accelerate.data_loader import BatchSamplerShard
+    from torch.utils.data import BatchSampler, DataLoader
+    from trl.trainer.utils import RepeatSampler
+
+    def sampler():
+        return RepeatSampler(list(range(7)), mini_repeat_count=2, batch_size=2, repeat_count=3, seed=5)
+
+    uninterrupted = _orders(sampler(), 3)
+    # TRL's sampler, built afresh as a resumed process builds it, replays epoch 0 whatever the epoch
+    assert list(sampler()) == uninterrupted[0] != uninterrupted[2]
+    for epoch in range(3):
+        fresh = sampler()
+        replay_epoch_order(DataLoader(list(range(7)), sampler=fresh, batch_size=6), epoch)
+        assert _orders(fresh, 3 - epoch) == uninterrupted[epoch:]
+    # found under accelerate's per-rank split too
+    fresh = sampler()
+    replay_epoch_order(BatchSamplerShard(BatchSampler(fresh, 6, drop_last=False), num_processes=2), 2)
+    assert list(fresh) == uninterrupted[2]
+
+
+@pytest.fixture(scope="module")
+def failed_save(tmp_path_factory):
+    """A bf16 tiny-random run whose second checkpoint hits a full disk, then the same command again."""
+    from seal.tasks import train
+
+    out = tmp_path_factory.mktemp("failed_save")
+    cfg = compose_with(*TINY, "backbone.dtype=bfloat16", "budget.heldout_entries_per_category=0", "logger.mode=disabled")
+    real_save = torch.save
+
+    def full_disk(obj, f, *args, **kwargs):
+        if "checkpoint-2" in str(f):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(f))
+        return real_save(obj, f, *args, **kwargs)
+
+    torch.save = full_disk
+    try:
+        with pytest.raises(UserError) as err:
+            train.train(cfg, out)
+    finally:
+        torch.save = real_save
+    after_failure = {"message": str(err.value), "rounds": rounds(out),
+                     "checkpoints": sorted(p.name for p in (out / "checkpoints").glob("checkpoint-*"))}
+    train.train(cfg, out)
+    return out, after_failure
+
+
+def test_a_failed_save_stops_in_one_sentence_and_keeps_the_previous_checkpoint(failed_save):
+    out, after = failed_save
+    message = after["message"]
+    assert "\n" not in message and "No space left on device" in message and "checkpoint-2" in message
+    assert "checkpoint-1 is intact and the same command resumes from it" in message
+    # the partial checkpoint-2 (its weights were written before a torch.save failed) is gone
+    assert after["checkpoints"] == ["checkpoint-1"]
+    # the same command resumed from checkpoint-1 and replayed round 1 exactly as the failed attempt played it
+    assert len(after["rounds"]) == 2 and rounds(out) == after["rounds"]
+    assert json.loads((out / "metrics.json").read_text())["rounds"] == 2
+
+
+def test_the_final_model_of_a_bf16_run_is_its_last_masters_in_bf16(failed_save):
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
+
+    out, _ = failed_save
+    masters = load_file(out / "checkpoints" / "checkpoint-2" / "model.safetensors")
+    assert all(v.dtype == torch.float32 for v in masters.values())
+    final = AutoModelForCausalLM.from_pretrained(out / "final_model").state_dict()
+    assert json.loads((out / "final_model" / "config.json").read_text())["dtype"] == "bfloat16"
+    for name, master in masters.items():
+        assert final[name].dtype == torch.bfloat16 and torch.equal(final[name], master.to(torch.bfloat16)), name
+    assert (out / "final_model" / "tokenizer.json").is_file()
+
+
+
+def test_the_estimate_matches_what_transformers_writes(failed_save):
+    from seal.policy.backbones import TinyRandomBackbone
+
+    out, _ = failed_save
+    config = TinyRandomBackbone().model_config()
+    need = disk_need(config, dtype="bfloat16", keep=2, saves=2)
+    # the weights and AdamW's state as written (the rest, tokenizer and RNG files, is a few MB whatever the model)
+    written = out / "checkpoints" / "checkpoint-2"
+    assert (written / "model.safetensors").stat().st_size + (written / "optimizer.pt").stat().st_size == pytest.approx(
+        need.checkpoint, rel=0.01)
+    assert (out / "final_model" / "model.safetensors").stat().st_size == pytest.approx(need.model, rel=0.01)
