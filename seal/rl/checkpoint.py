@@ -24,7 +24,6 @@ from seal.errors import UserError
 SEAL_STATE = "seal_state.json"
 _CHECKPOINT = re.compile(r"checkpoint-(\d+)$")
 GiB = 2**30
-_BYTES = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2}
 # AdamW keeps two fp32 moments per trained parameter
 _ADAMW_BYTES = 8
 # run.log only (the console shows the one-sentence error): the traceback of a failed save
@@ -73,12 +72,12 @@ def disk_need(config: Any, *, dtype: str, keep: int | None, saves: int, models: 
     """What the checkpoints and models of a run take on disk, from the architecture alone.
 
     A checkpoint holds the trained parameters in fp32 (full fine-tuning's master weights, or LoRA's
-    adapters) and AdamW's two fp32 moments: 12 bytes per trained parameter (scheduler, RNG and JSON
-    files are kilobytes). Sharded over `shards` ranks, each rank writes its share. A new checkpoint is
+    adapters) and AdamW's two fp32 moments: 12 bytes per trained parameter (the tokenizer, scheduler,
+    RNG and JSON files are a few MB whatever the model). Sharded over `shards` ranks, each rank writes its share. A new checkpoint is
     written whole before the oldest is deleted, so `keep` kept means keep + 1 on disk while one is
     saved (at most the `saves` the run makes; keep=None keeps all). A saved model is the full weights
     in the backbone's dtype, or LoRA's fp32 adapters."""
-    from seal.policy.memory import param_count
+    from seal.policy.memory import _BYTES, param_count
 
     trained = lora_params or param_count(config)
     checkpoint = -(-trained * (4 + _ADAMW_BYTES) // shards)

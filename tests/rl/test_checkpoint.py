@@ -5,7 +5,6 @@ import errno
 import json
 import os
 from collections import namedtuple
-from pathlib import Path
 
 import pytest
 import torch
