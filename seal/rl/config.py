@@ -37,7 +37,7 @@ def check_hardware(cfg: DictConfig) -> None:
 
 
 def grpo_config(cfg: DictConfig, budget: Budget, out_dir: Path, num_train: int, compute_dtype: str,
-                sharding: str = "ddp"):
+                sharding: str):
     """TRL's arguments for a run of `budget` (planned for budget.world ranks) on num_train entries, with the
     launch's sharding (seal.rl.sharding)."""
     from trl import GRPOConfig
@@ -94,8 +94,9 @@ def grpo_config(cfg: DictConfig, budget: Budget, out_dir: Path, num_train: int, 
         gradient_checkpointing=tr.gradient_checkpointing,
         disable_dropout=True,
         # trainer.save_every=null: no periodic checkpoint (the authors' runs; such a run cannot resume)
-        save_strategy="steps" if tr.save_every else "no",
-        save_steps=plan.steps * (tr.save_every or 1),
+        # a checkpoint every save_every rounds, or none (save_steps is then TRL's default, never read)
+        **({"save_strategy": "steps", "save_steps": plan.steps * tr.save_every} if tr.save_every
+           else {"save_strategy": "no"}),
         save_total_limit=tr.keep_checkpoints,
         logging_steps=1,
         report_to=[],  # pragma: no mutate (transformers' default reports nowhere either)

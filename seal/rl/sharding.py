@@ -100,7 +100,9 @@ def check_checkpoint(checkpoint: Any, sharding: str) -> None:
 
 def grpo_arguments(sharding: str) -> dict[str, Any]:
     """transformers' TrainingArguments for the sharding (nothing for ddp, accelerate's default)."""
-    if sharding != "fsdp2":
+    if sharding not in SHARDINGS:
+        raise ValueError(f"sharding {sharding!r}: choose one of {', '.join(SHARDINGS)}")
+    if sharding == "ddp":
         return {}
     return {
         "fsdp": True,

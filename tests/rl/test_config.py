@@ -16,8 +16,8 @@ def round_plan(node, world=1):
     return Budget.from_config(node, world).plan
 
 
-def args_of(cfg, tmp_path, num_train, compute_dtype, world=1):
-    return grpo_config(cfg, Budget.from_config(cfg.budget, world), tmp_path, num_train, compute_dtype)
+def args_of(cfg, tmp_path, num_train, compute_dtype, world=1, sharding="ddp"):
+    return grpo_config(cfg, Budget.from_config(cfg.budget, world), tmp_path, num_train, compute_dtype, sharding)
 
 PAPER_BACKBONES = ["qwen2.5-3b", "qwen2.5-7b", "toolace-2-8b"]
 
@@ -132,7 +132,9 @@ def test_round_plan_counts_are_integers_and_bad_sizes_are_named(tmp_path):
         with pytest.raises(UserError, match=r"^trainer.tis_cap=.*: the importance-sampling ratio's cap is a positive "
                                             r"number \(TRL's default cap is 3.0\), or null for no correction$"):
             args_of(compose_with("budget=paper", f"trainer.tis_cap={cap}"), tmp_path, 400, "float32")
-    args_of(compose_with("budget=paper", "trainer.tis_cap=2"), tmp_path, 400, "float32")
+    # any positive cap, also one at or below 1 (it then only ever lowers a token's weight)
+    for cap in ("2", "1", "0.5"):
+        args_of(compose_with("budget=paper", f"trainer.tis_cap={cap}"), tmp_path, 400, "float32")
 
 
 def test_trl_is_told_the_process_groups_timeout_in_whole_seconds(tmp_path):
@@ -158,6 +160,17 @@ def test_the_checkpoint_cadence_comes_from_the_budget_and_null_saves_none(tmp_pa
     none = args_of(compose_with("budget=paper", "trainer.save_every=null", "trainer.keep_checkpoints=null"), tmp_path,
                    num_train=400, compute_dtype="bfloat16")
     assert none.save_strategy == "no" and none.save_total_limit is None
-    for override in ("trainer.save_every=0", "trainer.keep_checkpoints=0", "trainer.save_every=1.5"):
-        with pytest.raises(UserError, match=rf"^{override.split('=')[0]}=.*: give a number of at least 1, or null"):
+    for override, null in (("trainer.save_every=0", "no periodic checkpoints"),
+                           ("trainer.keep_checkpoints=0", "keep every checkpoint"),
+                           ("trainer.save_every=1.5", "no periodic checkpoints")):
+        with pytest.raises(UserError, match=rf"^{override.split('=')[0]}=.*: give a number of at least 1, or null for {null}$"):
             args_of(compose_with(override), tmp_path, num_train=4, compute_dtype="float32")
+
+
+def test_the_launchs_sharding_reaches_trl(tmp_path):
+    """fsdp2 becomes transformers' FSDP2 plugin arguments; ddp none (accelerate's data parallel)."""
+    fsdp = args_of(compose_with(), tmp_path, num_train=4, compute_dtype="float32", sharding="fsdp2")
+    assert fsdp.fsdp_plugin_args["fsdp_version"] == 2 and fsdp.fsdp_plugin_args["state_dict_type"] == "SHARDED_STATE_DICT"
+    assert args_of(compose_with(), tmp_path, num_train=4, compute_dtype="float32").fsdp_plugin_args is None
+    with pytest.raises(ValueError, match="sharding 'zero3': choose one of ddp, fsdp2"):
+        args_of(compose_with(), tmp_path, num_train=4, compute_dtype="float32", sharding="zero3")
