@@ -81,7 +81,7 @@ def _ranks() -> tuple[int, int]:
 
     if dist.is_available() and dist.is_initialized():
         return dist.get_rank(), dist.get_world_size()
-    return 0, 1
+    return 0, 1  # pragma: no mutate (one process: launch_options never reads the rank)
 
 
 def launch_options(*, cpu: bool, seed: int) -> dict[str, Any]:
@@ -100,7 +100,8 @@ def launch_options(*, cpu: bool, seed: int) -> dict[str, Any]:
             f"backbone.generation=vllm under {world} ranks needs LOCAL_RANK to pick each rank's GPU, and this "
             "launcher did not set it: launch with `accelerate launch` or `torchrun`"
         )
-    os.environ.update(RANK=str(rank), LOCAL_RANK=str(int(local_rank)), WORLD_SIZE=str(world))
+    # LOCAL_RANK is already the launcher's
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world))
     return {"seed": int(seed) + rank, "distributed_executor_backend": "external_launcher"}
 
 
@@ -183,7 +184,7 @@ class VLLMGenerator:
         # the torch model whose weights the engine takes at every play (None: the checkpoint's, as loaded)
         self.model: Any = None
         # training loads and steps until the first play: the engine's memory is the trainer's meanwhile
-        self.asleep = False
+        self.asleep = False  # pragma: no mutate (any falsy value: only its truth is read)
         self.end()
 
     def begin(self) -> None:
@@ -200,7 +201,7 @@ class VLLMGenerator:
             self.sync_weights(self.model)
         if self.asleep:
             self.llm.wake_up(tags=["kv_cache"])
-            self.asleep = False
+            self.asleep = False  # pragma: no mutate (any falsy value: only its truth is read)
 
     def end(self) -> None:
         """A play ended: on CUDA the engine sleeps at level 1 (weights offloaded to the host, KV cache
@@ -335,17 +336,18 @@ def _full(tensor: Any) -> Any:
     from torch.distributed.tensor import DTensor
 
     tensor = tensor.detach()
-    return tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
+    # a DTensor exists only under several ranks: tests/policy/test_vllm_fsdp.py (costly, so not run per mutant)
+    return tensor.full_tensor() if isinstance(tensor, DTensor) else tensor  # pragma: no mutate
 
 
 def _lora_targets(base: Any) -> dict[str, tuple[Any, str]]:
     """The base parameters that LoRA adapters update, by name: (the peft layer, "weight" or "bias"); or
     one sentence on an adapter that cannot be merged."""
-    from peft.tuners.lora import Linear
+    from peft.tuners.lora import Linear, LoraLayer
 
     targets = {}
     for prefix, layer in base.named_modules():
-        if not (hasattr(layer, "lora_A") and hasattr(layer, "base_layer")):
+        if not isinstance(layer, LoraLayer):
             continue
         kind = type(layer.get_base_layer()).__name__
         for adapter in _adapters(layer):
@@ -355,7 +357,7 @@ def _lora_targets(base: Any) -> dict[str, tuple[Any, str]]:
                     f"{adapter!r} on a {kind} is another kind (DoRA or another variant, or a non-linear layer): "
                     "target linear layers with plain LoRA or use backbone.generation=transformers"
                 )
-            if layer.lora_bias[adapter] and getattr(layer.get_base_layer(), "bias", None) is None:
+            if layer.lora_bias[adapter] and layer.get_base_layer().bias is None:
                 raise UserError(
                     f"adapter {adapter!r} has a bias (lora_bias) but its base layer, a {kind}, has none, so the "
                     "merged model cannot hold it: train without lora_bias"
@@ -411,7 +413,8 @@ def _hf_weights(model: Any) -> Iterator[tuple[str, Any]]:
     before the engine reads the first tensor: a refused one leaves the engine's weights whole."""
     peft = _is_peft(model)
     base = model.get_base_model() if peft else model
-    targets = _lora_targets(base) if peft else {}
+    # a plain model has no LoRA layer: no targets
+    targets = _lora_targets(base)
     return _whole_weights(base, targets, peft)
 
 

@@ -792,3 +792,55 @@ def test_only_a_peft_wrapper_counts_as_one():
     assert gv._is_peft(SimpleNamespace(peft_config={}, get_base_model=lambda: None))
     assert not gv._is_peft(SimpleNamespace(peft_config={}))
     assert not gv._is_peft(SimpleNamespace(get_base_model=lambda: None))
+
+
+def test_two_active_adapters_both_add_their_update_and_one_may_skip_a_layer(fake_vllm):
+    """peft merges every active adapter into a layer: W + s_a B_a A_a + s_b B_b A_b; an adapter that does
+    not target a layer adds nothing there and the others still do (v_proj: only adapter b)."""
+    from peft import LoraConfig, get_peft_model
+
+    base = _tiny_llama(tied=False)
+    q = base.model.layers[0].self_attn.q_proj.weight.detach().clone()
+    v = base.model.layers[0].self_attn.v_proj.weight.detach().clone()
+    model = get_peft_model(base, LoraConfig(r=2, lora_alpha=4, target_modules=["q_proj"]), adapter_name="a")
+    model.add_adapter("b", LoraConfig(r=4, lora_alpha=4, target_modules=["q_proj", "v_proj"]))
+    model.base_model.set_adapter(["a", "b"])
+    attention = model.base_model.model.model.layers[0].self_attn
+    qa, qb = _lora_update(attention.q_proj, "a"), _lora_update(attention.q_proj, "b")
+    vb = _lora_update(attention.v_proj, "b")
+    gen = _generator()
+    gen.sync_weights(model)
+    weights = gen.llm.events[0][3]
+    # scalings alpha / r: a 4 / 2 = 2, b 4 / 4 = 1
+    torch.testing.assert_close(weights["model.layers.0.self_attn.q_proj.weight"][1],
+                               q + 2 * (qa[1] @ qa[0]) + 1 * (qb[1] @ qb[0]))
+    torch.testing.assert_close(weights["model.layers.0.self_attn.v_proj.weight"][1], v + 1 * (vb[1] @ vb[0]))
+
+
+def test_an_adapter_without_a_bias_does_not_hide_the_next_ones_bias(fake_vllm):
+    """Two active adapters on GPT-2's c_attn, the first without lora_bias: the merged bias is the base's
+    plus the second's scaling * B.bias (peft's merge_and_unload gives the same)."""
+    import copy
+
+    from peft import LoraConfig, get_peft_model
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    base = GPT2LMHeadModel(GPT2Config(vocab_size=32, n_positions=16, n_embd=16, n_layer=1, n_head=2))
+    model = get_peft_model(base, LoraConfig(r=2, lora_alpha=2, target_modules=["c_attn"], fan_in_fan_out=True),
+                           adapter_name="plain")
+    model.add_adapter("biased", LoraConfig(r=2, lora_alpha=6, target_modules=["c_attn"], fan_in_fan_out=True,
+                                           lora_bias=True))
+    model.base_model.set_adapter(["plain", "biased"])
+    layer = model.base_model.model.transformer.h[0].attn.c_attn
+    with torch.no_grad():
+        layer.lora_B["biased"].bias.normal_()
+    bias = layer.base_layer.bias.detach().clone()
+    gen = _generator()
+    gen.sync_weights(model)
+    weights = gen.llm.events[0][3]
+    # the biased adapter's scaling is 6 / 2 = 3
+    torch.testing.assert_close(weights["transformer.h.0.attn.c_attn.bias"][1],
+                               bias + 3 * layer.lora_B["biased"].bias.detach())
+    merged = copy.deepcopy(model).merge_and_unload()
+    torch.testing.assert_close(weights["transformer.h.0.attn.c_attn.bias"][1], merged.transformer.h[0].attn.c_attn.bias)
