@@ -358,9 +358,6 @@ def preflight(backbone: str, out: Path, *, tiny: bool | None = None, overrides: 
 
     rc, sanity, log = run_step("sanity", ["task=sanity", *model_args, *COMMON, *overrides], out, step_timeout)
     sanity.note = check_sanity(rc, out / "sanity", log, mechanics_only=tiny)
-    if not keep:
-        # the sanity run saves its last round too (a 3B shape's checkpoint is about 35 GB): room for the next
-        shutil.rmtree(out / "sanity" / "checkpoints", ignore_errors=True)
     rc, train, log = run_step("train", [*TRAIN, *model_args, *COMMON, *overrides], out, step_timeout)
     plan, train.note = check_train(rc, out / "train", log)
     train.plan_gib = plan["total"]

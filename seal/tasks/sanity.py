@@ -42,9 +42,9 @@ def sanity(cfg: DictConfig, out_dir: Path) -> None:
         "steps_per_round": s.steps_per_round, "micro_batch_size": s.micro_batch_size, "rounds": s.rounds,
         "max_new_tokens": 1, "temperature": 1.0,
     }, dist.world)
+    # no checkpoint: the check is short and never resumed (a 3B model's would be about 35 GB to write)
     run_cfg = OmegaConf.merge(cfg, {
-        "trainer": {"learning_rate": s.learning_rate or cfg.trainer.learning_rate, "save_every": s.rounds,
-                    "keep_checkpoints": 1},
+        "trainer": {"learning_rate": s.learning_rate or cfg.trainer.learning_rate, "save_every": None},
     })
     task = ChoiceTask(model=policy.model, tokenizer=policy.tokenizer, chat=CHATS[chat_for(policy.tokenizer)](),
                       options=list(s.options), target=s.target, seed=cfg.seed, dist=dist,

@@ -29,6 +29,8 @@ def test_a_bf16_configured_tiny_model_learns_the_rewarded_choice(tmp_path):
     # four options under a near-uniform random model: the rewarded one starts near 1/4
     assert result["first_rounds_mean"] < 0.45 and result["last_rounds_mean"] >= result["first_rounds_mean"] + 0.15
     assert "sanity round  11: reward" in proc.stdout and "(rose;" in proc.stdout
+    # a check that is never resumed writes no checkpoint
+    assert not list((tmp_path / "checkpoints").glob("checkpoint-*"))
 
 
 def test_a_model_that_does_not_move_fails_the_check(tmp_path):
