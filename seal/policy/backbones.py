@@ -154,6 +154,16 @@ def check_fits(name: str, params_b: float, dtype: str, available: int | None = N
         )
 
 
+def adapter_params(backbone: Any, config: Any) -> int:
+    """The LoRA adapters' parameter count of a backbone (0 without LoRA), from its architecture."""
+    from seal.policy.memory import lora_param_count
+
+    if not backbone.lora:
+        return 0
+    lora = dict(backbone.lora)
+    return lora_param_count(config, int(lora.get("r", 16)), lora.get("target_modules", "all-linear"))
+
+
 def check_training_fits(backbone: Any, *, episode_tokens: int, micro_batch: int, reference: bool,
                         gradient_checkpointing: bool, sharding: str = "ddp", world: int = 1,
                         rollout_engine_fraction: float | None = None, prefill_rows: int = 1,
@@ -164,13 +174,13 @@ def check_training_fits(backbone: Any, *, episode_tokens: int, micro_batch: int,
     `rollout_engine_fraction` of the device. The refusal names a launch that would fit when there is one.
     Returns the estimate (seal.policy.memory.TrainingMemory), or None when the architecture is unknown."""
     from seal.policy.generation_hf import PREFILL_CHUNK
-    from seal.policy.memory import GiB, lora_param_count, training_memory
+    from seal.policy.memory import GiB, training_memory
 
     config = backbone.model_config()
     if not config:
         return None
-    lora = dict(backbone.lora) if backbone.lora else None
-    lora_params = lora_param_count(config, int(lora.get("r", 16)), lora.get("target_modules", "all-linear")) if lora else 0
+    lora = bool(backbone.lora)
+    lora_params = adapter_params(backbone, config)
     if available is None:
         available, where = available_memory_bytes()
         total = device_total_bytes()

@@ -110,14 +110,13 @@ def check_run_disk_space(backbone: Any, cfg: Any, budget: Any, out_dir: Path, nu
     """check_disk_space for task=train, before the model is loaded: `num_train` bounds the train entries
     (the rounds, hence the saves, cannot be more); models: final_model/, best_model/ when validating,
     and every validated one with eval_all_checkpoints_on_test."""
-    from seal.policy.memory import lora_param_count
+    from seal.policy.backbones import adapter_params
 
     config = backbone.model_config()
     if not config:
         return  # an unknown architecture: nothing to estimate from
     tr = cfg.trainer
-    lora = dict(backbone.lora) if backbone.lora else None
-    lora_params = lora_param_count(config, int(lora.get("r", 16)), lora.get("target_modules", "all-linear")) if lora else 0
+    lora_params = adapter_params(backbone, config)
     rounds = budget.rounds_for(num_train)
     saves = rounds // tr.save_every if tr.save_every else 0
     validated = rounds // budget.val_every if budget.val_every else 0
