@@ -1,4 +1,4 @@
-"""The one entry point: `python run.py task=<train|eval|replay|score|validate_diagnoser|show_prompt> ...`."""
+"""The one entry point: `python run.py task=<train|eval|sanity|replay|score|validate_diagnoser|show_prompt> ...`."""
 
 import os
 from pathlib import Path

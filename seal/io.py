@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import random
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -83,3 +84,15 @@ def code_version() -> str:
         return sha.strip() + ("+dirty" if dirty.strip() else "")
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
+
+
+def rng_state(rng: random.Random) -> list[Any]:
+    """A `random.Random`'s state as JSON-ready lists (checkpoints store it in seal_state.json)."""
+    version, internal, gauss = rng.getstate()
+    return [version, list(internal), gauss]
+
+
+def restore_rng(rng: random.Random, state: list[Any]) -> None:
+    """Set `rng` to a state written by `rng_state` (JSON turned its tuple into a list)."""
+    version, internal, gauss = state
+    rng.setstate((version, tuple(internal), gauss))

@@ -170,7 +170,7 @@ def test_a_loss_type_the_kl_term_cannot_follow_fails_with_the_fix():
 
 
 # One wrong value per group; after it, the words the one-line error must contain: the bad value and
-# every valid choice (written out here by hand, from DESIGN.md and the conf files' comments)
+# every valid choice (written out here by hand, from the conf files' comments and the classes that check them)
 WRONG_VALUES = [
     ("backbone.dtype=float8", ["float8", "float32", "float16", "bfloat16"]),
     ("backbone.tool_format=xml", ["'xml'", "qwen_xml", "llama3_json", "bfcl_python"]),
@@ -206,7 +206,7 @@ def test_a_wrong_value_in_any_group_stops_the_run_with_one_line_and_writes_nothi
 def test_a_scenario_count_the_benchmark_does_not_have_is_refused():
     from seal.env.splits import scenario_disjoint
 
-    # 200 scenarios in each category (DESIGN.md): 201 cannot be carved, 200 can (and leaves no train)
+    # 200 scenarios in each category (ids multi_turn_<category>_0..199): 201 cannot be carved, 200 can (and leaves no train)
     with pytest.raises(ValueError, match="201 scenarios: between 0 and 200"):
         scenario_disjoint(test_scenarios=201)
     assert len(scenario_disjoint(test_scenarios=200).test) == 800

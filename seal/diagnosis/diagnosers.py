@@ -21,6 +21,7 @@ from seal.diagnosis.rules import diagnose
 from seal.env.benchmark import Entry
 from seal.env.episode import StepRecord
 from seal.env.verifier import Verdict
+from seal.io import restore_rng, rng_state
 
 Item = tuple[Entry, Verdict, list[list[StepRecord]]]
 
@@ -68,12 +69,10 @@ class RandomDiagnoser(RuleDiagnoser):
         return [[L.TurnLabel(outcome(t.outcome), cause(t.cause)) for t in traj] for traj in labels]
 
     def state_dict(self) -> dict:
-        version, internal, gauss = self._rng.getstate()
-        return {"rng": [version, list(internal), gauss]}
+        return {"rng": rng_state(self._rng)}
 
     def load_state_dict(self, state: dict) -> None:
-        version, internal, gauss = state["rng"]
-        self._rng.setstate((version, tuple(internal), gauss))
+        restore_rng(self._rng, state["rng"])
 
 
 class ConstantDiagnoser(RuleDiagnoser):

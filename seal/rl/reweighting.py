@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 
 from seal.diagnosis.labels import COUNTED_LABELS, LABELS
 from seal.diagnosis.profile import trajectory_profile
+from seal.io import restore_rng, rng_state
 
 MODES = ("off", "fixed", "closed_loop", "shuffled")
 # turns the checker could not judge (and placeholders): never counted, never weighted, target 1.0
@@ -230,7 +231,7 @@ class Reweighting:
             "rho": dict(self.rho),
             "window": {"counts": dict(self.window.counts), "reward_sums": dict(self.window.reward_sums)},
             "rounds_in_epoch": self.rounds_in_epoch,
-            "rng": self._rng.getstate(),
+            "rng": rng_state(self._rng),
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -239,5 +240,4 @@ class Reweighting:
         self.window = TagWindow({k: int(v) for k, v in window.get("counts", {}).items()},
                                 {k: float(v) for k, v in window.get("reward_sums", {}).items()})
         self.rounds_in_epoch = int(state.get("rounds_in_epoch", 0))
-        version, internal, gauss = state["rng"]
-        self._rng.setstate((version, tuple(internal), gauss))
+        restore_rng(self._rng, state["rng"])
