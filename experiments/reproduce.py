@@ -8,8 +8,10 @@ Table 1 is every backbone x {vanilla_rl, seal} x seed; Table 3 adds the three ab
 backbone (seal is shared with Table 1). Each job is `run.py -m` with the launcher of your choice
 (hydra/launcher=submitit_slurm by default: settings in conf/local/default.yaml), its run directory
 under --root named by its overrides as Hydra names it. Finished runs (metrics.json with eval_after)
-are skipped; unfinished ones resume from their last complete round. When every job has returned the
-tables are built with experiments.aggregate into <root>/tables.
+are skipped; unfinished ones resume from their last complete round. At submission <root>/manifest.json
+lists every run directory of the plan with its arm, backbone and seed; when every job has returned the
+tables are built with experiments.aggregate into <root>/tables, naming each planned run that is missing,
+failed or unfinished and each comparison seed it drops.
 
 Table 2's BFCL V4 memory column comes from the runs themselves (budget=paper evaluates
 budget.ood_benchmarks=[bfcl_v4_memory] before and after training); for the web-search column, export
@@ -30,7 +32,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from experiments.aggregate import ABLATIONS
+from experiments.aggregate import ABLATIONS, MANIFEST
 
 REPO = Path(__file__).resolve().parents[1]
 TABLE1_BACKBONES = ("qwen2.5-3b", "qwen2.5-7b", "toolace-2-8b")
@@ -67,8 +69,19 @@ def _task_overrides(job: Job, extra: tuple[str, ...]) -> list[str]:
 
 
 def finished(path: Path) -> bool:
-    metrics = path / "metrics.json"
-    return metrics.exists() and "eval_after" in json.loads(metrics.read_text())
+    """The run wrote its metrics.json (its last file, after every evaluation)."""
+    return (path / "metrics.json").exists()
+
+
+def write_manifest(root: Path, jobs: list[Job], extra: tuple[str, ...]) -> Path:
+    """<root>/manifest.json: every planned run directory (relative to root) with its arm, backbone and seed,
+    for experiments.aggregate to name the ones that never came back."""
+    runs = [{"dir": run_dir(root, job, extra).name, "backbone": job.backbone, "experiment": job.experiment,
+             "seed": job.seed} for job in jobs]
+    root.mkdir(parents=True, exist_ok=True)
+    path = root / MANIFEST
+    path.write_text(json.dumps({"overrides": list(extra), "runs": runs}, indent=2))
+    return path
 
 
 def gpu_hours_bound(job: Job, extra: tuple[str, ...], *, gpu_tflops: float, mfu: float) -> float:
@@ -130,6 +143,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{args.gpu_tflops:.0f} TFLOPS)")
     if args.dry_run:
         return 0
+    write_manifest(root, jobs, extra)
     failed = [(j, rc) for j, rc in submit(todo, root, extra, args.launcher) if rc != 0]
     for job, rc in failed:
         print(f"failed to launch (exit {rc}): {' '.join(job.overrides(extra))}; see {root}/.reproduce/")

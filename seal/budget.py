@@ -74,6 +74,8 @@ class Budget:
     rollout_memory_fraction: float = 0.7
     max_train_tokens: int | None = None
     val_every: int | None = None
+    # scenarios carved from train as the validation part (conf/split/seal_release.yaml reads it)
+    val_scenarios: int = 0
     # checkpoints: rounds between two (None: none) and how many complete ones stay on disk (None: all);
     # conf/trainer/grpo.yaml reads them as trainer.save_every and trainer.keep_checkpoints
     save_every: int | None = 1
@@ -160,6 +162,7 @@ _RULES: dict[str, tuple[tuple[type, ...], float | None, bool, str]] = {
     "rollout_memory_fraction": (_FLOAT, 0, False, "a fraction above 0 and at most 1"),
     "max_train_tokens": (_INT, 1, True, "a number of tokens (at least 1) or null for every token"),
     "val_every": (_INT, 1, True, "a number of rounds (at least 1) or null for no validation"),
+    "val_scenarios": (_INT, 0, False, "a number of scenarios (0: no validation part)"),
     "save_every": (_INT, 1, True, "a number of rounds (at least 1) or null for no periodic checkpoints"),
     "keep_checkpoints": (_INT, 1, True, "a number of checkpoints (at least 1) or null for all"),
 }

@@ -210,3 +210,17 @@ def test_a_scenario_count_the_benchmark_does_not_have_is_refused():
     with pytest.raises(ValueError, match="201 scenarios: between 0 and 200"):
         scenario_disjoint(test_scenarios=201)
     assert len(scenario_disjoint(test_scenarios=200).test) == 800
+
+
+def test_the_paper_budget_selects_on_a_validation_part_carved_from_train():
+    from seal.budget import Budget
+
+    split = instantiate(compose_with("budget=paper").split)
+    # 12 scenarios x 4 categories = 48 validation entries, all from the release's 400 train ids
+    assert (len(split.val), len(split.train), len(split.test)) == (48, 352, 400)
+    assert not set(split.val) & set(split.test)
+    b = Budget.from_config(compose_with("budget=paper").budget)
+    # 352 // 32 = 11 rounds per epoch, 6 epochs; validated every 2 rounds (8 of the release's 10 steps)
+    assert (b.rounds_for(len(split.train)), b.val_every, b.plan.steps * b.val_every) == (66, 2, 8)
+    # the smoke budget keeps no validation part
+    assert instantiate(compose_with("budget=smoke").split).val == []

@@ -2,8 +2,8 @@
 
 Every `budget.val_every` rounds the current model is evaluated (greedy, plain interface) on the
 validation part; the best one so far is kept in `best_model/` (`best.json` says which round and why).
-After training, the best-on-validation model and the final model are both evaluated on the test part,
-and reports show both. The authors' release instead validated on the test set and kept the best
+Before training the initial model, and after it the best-on-validation model and the final model, are
+evaluated on the test part, and reports show all three. The authors' release instead validated on the test set and kept the best
 checkpoint by it; `eval_all_checkpoints_on_test=true` reproduces that optimism as a diagnostic only:
 every validated model is kept in `validated/` and scored on test after training, and the best of those
 test scores is reported in a column marked test-selected, never used for a claim.
@@ -60,6 +60,19 @@ class ModelSelection:
             self.best_path.write_text(json.dumps(self.best, indent=2))
         if self.keep_all:
             save_final_model(model, self.out_dir / "validated" / f"round_{record.round:04d}", self.dtype)
+
+    def test_initial(self, test_entries: list[Any]) -> dict[str, Any]:
+        """The initial model on test (the tables' base-model row: the before-evaluation is on the validation
+        part), once: a resumed run reads it back from eval_test_before.json."""
+        if not self.active:
+            return {}
+        path = self.out_dir / "eval_test_before.json"
+        if path.exists():
+            return {"test_before": json.loads(path.read_text())}
+        metrics, _ = self.evaluate(test_entries, self.out_dir / "eval_test_before")
+        if self.dist.main:
+            path.write_text(json.dumps(metrics, indent=2))
+        return {"test_before": metrics}
 
     def test_evaluations(self, model: Any, test_entries: list[Any]) -> dict[str, Any]:
         """The final and the best-on-validation models on test (and, as a diagnostic, every validated one)."""

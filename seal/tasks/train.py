@@ -215,6 +215,10 @@ def train(cfg: DictConfig, out_dir: Path) -> None:
     elif heldout:
         evals["before"] = json.loads(before_path.read_text())
 
+    # with model selection the before-evaluation is on the validation part: the initial model on test too
+    test_entries = select_entries(engine, split.test, budget.eval_entries_per_category)
+    initial_on_test = selection.test_initial(test_entries)
+
     ood = evaluate_out_of_domain(engine, ood_benchmarks, budget, out_dir, "before", dist, eval_step_limit)
 
     # -- train, resuming from the last complete round ---------------------------------------------
@@ -269,7 +273,7 @@ def train(cfg: DictConfig, out_dir: Path) -> None:
         evals["after"] = metrics
     ood.update(evaluate_out_of_domain(engine, ood_benchmarks, budget, out_dir, "after", dist, eval_step_limit))
     # model selection on validation: the best-on-val and the final model on test (last: it loads weights over)
-    tests = selection.test_evaluations(engine.model, select_entries(engine, split.test, budget.eval_entries_per_category))
+    tests = {**initial_on_test, **selection.test_evaluations(engine.model, test_entries)}
     if not dist.main:
         return
     evals.update(tests)

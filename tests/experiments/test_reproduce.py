@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from types import SimpleNamespace
 
 from experiments.reproduce import Job, gpu_hours_bound, plan, run_dir
 
@@ -50,3 +51,24 @@ def test_the_run_directory_is_the_one_hydra_names_with_launch_overrides():
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
         cfg = compose(config_name="config", overrides=job.overrides(extra), return_hydra_config=True)
     assert run_dir(REPO, job, extra).name == cfg.hydra.job.override_dirname == "backbone=qwen2.5-7b,budget=paper,experiment=seal,seed=2"
+
+
+def test_submission_writes_the_manifest_of_every_planned_run_first(tmp_path, monkeypatch):
+    import experiments.reproduce as reproduce
+
+    seen = {}
+
+    def submit(jobs, root, extra, launcher):
+        seen["manifest"] = json.loads((root / "manifest.json").read_text())  # already there when jobs start
+        return [(job, 0) for job in jobs]
+
+    monkeypatch.setattr(reproduce, "submit", submit)
+    monkeypatch.setattr(reproduce, "gpu_hours_bound", lambda *a, **k: 0.0)
+    monkeypatch.setattr(reproduce.subprocess, "run", lambda *a, **k: SimpleNamespace(returncode=0))
+    assert reproduce.main(["--root", str(tmp_path), "--backbones", "qwen2.5-3b", "--seeds", "0,1",
+                           "--ablation-backbone", "", "--launcher", "basic", "--", "budget=paper"]) == 0
+    # 1 backbone x {vanilla_rl, seal} x seeds {0, 1}, each named as Hydra names its folder
+    assert seen["manifest"]["overrides"] == ["budget=paper"]
+    assert seen["manifest"]["runs"] == [
+        {"dir": f"backbone=qwen2.5-3b,budget=paper,experiment={arm},seed={seed}", "backbone": "qwen2.5-3b",
+         "experiment": arm, "seed": seed} for arm in ("vanilla_rl", "seal") for seed in (0, 1)]

@@ -78,7 +78,7 @@ def test_a_sweep_of_two_arms_and_two_seeds_runs_as_slurm_jobs_and_aggregates(clu
     for arm in ("base model", "seal", "vanilla_rl"):
         assert f"| tiny-random | {arm} | 2 |" in agg.stdout
     assert "Missing" not in agg.stdout
-    assert (tables / "tables.md").exists() and (tables / "tables.csv").read_text().count("\n") == 1 + 3
+    assert (tables / "tables.md").exists() and (tables / "tables.csv").read_text().count("\n") == 1 + 3 * 2  # x two protocols
 
 
 def test_a_failing_job_leaves_its_error_and_the_rest_of_the_sweep_finishes(cluster, tmp_path):

@@ -63,7 +63,25 @@ def test_a_run_with_validation_reports_the_final_and_the_best_model_on_test(tmp_
     assert run_config["heldout_part"] == "val"
     test_ids = [json.loads(line)["id"] for line in (tmp_path / "eval_test_final" / "trajectories.jsonl").open()]
     assert len(test_ids) == 4 and not set(test_ids) & set(run_config["train_ids"])
-    assert {"test_final", "test_best_on_val", "test_selected_diagnostic"} <= set(metrics)
+    assert {"test_before", "test_final", "test_best_on_val", "test_selected_diagnostic"} <= set(metrics)
+    # the initial model on the same test entries as the final one (the tables' base-model row)
+    before_ids = [json.loads(line)["id"] for line in (tmp_path / "eval_test_before" / "trajectories.jsonl").open()]
+    assert before_ids == test_ids and metrics["test_before"]["num_entries"] == 4
     rounds = [json.loads(line) for line in (tmp_path / "metrics.jsonl").open()]
     assert all("val/bfcl_v3/avg" in r for r in rounds)
     assert "test-selected" in (tmp_path / "report.md").read_text() or "test_selected" in (tmp_path / "report.md").read_text()
+
+
+def test_the_initial_model_is_scored_on_test_once_and_read_back_on_resume(tmp_path):
+    calls = []
+
+    def evaluate(entries, folder):
+        calls.append((entries, folder.name))
+        return {AVG: 0.25}, []
+
+    make = lambda every: ModelSelection(every=every, val_entries="val", out_dir=tmp_path, dist=Dist(), evaluate=evaluate)
+    assert make(None).test_initial("test") == {} and calls == []  # no selection: the before-evaluation is on test
+    assert make(2).test_initial("test") == {"test_before": {AVG: 0.25}}
+    assert calls == [("test", "eval_test_before")]
+    # a resumed run reads the file back instead of evaluating again
+    assert make(2).test_initial("test") == {"test_before": {AVG: 0.25}} and len(calls) == 1
