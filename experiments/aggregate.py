@@ -39,7 +39,8 @@ import statistics
 from collections import defaultdict
 from pathlib import Path
 
-CATEGORIES = ("base", "miss_func", "miss_param", "long_context")
+from seal.env.benchmark import CATEGORIES
+
 COLUMNS = ("avg",) + CATEGORIES
 # protocol: (metric prefix, trajectory file, what it is comparable to)
 PROTOCOLS = {
