@@ -13,8 +13,9 @@ the least recently used ones are dropped and re-prefilled later. Sampling is key
 
 Attention: a decode step reads every key/value head in place. transformers' sdpa copies each KV head
 once per query head of its group whenever a mask is given (repeat_kv), i.e. the whole batched cache
-several times per layer per token: on SmolLM2-135M (3 query heads per KV head) at 2,500 tokens that
-copy took 94% of a batched decode step's attention. While generating, the model's sdpa is swapped for
+several times per layer per token (SmolLM2-135M's shape, 3 query heads per KV head, 8 rows of 2,600
+tokens, one CPU thread: 47 ms per layer with the copy, 2.8 ms without; a batched decode step of 8 such
+rows took 2 s against 0.13 s for one row alone, so batching was slower). While generating, the model's sdpa is swapped for
 `grouped_sdpa`, which folds a group's query heads into the query axis instead (the same sdpa call,
 no copy); prefill keeps transformers' own path (there the attention's compute dominates the copy).
 
