@@ -272,4 +272,5 @@ def test_the_tiny_preflight_runs_end_to_end_and_reports_the_runs_own_figures(tmp
     assert second["model"]["path"] == summary["model"]["path"] and not second["model"]["built"]
     assert "resuming from" not in (out / "train" / "run.log").read_text()
     assert not (out / "train" / "checkpoints").exists() and not (out / "train" / "final_model").exists()
-    assert not (out / "sanity" / "checkpoints").exists() and (out / "train" / "run_config.json").is_file()
+    # task=sanity writes no checkpoint (TRL may leave the empty folder)
+    assert not list((out / "sanity" / "checkpoints").glob("checkpoint-*")) and (out / "train" / "run_config.json").is_file()
