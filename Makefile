@@ -61,8 +61,8 @@ mutate: install ## mutation testing (mutmut) of the modules in pyproject's [tool
 run: install ## run the main job: full SEAL on the embedded SmolLM2-135M, smoke budget
 	$(PY) run.py $(ARGS)
 
-bench: install ## print throughput, speed-up and memory figures
-	$(PY) -m experiments.bench
+bench: install ## print throughput, speed-up and memory figures (ARGS="throughput --backbone tiny-random": a section, a backbone)
+	$(PY) -m experiments.bench $(ARGS)
 
 clean: ## remove run outputs and caches (keeps .venv/)
 	rm -rf outputs multirun .pytest_cache .hypothesis

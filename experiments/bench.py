@@ -2,6 +2,8 @@
 
     python -m experiments.bench                 # every section
     python -m experiments.bench executor        # one section
+    python -m experiments.bench throughput --backbone tiny-random      # sections that load a model take
+    python -m experiments.bench throughput backbone=tiny-random        # Hydra-style overrides
 
 Sections are plain functions registered in SECTIONS; each prints its own table.
 """
@@ -74,9 +76,12 @@ def executor() -> None:
 
 
 from experiments.bench_memory import memory  # noqa: E402
-from experiments.bench_rollout import rollout  # noqa: E402
+from experiments.bench_rollout import rollout, throughput  # noqa: E402
 
+section(throughput)
 section(rollout)
+# the sections that load the configured backbone take the command line's Hydra overrides
+OVERRIDABLE = {"throughput", "rollout"}
 section(memory)
 
 from experiments.bench_vllm import vllm  # noqa: E402
@@ -139,12 +144,21 @@ def padding_cost(history: list[dict]) -> tuple[int, int]:
 
 
 def main(argv: list[str]) -> None:
-    chosen = argv or list(SECTIONS)
+    argv = list(argv)
+    while "--backbone" in argv:
+        at = argv.index("--backbone")
+        if at + 1 == len(argv):
+            sys.exit("--backbone needs a name: --backbone tiny-random")
+        argv[at : at + 2] = [f"backbone={argv[at + 1]}"]
+    overrides = [a for a in argv if "=" in a]
+    chosen = [a for a in argv if "=" not in a] or list(SECTIONS)
     unknown = [s for s in chosen if s not in SECTIONS]
     if unknown:
         sys.exit(f"unknown bench section(s) {', '.join(unknown)}; choose from {', '.join(SECTIONS)}")
+    if overrides and not OVERRIDABLE & set(chosen):
+        sys.exit(f"overrides apply to the sections {', '.join(sorted(OVERRIDABLE))} only")
     for name in chosen:
-        SECTIONS[name]()
+        SECTIONS[name](overrides) if name in OVERRIDABLE else SECTIONS[name]()
 
 
 if __name__ == "__main__":

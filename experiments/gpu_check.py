@@ -13,6 +13,9 @@ Steps, each timed:
   train       `run.py task=train budget=smoke budget.rounds=1` with short generations: rollouts, diagnosis,
               the interface, one GRPO step, evaluations before and after, the memory plan (run_config.json)
   checkpoint  the round's checkpoint is complete (seal_state.json in it)
+  throughput  `make bench`'s rollout measurement (experiments.bench_rollout.throughput_rows) on the built
+              model: aggregate new tokens/s of the transformers backend at THROUGHPUT_EPISODES concurrent
+              episodes of distinct entries, in a child process of its own
 Without CUDA the same steps run on a tiny shape of the same model type; there only the mechanics count
 (a 64-wide random model does not learn the sanity task at lr 1e-6), so a flat sanity reward is reported,
 not failed.
@@ -52,6 +55,8 @@ COMMON = ["logger.mode=disabled"]
 # one checkpoint kept, written after the round
 TRAIN = ["task=train", "budget=smoke", "budget.rounds=1", "budget.max_new_tokens=16",
          "budget.heldout_entries_per_category=1", "trainer.save_every=1", "trainer.keep_checkpoints=1"]
+# concurrent episodes of the throughput step (the bench's largest)
+THROUGHPUT_EPISODES = 64
 # what the preflight sets itself, refused among the extra overrides
 OWN_KEYS = ("task=", "backbone=", "hydra.run.dir=")
 PEAK_ENV = "SEAL_GPU_CHECK_PEAK"
@@ -185,6 +190,38 @@ def embedding_note(arch: dict[str, Any], vocab: int, tiny: bool) -> str:
     return (f"vocabulary {vocab:,} (the embedded SmolLM2 tokenizer) instead of the published {arch['vocab_size']:,}: "
             f"the embedding ({matrices}) is {arch['vocab_size'] - vocab:,} rows smaller, {fewer / 1e6:,.1f}M fewer "
             f"parameters ({fewer / param_count(arch):.1%} of the published {param_count(arch) / 1e9:.2f}B)")
+
+
+def measure_rollout(overrides: list[str], episodes: int) -> dict[str, Any]:
+    """The bench's throughput row for the configured (built) backbone at `episodes` concurrent episodes."""
+    from experiments.bench_rollout import _load, throughput_rows
+    from seal.budget import Budget
+    from seal.policy.rollout import RolloutEngine
+
+    cfg, backbone, policy = _load([*overrides, "backbone.generation=transformers"])
+    engine = RolloutEngine.for_backbone(backbone, policy, Budget.from_config(cfg.budget))
+    (row,) = throughput_rows(engine, concurrency=(episodes,))
+    return row | {"peak": _peak()}
+
+
+def throughput_step(overrides: list[str]) -> Step:
+    """measure_rollout in a fresh process (as _build_in_a_child), printed and kept as a step."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    started = time.perf_counter()
+    with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        try:
+            row = pool.submit(measure_rollout, overrides, THROUGHPUT_EPISODES).result()
+        except UserError:
+            raise
+        except Exception as exc:
+            raise Failure(f"step throughput failed: {type(exc).__name__}: {_first_line(str(exc))}") from exc
+    note = (f"{row['episodes']} episodes on {row['device']}: {row['tokens_per_s']:.0f} new tokens/s "
+            f"({row['new_tokens']} new tokens in {row['seconds']:.1f} s; prefill of {row['prompt_tokens']} prompt tokens "
+            f"{row['prefill_s']:.1f} s, decode {row['decode_tokens_per_s']:.0f} tokens/s)")
+    print(f"step throughput: {note}", flush=True)
+    return Step("throughput", time.perf_counter() - started, row.pop("peak"), note=note)
 
 
 # -- the runs ---------------------------------------------------------------------------------------
@@ -368,7 +405,8 @@ def preflight(backbone: str, out: Path, *, tiny: bool | None = None, overrides: 
         saved.note += f"; removed with the final model afterwards ({remove_weights(out / 'train'):.2f} GiB; --keep " \
                       "keeps them)"
 
-    steps = [build, sanity, train, saved]
+    rate = throughput_step([*model_args, *overrides])
+    steps = [build, sanity, train, saved, rate]
     summary = {
         "backbone": backbone, "tiny": tiny, "cuda": cuda, "dtype": bb["dtype"], "model": model,
         "vocab_size": model["vocab_size"], "published_vocab_size": bb["arch"]["vocab_size"], "plan_gib": plan,

@@ -89,6 +89,13 @@ class _Run:
         self.logprobs += logprobs if logprobs is not None else [0.0] * len(ids)
         self.segments.append(Segment(text, ids, model))
 
+    def drop_overflow(self, context_length: int) -> None:
+        """Drop the environment's last piece when it ran past the context window: no model token follows
+        it, and the learner's sequences (and its memory plan) stay within the window."""
+        if self.length > context_length and len(self.segments) > 1 and not self.segments[-1].model:
+            n = len(self.segments.pop().ids)
+            del self.ids[-n:], self.mask[-n:], self.logprobs[-n:]
+
 
 class RolloutEngine:
     def __init__(
@@ -243,6 +250,7 @@ class RolloutEngine:
                 for run in active:
                     if run.length + self.max_new_tokens > self.context_length:
                         run.episode.abort()  # the context is full (the one reason abort defaults to)
+                        run.drop_overflow(self.context_length)
                     else:
                         ready.append(run)
                 if ready:

@@ -161,3 +161,88 @@ def test_a_budget_below_one_episode_is_one_clear_error(tiny_policy, short_entrie
 
     with pytest.raises(UserError, match="rollout_memory_gb"):
         _play(tiny_policy, short_entries[:1], 0.0, memory_bytes=1000)
+
+
+# ---------------------------------------------------------------------------------------- batched decoding
+
+
+def test_grouped_sdpa_equals_attention_over_repeated_kv_heads():
+    """A decode step's attention with each KV head read in place is plain softmax attention over the KV
+    heads repeated per query head (what transformers' sdpa computes after repeat_kv), padding hidden."""
+    from types import SimpleNamespace
+
+    from seal.policy.generation_hf import grouped_sdpa
+
+    torch.manual_seed(0)
+    b, kv_heads, groups, length, dim = 3, 2, 3, 7, 4
+    query = torch.randn(b, kv_heads * groups, 1, dim)
+    key, value = torch.randn(b, kv_heads, length, dim), torch.randn(b, kv_heads, length, dim)
+    mask = torch.zeros(b, 1, 1, length)
+    mask[1, ..., :3] = torch.finfo(torch.float32).min  # row 1 is left-padded by 3 columns
+    module = SimpleNamespace(num_key_value_groups=groups, is_causal=True)
+    out, _ = grouped_sdpa(module, query, key, value, mask, scaling=0.5)
+    for row in range(b):
+        for head in range(kv_heads * groups):
+            k, v = key[row, head // groups], value[row, head // groups]
+            weights = torch.softmax(0.5 * k @ query[row, head, 0] + mask[row, 0, 0], dim=0)
+            assert torch.allclose(out[row, 0, head], weights @ v, atol=1e-6)
+    assert torch.allclose(out[1, 0, 0], torch.softmax(0.5 * key[1, 0, 3:] @ query[1, 0, 0], 0) @ value[1, 0, 3:],
+                          atol=1e-6)
+
+
+def _greedy_reference(model, ids, max_new, stops):
+    """Greedy decoding by full forward passes over the whole sequence (no cache, no batch, no padding)."""
+    out, logprobs = [], []
+    with torch.no_grad():
+        while True:
+            logp = torch.log_softmax(model(torch.tensor([ids + out])).logits[0, -1].float(), -1)
+            out.append(int(logp.argmax()))
+            logprobs.append(float(logp.max()))
+            stop = next((s for s in stops if tuple(out[-len(s):]) == s), None)
+            if stop is not None or len(out) == max_new:
+                return out, logprobs, stop
+
+
+@pytest.mark.costly
+def test_batched_decoding_equals_one_at_a_time_at_different_positions(tiny_policy):
+    """Episodes of different lengths, some continuing from a kept cache and some fresh (two sharing a
+    system prompt), each with its own max_new_tokens and under stop sequences: one batched step gives,
+    token for token, what each gives alone and what plain greedy decoding without a cache gives."""
+    from seal.policy.generation import GenerationRequest
+    from seal.policy.generation_hf import TransformersGenerator
+
+    model = tiny_policy.model
+    assert model.dtype == torch.float32
+    g = torch.Generator().manual_seed(1)
+    words = lambda n: torch.randint(10, 5000, (n,), generator=g).tolist()  # noqa: E731
+    system = words(40)
+    first = {0: words(23), 1: words(61), 2: words(37)}
+    # step 1 (no stops) grows episodes 0 and 1 to different positions; they then get new environment tokens
+    gen = TransformersGenerator(model, pad_id=0)
+    gen.begin()
+    grown = gen.generate([GenerationRequest(k, ids, seed=k, max_new_tokens=5 + 3 * k) for k, ids in first.items()
+                          if k < 2], temperature=0.0, stops=[])
+    assert [len(o.ids) for o in grown] == [5, 8]
+    later = {0: first[0] + grown[0].ids + words(9), 1: first[1] + grown[1].ids + words(3)}
+    # stops: a token each greedy continuation produces partway, and a two-token sequence of another
+    free = {k: _greedy_reference(model, ids, 12, [])[0] for k, ids in [(0, later[0]), (2, system + first[2])]}
+    stops = [(free[0][4],), (free[2][2], free[2][3])]
+    requests = [
+        GenerationRequest(0, later[0], seed=0, max_new_tokens=12),
+        GenerationRequest(1, later[1], seed=1, max_new_tokens=3),
+        GenerationRequest(2, system + first[2], seed=2, max_new_tokens=12, shared_prefix=len(system)),
+        GenerationRequest(3, system + words(5), seed=3, max_new_tokens=7, shared_prefix=len(system)),
+    ]
+    batched = gen.generate(requests, temperature=0.0, stops=stops)
+    gen.end()
+    expected = [_greedy_reference(model, r.ids, r.max_new_tokens, stops) for r in requests]
+    # the cases the batch mixes: ended by a one-token stop, by a two-token stop, and cut at max_new_tokens
+    assert expected[0][2] == stops[0] and len(expected[0][0]) <= 5
+    assert expected[2][2] == stops[1] and len(expected[2][0]) <= 4
+    assert expected[1][2] is None and len(expected[1][0]) == 3
+    for request, out, (ids, logprobs, stop) in zip(requests, batched, expected):
+        alone = TransformersGenerator(model, pad_id=0)
+        alone.begin()
+        (single,) = alone.generate([request], temperature=0.0, stops=stops)
+        assert out.ids == single.ids == ids and out.stop == single.stop == stop
+        assert out.logprobs == pytest.approx(logprobs, abs=1e-4) and single.logprobs == pytest.approx(logprobs, abs=1e-4)

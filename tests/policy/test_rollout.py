@@ -296,7 +296,9 @@ def test_a_model_outgrowing_the_window_is_a_clean_failure(tiny_policy, short_ent
     n = engine(tiny_policy, max_new_tokens=8).prompt_tokens(entry)
     (r,) = engine(tiny_policy, context_length=n + 40, max_new_tokens=8).play([entry], temperature=0.0)
     assert r.ended == "context_overflow" and not r.verdict.valid and r.num_model_tokens > 0
-    assert len(r.prompt_ids) + len(r.completion_ids) + 8 > n + 40
+    # it stopped before a message that could not fit; an environment reply past the window is dropped
+    length = len(r.prompt_ids) + len(r.completion_ids)
+    assert length <= n + 40 and (r.transcript[-1].model or length + 8 > n + 40)
 
 
 def test_prompt_tokens_is_the_prompt_length(oracle_policy, bench):
@@ -733,3 +735,26 @@ def test_each_episode_times_its_own_execution_and_verification(oracle_policy, be
     assert 0.0 < r.timings["verification"] <= wall - r.timings["execution"]
     assert r.timings["generation"] == 0.0  # the oracle generates nothing
     assert list(r.timings) == ["generation", "execution", "verification"]
+
+
+@pytest.mark.costly
+def test_transcripts_of_the_transformers_backend_keep_every_generation_limit(tiny_policy, short_entries):
+    """Real generation (tiny-random, sampled) under tight limits: no model message beyond max_new_tokens,
+    none shorter without ending in a stop sequence, no turn beyond max_steps_per_turn, and no episode
+    beyond the context window (a window just past the prompts, so some episodes run into it)."""
+    limit, steps = 8, 2
+    entries = short_entries[:4]
+    probe = engine(tiny_policy, max_new_tokens=limit)
+    context = max(probe.prompt_tokens(e) for e in entries) + 60
+    eng = engine(tiny_policy, max_new_tokens=limit, max_steps_per_turn=steps, context_length=context, batch_size=4)
+    rollouts = eng.play(entries, temperature=1.0, seeds=seeds(len(entries), 11))
+    messages = [s.ids for r in rollouts for s in r.transcript if s.model]
+    assert messages and max(map(len, messages)) <= limit
+    assert any(len(m) == limit for m in messages)  # the cut-off is reached, so the bound is tested
+    for m in messages:
+        if len(m) < limit:
+            assert any(tuple(m[-len(s):]) == s for s in eng.stops), m
+    for r in rollouts:
+        assert all(len(turn) <= steps for turn in r.episode.steps)
+        assert len(r.prompt_ids) + len(r.completion_ids) <= context, (r.entry.id, r.ended)
+    assert "context_overflow" in {r.ended for r in rollouts}

@@ -451,3 +451,18 @@ def test_without_the_correction_nothing_changes(tmp_path, monkeypatch):
     trainer.model.train()
     loss = trainer.compute_loss(trainer.model, out)
     assert loss.item() == pytest.approx(_hand_loss(-plain["advantages"][:, None] * mask, mask, "grpo").item(), rel=1e-5)
+
+
+@pytest.mark.parametrize("scale", ["batch", "none", False])
+def test_advantages_without_group_scaling_are_trls(tmp_path, monkeypatch, scale):
+    """scale_rewards other than group: seal's advantages are TRL 1.16's, computed here from its formula
+    (grpo_trainer: r - group mean, divided by the batch's unbiased std + 1e-4 for "batch", not divided for
+    "none"; False is "none"), whatever seal's own std_epsilon (1e-6 by default) is."""
+    co, trainer = build(config("reweighting=off", f"trainer.scale_rewards={str(scale).lower()}"), tmp_path)
+    # rewards (1, 1 | 1, 0): group means 1 and 1/2; batch mean 3/4, unbiased variance (3/16 + 9/16) / 3 = 1/4
+    co.engine = ScriptedEngine(trainer.model.config.vocab_size, good=lambda position: position < 3)
+    out, _ = one_generation_batch(co, trainer, monkeypatch)
+    assert [e["valid"] for e in co.history[-1].episodes] == [True, True, True, False]
+    centred = [0.0, 0.0, 0.5, -0.5]
+    expected = [a / (0.5 + 1e-4) for a in centred] if scale == "batch" else centred
+    assert out["advantages"].tolist() == pytest.approx(expected, rel=1e-6, abs=1e-7)
