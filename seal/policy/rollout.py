@@ -339,28 +339,9 @@ class RolloutEngine:
         run.timings["execution"] += time.perf_counter() - t0
 
     def _answer(self, run: _Run, outcome: Any, feedback: str | None, visible: frozenset[str]) -> str:
-        """What the environment says back to a step that kept the turn open ("" when it closed it).
-
-        Under a refusing protocol the `[ERROR]` line comes first and, when the training interface has
-        recovery feedback for the malformed output (phi_err), the feedback follows it on the next line,
-        as the release's own hints followed its error (bfcl_env.py:1366-1410); the refusal's text never
-        changes, only what follows it. Without a refusal the feedback is a tool response, as before."""
-        if outcome.turn_over:
-            return ""
-        fmt, protocol = self.format, run.episode.protocol
-        clip = None if protocol.max_observation_tokens is None else self._clipper(protocol)
-        if outcome.error is not None:
-            text = outcome.error + (f"\n{feedback}" if feedback is not None else "")
-            return fmt.error_message(clip(text) if clip else text)
-        if outcome.records:
-            results = [run.view.tool_response(r, visible) for r in outcome.records]
-        else:  # the recovery feedback kept the turn open
-            results = [feedback]
-        return fmt.tool_results(results, protocol.tool_response_newline, clip)
-
-    def _clipper(self, protocol: Protocol):
         # the release counts with the tokenizer's defaults (cmt_base.py:206)
-        return lambda text: protocol.clip(text, lambda t: len(self.tokenizer(t)["input_ids"]))
+        return environment_answer(self.format, run.episode.protocol, run.view, outcome, feedback, visible,
+                                  lambda text: len(self.tokenizer(text)["input_ids"]))
 
     def _finish(self, run: _Run) -> EpisodeRollout:
         t0 = time.perf_counter()
@@ -372,6 +353,28 @@ class RolloutEngine:
             num_model_tokens=sum(run.mask), ended=run.episode.ended, timings=run.timings,
             transcript=run.segments,
         )
+
+
+def environment_answer(fmt: ToolFormat, protocol: Protocol, view: View, outcome: Any, feedback: str | None,
+                       visible: frozenset[str], count_tokens: Any = None) -> str:
+    """What the environment says back to a step that kept the turn open ("" when it closed it).
+
+    Under a refusing protocol the `[ERROR]` line comes first and, when the training interface has
+    recovery feedback for the malformed output (phi_err), the feedback follows it on the next line, as
+    the release's own hints followed its error (bfcl_env.py:1366-1410): the refusal's text never changes,
+    only what follows it. Without a refusal the feedback is a tool response, as under BFCL's protocol.
+    `count_tokens` (None: nothing is clipped) measures a message for the protocol's clip."""
+    if outcome.turn_over:
+        return ""
+    clip = None
+    if protocol.max_observation_tokens is not None and count_tokens is not None:
+        clip = lambda text: protocol.clip(text, count_tokens)  # noqa: E731
+    if outcome.error is not None:
+        text = outcome.error + (f"\n{feedback}" if feedback is not None else "")
+        return fmt.error_message(clip(text) if clip else text)
+    # no records: the recovery feedback kept the turn open
+    results = [view.tool_response(r, visible) for r in outcome.records] if outcome.records else [feedback]
+    return fmt.tool_results(results, protocol.tool_response_newline, clip)
 
 
 def _progress(total: int):  # pragma: no mutate block (a display: the progress bar)
