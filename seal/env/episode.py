@@ -11,6 +11,9 @@ Protocol (bfcl-eval's multi-turn inference loop, prompting mode):
   training): after `max_steps` model outputs in the whole episode (every output counts: calls, text
   replies, undecodable text) it is force-quit, unless that output closed the last turn. Either way the
   official runner then scores it `force_terminated` unless the quit came in the last turn.
+The environment's answers follow a `Protocol` (seal.env.protocol): BFCL's (the default, as above) or
+the authors' release, which refuses a whole output unexecuted, with an `[ERROR]` observation and the
+turn kept open, when a call block is malformed or names a tool the turn has not shown.
 The episode records the decoded calls in BFCL's result layout, so `verdict()` is the official check.
 
 Out-of-domain entries (seal.env.ood) follow their own BFCL protocols through the same steps: a
@@ -28,6 +31,7 @@ from seal.env import ood
 from seal.env.benchmark import Entry
 from seal.env.calls import ToolCall
 from seal.env.executor import Backends, CallRecord, execute
+from seal.env.protocol import BFCL, Protocol
 from seal.env.verifier import Verdict, verify
 
 MAXIMUM_STEP_LIMIT = 20  # bfcl-eval's default
@@ -75,6 +79,8 @@ class StepRecord:
     parse_failures: list[tuple[str, str]] = field(default_factory=list)
     # model tokens generated for this step (filled in by the rollout engine)
     num_tokens: int = 0
+    # the release protocol's `[ERROR]` observation when it refused the whole output (no call ran)
+    error: str | None = None
 
 
 @dataclass
@@ -84,13 +90,17 @@ class StepOutcome:
     turn_over: bool
     # set when the episode itself is over: "completed", "force_terminated", "context_overflow"
     ended: str | None = None
+    # the refusal the model reads instead of tool results (release protocol), turn kept open
+    error: str | None = None
 
 
 class Episode:
-    def __init__(self, entry: Entry, max_steps: int = MAXIMUM_STEP_LIMIT, step_limit: str = "turn"):
+    def __init__(self, entry: Entry, max_steps: int = MAXIMUM_STEP_LIMIT, step_limit: str = "turn",
+                 protocol: Protocol = BFCL):
         if step_limit not in STEP_LIMITS:
             raise ValueError(f"step_limit {step_limit!r} is not one of {', '.join(STEP_LIMITS)}")
         self.entry = entry
+        self.protocol = protocol
         self.max_steps = max_steps
         self.step_limit = step_limit
         self.backends = Backends(entry.involved_classes, entry.initial_config, entry.long_context)
@@ -143,6 +153,8 @@ class Episode:
         `keep_turn=True` (training interfaces only: recovery feedback after an undecodable output)
         keeps the turn open for another step instead; the step counts towards the step limit and
         adds nothing to the scored result (the official checker drops empty steps anyway).
+        Under a protocol that refuses the output (`Protocol.refusal`), no call runs, the outcome carries
+        the `[ERROR]` text, the turn stays open and the step counts, as a step with calls does.
         """
         if not self.in_turn:
             raise RuntimeError("step() called outside a turn; call next_turn() first")
@@ -154,6 +166,11 @@ class Episode:
             self.result[-1].append([r.text for r in record.calls])
             self.in_turn = False
             return StepOutcome([], record.calls, turn_over=True)
+        error = self.protocol.refusal(calls, record.parse_failures, self.entry.visible_function_names(self.turn))
+        if error is not None:
+            record.error = error
+            self.steps_in_turn += 1
+            return self._limit(StepOutcome([error], [], turn_over=False, error=error))
         if not calls and not keep_turn:
             self.in_turn = False
             outcome = StepOutcome([], [], turn_over=True)
@@ -166,7 +183,10 @@ class Episode:
         if calls:
             self.result[-1].append([r.text for r in record.calls])
         self.steps_in_turn += 1
-        outcome = StepOutcome([r.observation for r in record.calls], record.calls, turn_over=False)
+        return self._limit(StepOutcome([r.observation for r in record.calls], record.calls, turn_over=False))
+
+    def _limit(self, outcome: StepOutcome) -> StepOutcome:
+        """Force-quit the episode when the step that kept the turn open reached the step limit."""
         over = self._episode_limit_reached() if self.step_limit == "episode" else self.steps_in_turn > self.max_steps
         if over:
             self.in_turn = False

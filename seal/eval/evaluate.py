@@ -3,9 +3,13 @@ run's before/after and model-selection evaluations).
 
 Greedy decoding, the plain interface (`PLAIN`: whatever interface a model was trained under, it is
 evaluated without it), the official verdict per entry. The tools are shown in the run's rendering
-(`rendering=project|release`); the step limit is BFCL's per-turn rule unless `eval.step_limit=episode`
-asks for the release's per-trajectory one; both are recorded under "protocol" in `metrics.json` and
-in `report.md`.
+(`rendering=project|release`). Each entry is played under two protocols (`eval.protocols`):
+- bfcl, BFCL's official harness ("comparable to the BFCL leaderboard"): `eval/bfcl_v3/...`, `counts`,
+  `trajectories.jsonl`; the step limit is BFCL's per-turn rule unless `eval.step_limit=episode`;
+- release, the authors' validation ("comparable to the paper"): their environment's answers
+  (seal.env.protocol.RELEASE) and 20 model outputs per trajectory: `eval/bfcl_v3_release/...`,
+  `counts_release`, `trajectories_release.jsonl`.
+Both are described under "protocol" in `metrics.json` and in `report.md`.
 """
 
 from __future__ import annotations
@@ -19,11 +23,14 @@ from typing import Any
 
 from seal.env.benchmark import CATEGORIES, Entry, category_summary, get_entries
 from seal.env.episode import describe_step_limit
+from seal.env.protocol import BY_NAME, PROTOCOLS
 from seal.interface.view import PLAIN
 from seal.io import markdown_table
 
 log = logging.getLogger(__name__)
 PREFIX = "eval/bfcl_v3"
+# the release protocol's metrics, counts and trajectories carry this suffix (the official ones none)
+RELEASE_SUFFIX = "_release"
 # rendered prompt lengths, keyed by (tokenizer, tool format, tool rendering, entry id): rendering and
 # tokenising all 800 prompts takes about 10 s on two cores, and a process may select entries many times
 _PROMPT_TOKENS: dict[tuple[str, str, str, str], int] = {}
@@ -105,6 +112,8 @@ def trajectory_record(rollout: Any) -> dict[str, Any]:
                 "calls": [c.text for c in step.calls],
                 "observations": [c.observation for c in step.calls],
                 "parse_failures": [list(f) for f in step.parse_failures],
+                # the release protocol's refusal of the whole output (no call ran), else null
+                "error": step.error,
                 "model_tokens": step.num_tokens,
             }
             for step in steps
@@ -124,9 +133,11 @@ def trajectory_record(rollout: Any) -> dict[str, Any]:
     }
 
 
-def protocol(engine: Any, step_limit: str) -> dict[str, Any]:
+def protocol(engine: Any, step_limit: str, name: str = "bfcl") -> dict[str, Any]:
     """The evaluation settings that change scores, as reports show them."""
     return {
+        "name": name,
+        "answers": BY_NAME[name].describe(),
         "step_limit": step_limit,
         "max_steps": engine.max_steps_per_turn,
         "step_rule": describe_step_limit(step_limit, engine.max_steps_per_turn),
@@ -146,20 +157,55 @@ def gather_records(dist: Any, records: list[dict[str, Any]], ids: list[str],
     return sorted(dist.gather(records), key=lambda r: order[r["id"]]), max(dist.gather([seconds]))
 
 
+def check_protocols(value: Any, key: str = "eval.protocols") -> tuple[str, ...]:
+    """`value` as a tuple of protocol names (at least one), else a UserError naming the choices."""
+    from seal.errors import UserError
+
+    names = tuple(str(v) for v in ([value] if isinstance(value, str) else value or []))
+    if not names or any(n not in PROTOCOLS for n in names) or len(set(names)) < len(names):
+        raise UserError(f"{key}={list(names)}: give one or both of bfcl (the official harness) and release "
+                        "(the authors'), e.g. eval.protocols=[bfcl,release]")
+    return names
+
+
 def evaluate_entries(engine: Any, entries: list[Entry], out_dir: Path | None = None, *, progress: bool = False,
-                     dist: Any = None, step_limit: str = "turn"):
-    """Greedy episodes under the plain interface and `step_limit` (BFCL's per-turn rule by default);
-    returns (metrics, trajectory records) of all entries.
+                     dist: Any = None, step_limit: str = "turn", protocols: tuple[str, ...] = PROTOCOLS):
+    """Greedy episodes under the plain interface, once per protocol in `protocols`: bfcl under
+    `step_limit` (BFCL's per-turn rule by default), release under its own 20 outputs per trajectory.
+    Returns (metrics, trajectory records): the official metrics and records unchanged when bfcl is
+    played (the release's then ride along under their suffixed names), else the release's.
 
     With several data-parallel ranks (`dist`), each plays its share and the records are gathered, so
-    no entry is played twice. With `out_dir`, the main rank writes `trajectories.jsonl` there."""
+    no entry is played twice. With `out_dir`, the main rank writes the trajectories there."""
+    metrics: dict[str, Any] = {"protocol": {}}
+    first = None
+    for name in protocols:
+        limit = step_limit if name == "bfcl" else "episode"
+        played, records = _play(engine, entries, out_dir, name, limit, progress, dist)
+        suffix = "" if name == "bfcl" else RELEASE_SUFFIX
+        for key, value in played.items():
+            if key.startswith(PREFIX + "/"):
+                key = PREFIX + suffix + key.removeprefix(PREFIX)
+            elif key in ("counts", "timing"):
+                key += suffix
+            elif key == "num_entries" and suffix:
+                continue
+            metrics[key] = value
+        metrics["protocol"][name] = protocol(engine, limit, name)
+        first = records if first is None else first
+    return metrics, first
+
+
+def _play(engine: Any, entries: list[Entry], out_dir: Path | None, name: str, step_limit: str,
+          progress: bool, dist: Any) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """One protocol's play of `entries`: its metrics (unsuffixed) and records; writes its trajectories."""
     shard = entries if dist is None else dist.shard(entries)
     start = time.perf_counter()
-    rollouts = engine.play(shard, PLAIN, temperature=0.0, progress=progress, step_limit=step_limit)
+    rollouts = engine.play(shard, PLAIN, temperature=0.0, progress=progress, step_limit=step_limit,
+                           protocol=BY_NAME[name])
     seconds = time.perf_counter() - start
     records, seconds = gather_records(dist, [trajectory_record(r) for r in rollouts], [e.id for e in entries], seconds)
     metrics = metrics_of(records)
-    metrics["protocol"] = protocol(engine, step_limit)
     model_tokens = sum(r["model_tokens"] for r in records)
     metrics["timing"] = {
         "seconds": seconds,
@@ -170,7 +216,8 @@ def evaluate_entries(engine: Any, entries: list[Entry], out_dir: Path | None = N
     }
     if out_dir is not None and (dist is None or dist.main):
         out_dir.mkdir(parents=True, exist_ok=True)
-        with (out_dir / "trajectories.jsonl").open("w") as fh:
+        filename = "trajectories.jsonl" if name == "bfcl" else f"trajectories{RELEASE_SUFFIX}.jsonl"
+        with (out_dir / filename).open("w") as fh:
             for r in records:
                 fh.write(json.dumps(r, default=str) + "\n")
     return metrics, records

@@ -26,7 +26,7 @@ import json
 import keyword
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from seal.env.benchmark import prepare_bfcl_import
 from seal.env.calls import ToolCall, UnsafeCall, parse_call, parse_call_list
@@ -80,7 +80,9 @@ class Chat:
     def assistant_header(self) -> str:
         raise NotImplementedError
 
-    def tool_results(self, results: list[str]) -> str:
+    def tool_results(self, results: list[str], newline: bool = False, clip: Callable[[str], str] | None = None) -> str:
+        """The message(s) carrying tool results; `newline` ends the content with one (the release's
+        rendering), `clip` cuts each environment message's content as a protocol does."""
         raise NotImplementedError
 
 
@@ -98,10 +100,11 @@ class ChatML(Chat):
     def assistant_header(self) -> str:
         return "<|im_start|>assistant\n"
 
-    def tool_results(self, results: list[str]) -> str:
-        # Qwen2.5's template: consecutive tool messages become one user message of <tool_response> blocks
-        blocks = "".join(f"\n<tool_response>\n{r}\n</tool_response>" for r in results)
-        return f"<|im_start|>user{blocks}<|im_end|>\n"
+    def tool_results(self, results: list[str], newline: bool = False, clip: Callable[[str], str] | None = None) -> str:
+        # Qwen2.5's template: consecutive tool messages become one user message of <tool_response> blocks;
+        # the release wrote each block followed by a newline (bfcl_env.py:966), so one ends the content
+        content = "\n".join(f"<tool_response>\n{r}\n</tool_response>" for r in results) + ("\n" if newline else "")
+        return self.message("user", clip(content) if clip else content)
 
 
 class Llama3(Chat):
@@ -118,9 +121,10 @@ class Llama3(Chat):
     def assistant_header(self) -> str:
         return "<|start_header_id|>assistant<|end_header_id|>\n\n"
 
-    def tool_results(self, results: list[str]) -> str:
-        # Llama-3.1: each tool result is an ipython message
-        return "".join(self.message("ipython", r) for r in results)
+    def tool_results(self, results: list[str], newline: bool = False, clip: Callable[[str], str] | None = None) -> str:
+        # Llama-3.1: each tool result is an ipython message (the release's newline is a ChatML matter: its
+        # Llama modes render results differently altogether, bfcl_env.py:902-908)
+        return "".join(self.message("ipython", clip(r) if clip else r) for r in results)
 
 
 CHATS: dict[str, type[Chat]] = {"chatml": ChatML, "llama3": Llama3}
@@ -247,8 +251,13 @@ class ToolFormat:
     def after_assistant(self) -> str:
         return self.chat.after_assistant
 
-    def tool_results(self, results: list[str]) -> str:
-        return self.chat.tool_results(results) + self.chat.assistant_header()
+    def tool_results(self, results: list[str], newline: bool = False, clip: Callable[[str], str] | None = None) -> str:
+        return self.chat.tool_results(results, newline, clip) + self.chat.assistant_header()
+
+    def error_message(self, text: str) -> str:
+        """A protocol's refusal (`[ERROR] ...`): the release sends it as a user message (bfcl_env.py:1177)
+        and the assistant answers again within the same turn."""
+        return self.turn_opening([{"role": "user", "content": text}])
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(chat={self.chat.name}, tools={self.tools})"

@@ -21,6 +21,7 @@ from typing import Any
 from seal.budget import Budget
 from seal.env.benchmark import Entry
 from seal.env.episode import MAXIMUM_STEP_LIMIT, Episode, TurnStart
+from seal.env.protocol import BFCL, Protocol
 from seal.env.verifier import Verdict
 from seal.errors import UserError
 from seal.interface.view import PLAIN, View
@@ -68,9 +69,10 @@ class EpisodeRollout:
 class _Run:
     """The mutable state of one episode while it is being played."""
 
-    def __init__(self, key: int, entry: Entry, view: View, max_steps: int, seed: int, step_limit: str):
+    def __init__(self, key: int, entry: Entry, view: View, max_steps: int, seed: int, step_limit: str,
+                 protocol: Protocol = BFCL):
         self.key, self.entry, self.view, self.seed = key, entry, view, seed
-        self.episode = Episode(entry, max_steps, step_limit)
+        self.episode = Episode(entry, max_steps, step_limit, protocol)
         self.prompt_ids: list[int] = []  # pragma: no mutate (set by _start before anything reads it)
         self.system_len = 0  # pragma: no mutate
         self.ids: list[int] = []
@@ -109,6 +111,8 @@ class RolloutEngine:
         max_steps_per_turn: int = MAXIMUM_STEP_LIMIT,
         # whether max_steps_per_turn caps each turn (BFCL) or the whole episode (the release's training)
         step_limit: str = "turn",
+        # how the environment answers (seal.env.protocol: BFCL's harness, or the authors' release)
+        protocol: Protocol = BFCL,
         oracle: bool = False,
         kv_cache: bool = True,
         generator: Any = None,
@@ -121,6 +125,7 @@ class RolloutEngine:
         self.context_length, self.max_new_tokens = int(context_length), int(max_new_tokens)
         self.batch_size, self.max_steps_per_turn = max(1, int(batch_size)), int(max_steps_per_turn)
         self.step_limit = step_limit
+        self.protocol = protocol
         self.oracle = oracle
         if generator is None and not oracle:
             if policy.model is None:
@@ -151,10 +156,11 @@ class RolloutEngine:
         self.generator.model = model
 
     @classmethod
-    def for_backbone(cls, backbone: Any, policy: Any, budget: Budget, tool_rendering: str = "project") -> "RolloutEngine":
+    def for_backbone(cls, backbone: Any, policy: Any, budget: Budget, tool_rendering: str = "project",
+                     protocol: Protocol = BFCL) -> "RolloutEngine":
         """The engine for a configured backbone and checked budget (max_new_tokens, batch_size,
         max_steps_per_turn, step limit, rollout memory), showing tools in `tool_rendering`
-        (cfg.rendering.tools: project | release)."""
+        (cfg.rendering.tools: project | release) and answering under `protocol` (cfg.protocol)."""
         memory_gb = budget.rollout_memory_gb
         fmt = get_format(backbone.tool_format, chat=chat_for(policy.tokenizer), tools=tool_rendering)
         generator = None
@@ -170,7 +176,7 @@ class RolloutEngine:
         return cls(
             policy, fmt, context_length=backbone.context_length, max_new_tokens=budget.max_new_tokens,
             batch_size=budget.batch_size, max_steps_per_turn=budget.max_steps_per_turn, step_limit=budget.step_limit,
-            oracle=backbone.oracle, compute_dtype=policy.compute_dtype,
+            protocol=protocol, oracle=backbone.oracle, compute_dtype=policy.compute_dtype,
             memory_bytes=None if memory_gb is None else int(memory_gb * 2**30),
             memory_fraction=budget.rollout_memory_fraction, generator=generator,
         )
@@ -217,18 +223,20 @@ class RolloutEngine:
         seeds: list[int] | None = None,
         progress: bool = False,  # pragma: no mutate (display only)
         step_limit: str | None = None,
+        protocol: Protocol | None = None,
     ) -> list[EpisodeRollout]:
         """Play every entry to the end; rollouts come back in the order of `entries` (which may repeat).
 
         `seeds` (one per entry) key the sampling of each episode (seal.policy.generation); the default
         is a fixed seed per position. `step_limit` overrides the engine's (evaluation keeps its own
-        protocol next to training's)."""
+        protocol next to training's), and so does `protocol` (how the environment answers)."""
         if seeds is None:
             seeds = [derive_seed(0, i) for i in range(len(entries))]  # pragma: no mutate (any fixed seeds)
         if len(seeds) != len(entries):
             raise ValueError(f"{len(seeds)} seeds for {len(entries)} entries")
         limit = step_limit or self.step_limit
-        runs = [_Run(i, entry, view, self.max_steps_per_turn, int(seed), limit)
+        answers = protocol or self.protocol
+        runs = [_Run(i, entry, view, self.max_steps_per_turn, int(seed), limit, answers)
                 for i, (entry, seed) in enumerate(zip(entries, seeds))]
         queue, active = deque(runs), []
         model = self.model
@@ -325,15 +333,11 @@ class RolloutEngine:
         env += fmt.after_assistant()
         parsed = fmt.parse(content)
         visible = run.entry.visible_function_names(episode.turn)
-        if parsed.calls:
-            outcome = episode.step(parsed.calls, content, parsed.failures, len(out.ids))
-            if not outcome.turn_over:
-                env += fmt.tool_results([view.tool_response(r, visible) for r in outcome.records])
-        else:
-            feedback = view.parse_error_feedback(parsed.failures, visible) if parsed.failures else None
-            outcome = episode.step([], content, parsed.failures, len(out.ids), keep_turn=feedback is not None)
-            if feedback is not None and not outcome.turn_over:
-                env += fmt.tool_results([feedback])
+        # a training interface's recovery feedback follows an output whose call blocks all failed
+        feedback = view.parse_error_feedback(parsed.failures, visible) if parsed.failures else None
+        keep = feedback is not None and not parsed.calls
+        outcome = episode.step(parsed.calls, content, parsed.failures, len(out.ids), keep_turn=keep)
+        env += self._answer(run, outcome, feedback, visible)
         if outcome.turn_over and not episode.done:
             turn = episode.next_turn()
             if turn is not None:
@@ -341,6 +345,11 @@ class RolloutEngine:
         if not episode.done:
             run.append(env, self._encode(env), False)
         run.timings["execution"] += time.perf_counter() - t0
+
+    def _answer(self, run: _Run, outcome: Any, feedback: str | None, visible: frozenset[str]) -> str:
+        # the release counts with the tokenizer's defaults (cmt_base.py:206)
+        return environment_answer(self.format, run.episode.protocol, run.view, outcome, feedback, visible,
+                                  lambda text: len(self.tokenizer(text)["input_ids"]))
 
     def _finish(self, run: _Run) -> EpisodeRollout:
         t0 = time.perf_counter()
@@ -352,6 +361,28 @@ class RolloutEngine:
             num_model_tokens=sum(run.mask), ended=run.episode.ended, timings=run.timings,
             transcript=run.segments,
         )
+
+
+def environment_answer(fmt: ToolFormat, protocol: Protocol, view: View, outcome: Any, feedback: str | None,
+                       visible: frozenset[str], count_tokens: Any = None) -> str:
+    """What the environment says back to a step that kept the turn open ("" when it closed it).
+
+    Under a refusing protocol the `[ERROR]` line comes first and, when the training interface has
+    recovery feedback for the malformed output (phi_err), the feedback follows it on the next line, as
+    the release's own hints followed its error (bfcl_env.py:1366-1410): the refusal's text never changes,
+    only what follows it. Without a refusal the feedback is a tool response, as under BFCL's protocol.
+    `count_tokens` (None: nothing is clipped) measures a message for the protocol's clip."""
+    if outcome.turn_over:
+        return ""
+    clip = None
+    if protocol.max_observation_tokens is not None and count_tokens is not None:
+        clip = lambda text: protocol.clip(text, count_tokens)  # noqa: E731
+    if outcome.error is not None:
+        text = outcome.error + (f"\n{feedback}" if feedback is not None else "")
+        return fmt.error_message(clip(text) if clip else text)
+    # no records: the recovery feedback kept the turn open
+    results = [view.tool_response(r, visible) for r in outcome.records] if outcome.records else [feedback]
+    return fmt.tool_results(results, protocol.tool_response_newline, clip)
 
 
 def _progress(total: int):  # pragma: no mutate block (a display: the progress bar)

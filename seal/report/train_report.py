@@ -10,6 +10,9 @@ from seal.diagnosis import LAYERS
 from seal.io import markdown_table
 
 EVAL_KEYS = ("base", "miss_func", "miss_param", "long_context", "avg")
+# each held-out evaluation's protocols, as the report labels them (seal.eval.evaluate)
+EVAL_PROTOCOLS = (("release", "eval/bfcl_v3_release", "comparable to the paper"),
+                  ("bfcl", "eval/bfcl_v3", "comparable to the BFCL leaderboard"))
 
 
 def write_metrics_log(path: Path, history: list[Any]) -> None:
@@ -84,9 +87,13 @@ def plot_curves(path: Path, history: list[Any]) -> None:
 
 
 def eval_rows(evals: dict[str, dict[str, Any]]) -> list[list[Any]]:
+    """One row per model and protocol played: the release's ("comparable to the paper") and BFCL's
+    ("comparable to the BFCL leaderboard")."""
     rows = []
     for name, metrics in evals.items():
-        rows.append([name] + [metrics.get(f"eval/bfcl_v3/{k}", float("nan")) for k in EVAL_KEYS])
+        for protocol, prefix, label in EVAL_PROTOCOLS:
+            if f"{prefix}/avg" in metrics:
+                rows.append([name, f"{protocol} ({label})"] + [metrics.get(f"{prefix}/{k}", float("nan")) for k in EVAL_KEYS])
     return rows
 
 
@@ -128,7 +135,7 @@ def write_train_report(out_dir: Path, *, title: str, header: dict[str, Any], his
          for r in history]))
     if evals:
         lines += ["", "## Held-out evaluation (greedy, plain benchmark interface)", ""]
-        lines.append(markdown_table(["model"] + list(EVAL_KEYS), eval_rows(evals)))
+        lines.append(markdown_table(["model", "protocol"] + list(EVAL_KEYS), eval_rows(evals)))
     if ood:
         lines += ["", "## Out-of-domain evaluation (accuracy; budget.ood_benchmarks)", ""]
         rows = [[when.removeprefix("ood_"), name, metrics[f"eval/{name}/avg"],

@@ -19,6 +19,7 @@ optimisation are TRL's own.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from pathlib import Path
 from typing import Any
@@ -99,7 +100,7 @@ def trim_bounds(attention_mask: torch.Tensor, completion_width: int) -> tuple[in
 
 class SealGRPOTrainer(GRPOTrainer):
     def __init__(self, *args: Any, coevolution: Any, std_epsilon: float = TRL_STD_EPSILON,
-                 tis_cap: float | None = None, **kwargs: Any):
+                 tis_cap: float | None = None, shuffle_minibatches: bool = True, **kwargs: Any):
         from seal.rl.sharding import reference_sharded_per_layer
 
         self.coevolution = coevolution
@@ -108,6 +109,10 @@ class SealGRPOTrainer(GRPOTrainer):
         # truncated importance sampling against the rollout engine's log-probs: the ratio's cap (None: off)
         self.tis_cap = None if tis_cap is None else float(tis_cap)
         self._capture: dict[str, torch.Tensor] | None = None
+        # TRL 1.16 shuffles a round's episodes before cutting mini-batches (_prepare_inputs calls
+        # shuffle_sequence_dict whatever args.shuffle_dataset says: that one orders the prompts); the
+        # release takes them in order (protocol.shuffle_minibatches)
+        self.shuffle_minibatches = bool(shuffle_minibatches)
         with reference_sharded_per_layer():
             super().__init__(*args, **kwargs)
 
@@ -128,6 +133,12 @@ class SealGRPOTrainer(GRPOTrainer):
         from seal.rl.checkpoint import write_checkpoint
 
         write_checkpoint(self, partial(super()._save_checkpoint, model, trial))
+
+    def _prepare_inputs(self, generation_batch: Any) -> Any:
+        if self.shuffle_minibatches:
+            return super()._prepare_inputs(generation_batch)
+        with minibatches_in_order():
+            return super()._prepare_inputs(generation_batch)
 
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
         out = super()._generate_and_score_completions(inputs)
@@ -238,6 +249,20 @@ class SealGRPOTrainer(GRPOTrainer):
         return loss
 
 
+@contextlib.contextmanager
+def minibatches_in_order():
+    """TRL's mini-batch shuffle made the identity for the duration (it is looked up in TRL's module at
+    call time, so swapping that name is the whole change; restored even when the step fails)."""
+    from trl.trainer import grpo_trainer
+
+    shuffle = grpo_trainer.shuffle_sequence_dict
+    grpo_trainer.shuffle_sequence_dict = lambda batch: batch
+    try:
+        yield
+    finally:
+        grpo_trainer.shuffle_sequence_dict = shuffle
+
+
 def scale_advantages(advantages: torch.Tensor, weights: list[float]) -> torch.Tensor:
     """A~_j = w_j * A_j, for advantages of shape (B,) or (B, T)."""
     w = torch.as_tensor(weights, dtype=advantages.dtype, device=advantages.device)
@@ -295,6 +320,7 @@ def make_trainer(
         coevolution=coevolution,
         std_epsilon=cfg.trainer.get("std_epsilon", TRL_STD_EPSILON),
         tis_cap=cfg.trainer.get("tis_cap"),
+        shuffle_minibatches=bool(cfg.get("protocol", {}).get("shuffle_minibatches", True)),
     )
     # the console gets one line per round from the loop; each optimizer step's dict goes to run.log
     from transformers.trainer_callback import PrinterCallback, ProgressCallback

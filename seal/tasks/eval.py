@@ -6,13 +6,15 @@
 
 BFCL V3 multi-turn (benchmark=bfcl_v3, the default; seal.eval.evaluate) or an out-of-domain benchmark
 (seal.eval.ood). Greedy decoding and the plain interface; writes `metrics.json`, `trajectories.jsonl` and
-`report.md` into the run directory.
+`report.md` into the run directory. BFCL V3 is played under both protocols of `eval.protocols`: the
+release's (`trajectories_release.jsonl`, "comparable to the paper") and BFCL's ("comparable to the BFCL
+leaderboard"); out-of-domain benchmarks keep their own BFCL protocols.
 """
 
 from __future__ import annotations
 
 import logging
-from collections import Counter, defaultdict
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +25,7 @@ from seal.budget import Budget
 from seal.env.benchmark import category_summary
 from seal.env.episode import check_step_limit
 from seal.errors import UserError
-from seal.eval.evaluate import evaluate_entries, select_entries, summary_table
+from seal.eval.evaluate import check_protocols, evaluate_entries, select_entries, summary_table
 from seal.eval.ood import evaluate_benchmark, prepare
 from seal.io import markdown_table, write_json
 
@@ -52,37 +54,53 @@ def evaluate(cfg: DictConfig, out_dir: Path) -> None:
             "validation part with split.val_scenarios=<n>"
         )
     step_limit = check_step_limit(cfg.eval.step_limit, "eval.step_limit")
+    protocols = check_protocols(cfg.eval.protocols)
     backbone, engine = load_engine(cfg, budget)
     entries = select_entries(engine, ids, budget.eval_entries_per_category)
     if not entries:
         raise UserError(f"no entry of split={split.name} part {cfg.eval_part} fits backbone {backbone.name}'s context")
     write_json(out_dir / "leakage.json", split.leakage())
     log.info("evaluating %s on %d entries of %s/%s", backbone.describe(), len(entries), split.name, cfg.eval_part)
-    metrics, records = evaluate_entries(engine, entries, out_dir, progress=True, step_limit=step_limit)
+    metrics, _ = evaluate_entries(engine, entries, out_dir, progress=True, step_limit=step_limit, protocols=protocols)
     metrics.update({"backbone": backbone.describe(), "split": split.name, "part": cfg.eval_part,
                     "ids": [e.id for e in entries]})
     write_json(out_dir / "metrics.json", metrics)
-    summary = category_summary([(r["id"], r["valid"]) for r in records])
-    table = summary_table(summary)
-    t = metrics["timing"]
-    errors: dict[str, int] = defaultdict(int)
-    for r in records:
-        errors[r["error_type"] or "pass"] += 1
     oracle_note = (
         "\n> **Scripted oracle, not a model**: it replays the gold calls; this is a harness self-check "
         "and an upper bound.\n" if not getattr(backbone, "trainable", True) else ""
     )
+    sections = [protocol_section(out_dir, metrics, name) for name in ("release", "bfcl") if name in protocols]
     (out_dir / "report.md").write_text(
         f"# Evaluation: {backbone.describe()}\n{oracle_note}\n"
         f"Split `{split.name}`, part `{cfg.eval_part}`, budget `{budget.name}` "
         f"({len(entries)} entries), greedy decoding, plain benchmark interface, "
-        f"tool format `{engine.format.name}`, tools rendered `{metrics['protocol']['tool_rendering']}`.\n\n"
-        f"Step limit `{step_limit}`: {metrics['protocol']['step_rule']}.\n\n{table}\n\n"
-        f"## Outcomes\n\n{markdown_table(['verdict', 'entries'], sorted(errors.items()))}\n\n"
-        f"## Timing\n\n{markdown_table(['seconds', 'episodes/min', 'model tokens/s', 'model tokens', 'context overflows'], [[t['seconds'], t['episodes_per_minute'], t['model_tokens_per_second'], t['model_tokens'], t['context_overflows']]])}\n"
+        f"tool format `{engine.format.name}`, tools rendered `{engine.format.tools}`.\n\n" + "\n".join(sections)
     )
-    print(table)
+    print("\n\n".join(sections))
     log.info("outputs in %s", out_dir)
+
+
+# how the report names each protocol's numbers
+LABELS = {"release": "comparable to the paper", "bfcl": "comparable to the BFCL leaderboard"}
+
+
+def protocol_section(out_dir: Path, metrics: dict[str, Any], name: str) -> str:
+    """One protocol's part of report.md: its rule, accuracy table, outcomes and timing."""
+    import json
+
+    suffix = "" if name == "bfcl" else "_release"
+    with (out_dir / f"trajectories{suffix}.jsonl").open() as fh:
+        records = [json.loads(line) for line in fh]
+    described = metrics["protocol"][name]
+    errors = Counter(r["error_type"] or "pass" for r in records)
+    t = metrics[f"timing{suffix}"]
+    return (
+        f"## Protocol `{name}` ({LABELS[name]})\n\n"
+        f"Step limit `{described['step_limit']}`: {described['step_rule']}.\n\n"
+        f"{summary_table(category_summary([(r['id'], r['valid']) for r in records]))}\n\n"
+        f"### Outcomes\n\n{markdown_table(['verdict', 'entries'], sorted(errors.items()))}\n\n"
+        f"### Timing\n\n{markdown_table(['seconds', 'episodes/min', 'model tokens/s', 'model tokens', 'context overflows'], [[t['seconds'], t['episodes_per_minute'], t['model_tokens_per_second'], t['model_tokens'], t['context_overflows']]])}\n"
+    )
 
 
 def evaluate_ood(cfg: DictConfig, budget: Budget, out_dir: Path) -> None:

@@ -63,7 +63,8 @@ def train(cfg: DictConfig, out_dir: Path) -> None:
     from seal.budget import Budget
     from seal.env.benchmark import get_entries
     from seal.env.episode import check_step_limit
-    from seal.eval.evaluate import evaluate_entries, fits, select_entries
+    from seal.env.protocol import Protocol
+    from seal.eval.evaluate import check_protocols, evaluate_entries, fits, select_entries
     from seal.interface import apply, initial_interface, widest_interface
     from seal.policy.backbones import check_training_fits, param_dtype
     from seal.policy.rollout import RolloutEngine
@@ -92,6 +93,8 @@ def train(cfg: DictConfig, out_dir: Path) -> None:
     # -- the pieces, from the config -------------------------------------------------------------
     # every named choice read later is checked now, before anything is written or loaded
     eval_step_limit = check_step_limit(cfg.eval.step_limit, "eval.step_limit")
+    eval_protocols = check_protocols(cfg.eval.protocols)
+    protocol = Protocol.from_config(cfg.protocol)
     check_hardware(cfg)
     check_mode(cfg.logger.mode)
     ood_benchmarks = out_of_domain_benchmarks(cfg, budget)
@@ -122,13 +125,18 @@ def train(cfg: DictConfig, out_dir: Path) -> None:
         # would block the corrected command
         claim_run_dir(out_dir, fingerprint)
     policy = backbone.load(training=True)
-    engine = RolloutEngine.for_backbone(backbone, policy, budget, tool_rendering=cfg.rendering.tools)
+    engine = RolloutEngine.for_backbone(backbone, policy, budget, tool_rendering=cfg.rendering.tools, protocol=protocol)
     # no episode may start without room to generate: the prompts are measured under the widest
     # interface this run can show, and those that cannot fit are left out (and counted)
     widest = apply(widest_interface(interface_cfg), engine.format.call_example, interface_cfg)
     pool = select_entries(engine, split.train, None)
     fitting = [e for e in pool if fits(engine, e, widest)]
+    over_long = [] if protocol.max_prompt_tokens is None else [
+        e.id for e in fitting if not protocol.prompt_fits(engine.prompt_tokens(e, widest))]
+    if protocol.over_long_prompt == "skip":
+        fitting = [e for e in fitting if e.id not in set(over_long)]
     train_entries = select_entries(engine, [e.id for e in fitting], budget.train_entries, per_category=False)
+    check_prompt_lengths(protocol, [e.id for e in train_entries], over_long)
     # the before/after slice: the validation part when the split has one (model selection never
     # touches test), else a few test entries (reported only; nothing is selected on them)
     heldout_part = "val" if split.val else "test"
@@ -158,8 +166,11 @@ def train(cfg: DictConfig, out_dir: Path) -> None:
         "training_memory_gib": {k: round(v, 2) for k, v in memory.table()} if memory else None,
         "round_plan": vars(plan) | {"episodes_per_step": plan.episodes_per_step},
         "train_filter": {"train_part": len(pool), "fit": len(fitting), "left_out_unfit": len(pool) - len(fitting),
-                         "context_length": backbone.context_length, "max_new_tokens": budget.max_new_tokens},
-        "protocol": {"tool_rendering": cfg.rendering.tools, "schema_style": interface_cfg.schema_style,
+                         "context_length": backbone.context_length, "max_new_tokens": budget.max_new_tokens,
+                         "max_prompt_tokens": protocol.max_prompt_tokens,
+                         "left_out_over_long": len(over_long) if protocol.over_long_prompt == "skip" else 0},
+        "protocol": {"answers": protocol.name, "eval_protocols": "+".join(eval_protocols),
+                     "tool_rendering": cfg.rendering.tools, "schema_style": interface_cfg.schema_style,
                      "train_step_limit": engine.step_limit, "eval_step_limit": eval_step_limit,
                      "max_steps": engine.max_steps_per_turn, "rounds_per_epoch": reweighting.rounds_per_epoch,
                      "max_train_tokens": budget.max_train_tokens, "dual_clip": cfg.trainer.dual_clip,
@@ -198,7 +209,7 @@ def train(cfg: DictConfig, out_dir: Path) -> None:
     coevolution.on_round_end = on_round_end
 
     def evaluate(entries, folder):
-        return evaluate_entries(engine, entries, folder, dist=dist, step_limit=eval_step_limit)
+        return evaluate_entries(engine, entries, folder, dist=dist, step_limit=eval_step_limit, protocols=eval_protocols)
 
     selection = ModelSelection(every=budget.val_every, val_entries=get_entries(split.val), out_dir=out_dir,
                                dist=dist, keep_all=bool(cfg.get("eval_all_checkpoints_on_test")), evaluate=evaluate,
@@ -208,7 +219,8 @@ def train(cfg: DictConfig, out_dir: Path) -> None:
     evals = {}
     before_path = out_dir / "eval_before.json"
     if heldout and not before_path.exists():
-        metrics, _ = evaluate_entries(engine, heldout, out_dir / "eval_before", dist=dist, step_limit=eval_step_limit)
+        metrics, _ = evaluate_entries(engine, heldout, out_dir / "eval_before", dist=dist, step_limit=eval_step_limit,
+                                      protocols=eval_protocols)
         if dist.main:
             write_json(before_path, metrics)
         evals["before"] = metrics
@@ -267,7 +279,8 @@ def train(cfg: DictConfig, out_dir: Path) -> None:
 
     # -- after: the trained model on the same held-out slice --------------------------------------
     if heldout:
-        metrics, _ = evaluate_entries(engine, heldout, out_dir / "eval_after", dist=dist, step_limit=eval_step_limit)
+        metrics, _ = evaluate_entries(engine, heldout, out_dir / "eval_after", dist=dist, step_limit=eval_step_limit,
+                                      protocols=eval_protocols)
         if dist.main:
             write_json(out_dir / "eval_after.json", metrics)
         evals["after"] = metrics
@@ -308,6 +321,16 @@ def train(cfg: DictConfig, out_dir: Path) -> None:
     wandb.save_files([out_dir / "report.md", out_dir / "curves.png", out_dir / "metrics.json"])
     wandb.finish()
     log.info("done: %d rounds; report in %s", len(coevolution.history), out_dir / "report.md")
+
+
+def check_prompt_lengths(protocol: Any, train_ids: list[str], over_long: list[str]) -> None:
+    """Under over_long_prompt=error (the release's), a chosen train entry whose prompt exceeds
+    protocol.max_prompt_tokens stops the run before anything is trained, as the release's does."""
+    chosen = sorted(set(train_ids) & set(over_long))
+    if protocol.over_long_prompt == "error" and chosen:
+        raise UserError(f"{len(chosen)} train entries (e.g. {chosen[0]}) have a prompt over protocol.max_prompt_tokens="
+                        f"{protocol.max_prompt_tokens} tokens, which the release refuses; leave them out with "
+                        "protocol.over_long_prompt=skip, or raise protocol.max_prompt_tokens")
 
 
 def _cuda_devices() -> int:

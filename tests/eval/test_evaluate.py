@@ -5,6 +5,7 @@ import json
 import pytest
 
 from seal.env.benchmark import CATEGORIES, load_benchmark
+from seal.env.protocol import BFCL, RELEASE
 from seal.tasks import run
 from tests.test_configs import compose_with
 
@@ -56,10 +57,18 @@ def test_an_empty_part_is_a_clear_error(tmp_path):
 def test_evaluation_keeps_bfcls_step_rule_unless_asked_and_reports_the_protocol(tmp_path):
     # a paper arm trains with the per-episode rule and the release rendering; its evaluation keeps BFCL's rule
     metrics = evaluate(tmp_path / "bfcl", "backbone=oracle", "experiment=seal", "budget.max_steps_per_turn=1")
-    assert metrics["protocol"] == {
+    assert metrics["protocol"]["bfcl"] == {
+        "name": "bfcl", "answers": BFCL.describe(),
         "step_limit": "turn", "max_steps": 1, "step_rule": "more than 1 steps in one turn force-quits (BFCL's rule)",
         "tool_format": "qwen_xml", "tool_rendering": "release", "interface": "plain",
     }
+    # the release's validation: its answers, one output per trajectory here (budget.max_steps_per_turn=1)
+    assert metrics["protocol"]["release"]["answers"] == RELEASE.describe()
+    assert metrics["protocol"]["release"]["step_limit"] == "episode"
+    assert metrics["counts_release"]["base"]["total"] == metrics["counts"]["base"]["total"]
+    # with one output per trajectory no multi-turn entry can pass under the release's rule
+    assert metrics["eval/bfcl_v3_release/avg"] == 0.0 and metrics["eval/bfcl_v3/avg"] == 1.0
+    assert (tmp_path / "bfcl" / "trajectories_release.jsonl").exists()
     report = (tmp_path / "bfcl" / "report.md").read_text()
     assert "tools rendered `release`" in report and "Step limit `turn`" in report
     records = [json.loads(line) for line in (tmp_path / "bfcl" / "trajectories.jsonl").read_text().splitlines()]
@@ -68,7 +77,7 @@ def test_evaluation_keeps_bfcls_step_rule_unless_asked_and_reports_the_protocol(
 
     metrics = evaluate(tmp_path / "release", "backbone=oracle", "experiment=seal", "budget.max_steps_per_turn=1",
                        "eval.step_limit=episode")
-    assert metrics["protocol"]["step_limit"] == "episode"
+    assert metrics["protocol"]["bfcl"]["step_limit"] == "episode"
     assert "Step limit `episode`: 1 model outputs per episode" in (tmp_path / "release" / "report.md").read_text()
     records = [json.loads(line) for line in (tmp_path / "release" / "trajectories.jsonl").read_text().splitlines()]
     # one model output per episode in all, whatever the entry

@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from seal.env.benchmark import CATEGORIES
+from seal.env.protocol import BFCL, RELEASE
 from seal.interface.view import PLAIN, PlainView
 from seal.policy.formats import FORMATS, get_format
 from seal.policy.generation import Generated, derive_seed
@@ -56,18 +57,27 @@ def test_oracle_passes_entries_of_every_category(oracle_policy, spread_entries, 
 
 
 @pytest.mark.costly
-def test_oracle_passes_all_800_entries(oracle_policy, bench):
+@pytest.mark.parametrize("protocol", [BFCL, RELEASE], ids=["bfcl", "release"])
+def test_oracle_passes_all_800_entries(oracle_policy, bench, protocol):
     # one pass over the benchmark, the entries dealt round-robin to the formats (each format also
-    # plays every category in test_oracle_passes_entries_of_every_category)
+    # plays every category in test_oracle_passes_entries_of_every_category); the gold calls are well
+    # formed, so the release's strict parse never fires
     entries = list(bench.values())
     failed, ended = [], set()
     for k, name in enumerate(NAMES):
-        eng = engine(oracle_policy, name, oracle=True, context_length=10**6, batch_size=32)
+        eng = engine(oracle_policy, name, oracle=True, context_length=10**6, batch_size=32, protocol=protocol)
         rollouts = eng.play(entries[k::len(NAMES)], temperature=0.0)
         assert len(rollouts) == len(entries[k::len(NAMES)])
         failed += [(r.entry.id, r.verdict.error_type) for r in rollouts if not r.verdict.valid]
         ended |= {r.ended for r in rollouts}
-    assert len(entries) == 800 and failed == [] and ended == {"completed"}
+    # BFCL's own gold calls a held-out tool before its delivery in some entries (multi_turn_miss_func_49
+    # calls `tail` in turn 1, delivered in turn 3): the release refuses that call (env_handler.py:357-362),
+    # so under its protocol the gold path cannot pass those entries; BFCL's harness runs it
+    early = [e.id for e in entries if any(c.split("(")[0] not in e.visible_function_names(i)
+                                          for i, turn in enumerate(e.gold) for c in turn)]
+    assert early == ["multi_turn_miss_func_49"]
+    expected = [] if protocol is BFCL else early
+    assert len(entries) == 800 and [i for i, _ in failed] == expected and ended == {"completed"}
 
 
 def test_oracle_script_and_holdout_delivery(oracle_policy, bench):
