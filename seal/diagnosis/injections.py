@@ -21,6 +21,7 @@ from seal.env.schema import check_call, tool_registry
 from seal.env.benchmark import Entry
 from seal.env.calls import ToolCall, parse_call
 from seal.env.episode import Episode, StepRecord
+from seal.env.protocol import BFCL, Protocol
 from seal.env.verifier import EMPTY_TURN, FORCE_TERMINATED, RESPONSE_MISMATCH, STATE_MISMATCH, Verdict
 
 # Step limit used for the step_limit recipe (the benchmark's 20 would only cost time)
@@ -56,14 +57,15 @@ def gold_script(entry: Entry) -> Script:
 
 def play(
     entry: Entry, script: Script, max_steps: int = 20, abort_after: int | None = None,
-    abort_before: int | None = None,
+    abort_before: int | None = None, protocol: Protocol = BFCL,
 ):
     """Run a scripted trajectory through the episode protocol; returns (verdict, steps).
 
     `abort_after=t` ends the episode (context overflow) once turn t is played; `abort_before=t`
     right after turn t opens, before the model answers it (as the rollout engine does when the
-    new user message leaves no room)."""
-    episode = Episode(entry, max_steps=max_steps)
+    new user message leaves no room). `protocol` decides how the environment answers (BFCL's harness
+    or the release's refusals)."""
+    episode = Episode(entry, max_steps=max_steps, protocol=protocol)
     while (turn := episode.next_turn()) is not None:
         if abort_before is not None and turn.index == abort_before:
             episode.abort("context_overflow")

@@ -21,7 +21,9 @@ correct_abstention where gold is "no call", else empty_turn_model_response.
                         the gold calls of the earlier turns leave: an earlier turn left the state
                         wrong and this turn did the right thing (never a recovery_failure then).
 4. invalid_tool_call:   an undecodable call, a call the parser refused, an unknown or blocked
-                        function, or a tool not yet shown at this turn (miss_func holdouts).
+                        function, a tool not yet shown at this turn (miss_func holdouts), or an
+                        output the release protocol refused unexecuted (its `[ERROR]` answer: a
+                        malformed block, or a tool outside the turn's list).
 5. argument_mismatch:   a call that does not bind to the signature, or breaks the schema (missing
                         required field, unknown argument, wrong type, value outside the allowed
                         values). A call identical to a gold call of the entry is never flagged.
@@ -181,7 +183,9 @@ def turn_cause(
 
     parse_failures = [f for step in steps for f in step.parse_failures]
     visible = entry.visible_function_names(check.index)
-    if parse_failures or any(
+    # a refused output (protocol=release) ran nothing and left no record: its refusal is the evidence
+    refused = any(step.error for step in steps)
+    if parse_failures or refused or any(
         r.error in INVALID_ERRORS or (r.call is not None and r.call.name not in visible) for r in records
     ):
         return L.INVALID_TOOL_CALL

@@ -10,6 +10,7 @@ from seal.diagnosis import CAUSES, OUTCOMES, TurnLabel, diagnose, diagnose_resul
 from seal.diagnosis.injections import Step, gold_script, play
 from seal.env import Episode, parse_call, verify
 from seal.env.executor import CallRecord
+from seal.env.verifier import EMPTY_TURN
 
 UNDECODABLE = ("<tool_call>{'name': ", "not valid JSON")
 PASS = ("pass", None)
@@ -469,3 +470,79 @@ def test_a_verdict_with_the_wrong_number_of_turns_is_a_checker_error(bench):
     steps = steps_from_verdict(verdict, 2)
     assert len(steps) == 2 and [s[0].raw for s in steps] == ["", ""]
     assert [r.text for r in steps[0][0].calls] == entry.gold[0]
+
+
+# ------------------------------------------------------------------ where the order of the checks matters
+# Each case below gives a different label if two neighbouring checks were swapped (named in the comment).
+
+
+def test_a_broken_gold_call_in_a_turn_where_the_model_made_no_call_is_gt_error(bench):
+    # base_0 with turn 0's gold mkdir renamed to a function no backend has. The model answers turn 0
+    # with no call at all: the official status is empty_turn, but the gold side could not run the turn
+    # whatever the model did, so gt_error comes first (outcome: the broken-gold check precedes the
+    # empty-turn check; cause: gt_error precedes every failure rule)
+    entry = bench[BASE0]
+    gold = [list(t) for t in entry.gold]
+    gold[0][1] = "make_dir(dir_name='temp')"
+    broken = dataclasses.replace(entry, id="broken_gold_base_0_no_call", gold=gold)
+    script = gold_script(broken)
+    script[0] = []
+    verdict, steps = play(broken, script)
+    assert verdict.turns[0].status == EMPTY_TURN  # what the order is tested against
+    assert diagnose(broken, verdict, steps)[0] == TurnLabel("gt_error", "gt_error")
+
+
+def test_a_turn_that_fails_only_through_an_earlier_extra_call_on_the_same_file_is_inherited(bench):
+    # base_0: turn 0 makes its gold calls plus one extra echo that overwrites final_report.pdf before it is
+    # moved into temp. Turn 0: every gold call made with the gold values, the file's content differs
+    # -> (state_mismatch, state_mismatch). Turn 1 makes exactly the gold calls (cd temp, grep the file):
+    # the file system still differs (the content) -> outcome state_mismatch, and from the gold state
+    # its calls pass -> inherited_state, which precedes the state_mismatch rule. Turns 2 and 3 read the
+    # same file (sort, diff) and are inherited the same way.
+    entry = bench[BASE0]
+    script = gold_script(entry)
+    script[0] = [Step([parse_call("cd(folder='document')"),
+                       parse_call("echo(content='nothing about budgets', file_name='final_report.pdf')"),
+                       parse_call("mkdir(dir_name='temp')"),
+                       parse_call("mv(source='final_report.pdf', destination='temp')")])]
+    verdict, steps = play(entry, script)
+    assert steps[0][0].calls[1].ok  # the echo ran (the file exists in document/ before the mv)
+    pairs = [(x.outcome, x.cause) for x in diagnose(entry, verdict, steps)]
+    assert pairs == [("state_mismatch", "state_mismatch")] + [("state_mismatch", "inherited_state")] * 3
+
+
+def test_release_refusal_of_a_malformed_block_is_an_invalid_tool_call(bench):
+    from seal.env.protocol import RELEASE
+
+    # base_0 turn 1: one output with a good cd(temp) and a malformed block. The release runs none of it
+    # and answers "[ERROR] Invalid tool call format: ..." (bfcl_env.py:1136-1180); the model then stops.
+    # Turn 1's result is empty -> outcome empty_turn_model_response; the cause is the refused output:
+    # invalid_tool_call, which precedes the empty-turn rule. Under BFCL's harness cd runs and grep is
+    # missing -> response_mismatch, with the same cause.
+    steps = [Step([parse_call("cd(folder='temp')")], [UNDECODABLE])]
+    played, _ = at(bench, BASE0, 1, steps=steps, protocol=RELEASE)
+    assert played == ("empty_turn_model_response", "invalid_tool_call")
+    assert at(bench, BASE0, 1, steps=steps)[0] == ("response_mismatch", "invalid_tool_call")
+
+
+def test_release_refusal_of_a_tool_not_yet_delivered_is_an_invalid_tool_call(bench):
+    from seal.env.protocol import RELEASE
+
+    # miss_func_0 delivers sort at turn 3. At turn 1 the model calls cd(temp) and sort in one output:
+    # the release refuses the output unexecuted ("Tool 'sort' is not available in the current tool
+    # list.", env_handler.py:339-362) and the model stops. Nothing ran, nothing was recorded, nothing
+    # failed to parse: only the refusal shows the cause -> (empty_turn_model_response, invalid_tool_call)
+    calls = ["cd(folder='temp')", "sort('final_report.pdf')"]
+    played, _ = at(bench, "multi_turn_miss_func_0", 1, calls, protocol=RELEASE)
+    assert played == ("empty_turn_model_response", "invalid_tool_call")
+
+
+def test_a_refused_output_followed_by_the_right_calls_passes(bench):
+    from seal.env.protocol import RELEASE
+
+    # the refusal keeps the turn open; the model's next output makes the gold calls: the turn passes and
+    # has no cause (the pass rule precedes the refusal evidence)
+    steps = [Step([parse_call("cd(folder='temp')"), parse_call("sort('final_report.pdf')")]),
+             Step([parse_call(c) for c in bench["multi_turn_miss_func_0"].gold[1]])]
+    played, pairs = at(bench, "multi_turn_miss_func_0", 1, steps=steps, protocol=RELEASE)
+    assert played == PASS and pairs[0] == PASS
