@@ -98,3 +98,19 @@ def test_a_missing_or_unknown_entry_is_one_clear_error(tmp_path, capsys, args, m
     with pytest.raises(SystemExit) as exc:
         show(tmp_path, capsys, *args)
     assert exc.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_show_error_prints_what_each_protocol_answers(tmp_path, capsys):
+    # miss_func_0 delivers sort at turn 3, so at turn 0 it is outside the tool list. The release refuses
+    # the call unexecuted with this exact user message (env_handler.py:357-362 raises it, :192-197 and
+    # :453 prefix it); BFCL's harness runs it (any method of the involved classes executes)
+    refusal = ("<|im_start|>user\n[ERROR] Invalid tool call format: Tool 'sort' is not available in the "
+               "current tool list.<|im_end|>")
+    (tmp_path / "release").mkdir()
+    (tmp_path / "bfcl").mkdir()
+    release = show(tmp_path / "release", capsys, "entry=multi_turn_miss_func_0", "show=error", "view=eval",
+                   "protocol=release").out
+    assert refusal in release
+    assert release.count("[ERROR] Invalid tool call format: ") == 2  # the malformed block's too
+    bfcl = show(tmp_path / "bfcl", capsys, "entry=multi_turn_miss_func_0", "show=error", "view=eval").out
+    assert "[ERROR]" not in bfcl and "calls run: sort(" in bfcl
