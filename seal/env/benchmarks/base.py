@@ -100,9 +100,10 @@ class Benchmark:
 
 
 def one_turn_verdict(entry: Entry, valid: bool, error: str | None = None, message: str = "") -> Verdict:
-    """The verdict of an entry checked as a whole, as one turn."""
-    check = TurnCheck(0, gold_empty=False, status="pass" if valid else error)
-    return Verdict(entry.id, valid, error, message, None if valid else 0, [check])
+    """The verdict of an entry checked as a whole, as one turn (`error`, `message`: why it failed)."""
+    if valid:
+        return Verdict(entry.id, True, None, "", None, [TurnCheck(0, gold_empty=False, status="pass")])
+    return Verdict(entry.id, False, error, message, 0, [TurnCheck(0, gold_empty=False, status=error)])
 
 
 def overflow_verdict(entry: Entry) -> Verdict:
