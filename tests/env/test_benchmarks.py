@@ -119,3 +119,25 @@ def test_base_defaults_are_the_multi_turn_protocol():
     assert defaults.oracle_message(None, entry, None) is None and defaults.end(entry, None) is None
     assert defaults.select([entry] * 3, 2) == ([], [entry, entry]) and defaults.select([entry], None) == ([], [entry])
     assert defaults.prerequisite_groups([entry]) == {}
+
+
+def test_training_evaluates_only_registered_out_of_domain_benchmarks_with_a_config(echo):
+    from seal.budget import Budget
+    from seal.errors import UserError
+    from seal.tasks.train import out_of_domain_benchmarks
+
+    def chosen(*overrides):
+        cfg = compose_with(*overrides)
+        return out_of_domain_benchmarks(cfg, Budget.from_config(cfg.budget))
+
+    # the run's own benchmark group, with its overrides; another from its config file
+    found = chosen("benchmark=bfcl_single_turn",
+                   "benchmark.categories=[irrelevance]", "budget.ood_benchmarks=[bfcl_single_turn,bfcl_v4_memory]")
+    assert [(b.name, b.categories) for b in found] == [
+        ("bfcl_single_turn", ["irrelevance"]), ("bfcl_v4_memory", ["memory_kv", "memory_rec_sum", "memory_vector"])]
+    # the benchmark trained on, and one registered (echo, for this test) without a config file, are refused
+    for name in ("bfcl_v3", "echo"):
+        with pytest.raises(UserError) as refused:
+            chosen(f"budget.ood_benchmarks=[{name}]")
+        assert str(refused.value) == (f"budget.ood_benchmarks: {name!r} is not an out-of-domain benchmark; choose among "
+                                      "bfcl_v4_memory, bfcl_v4_web_search, bfcl_single_turn")

@@ -288,6 +288,8 @@ def test_web_search_without_a_key_or_an_engine_stops_with_one_sentence(tmp_path,
 @pytest.mark.parametrize("override, words", [
     ("benchmark.memory_backends=[kv,graph]", ["benchmark.memory_backends", "graph", "kv, rec_sum, vector"]),
     ("benchmark.categories=[simple_java]", ["benchmark.categories", "simple_java", "simple_python"]),
+    # a key the benchmark's class does not take
+    ("+benchmark.memory_limit=3", ["benchmark", "unexpected keyword argument 'memory_limit'"]),
 ])
 def test_a_wrong_benchmark_value_stops_with_one_sentence(override, words, tmp_path, capsys):
     group = "bfcl_v4_memory" if "memory" in override else "bfcl_single_turn"
