@@ -11,6 +11,8 @@ from seal.env.benchmarks.base import (
     overflow_verdict,
     register,
 )
-from seal.env.benchmarks import bfcl_v3, bfcl_v4_memory, bfcl_v4_web_search, bfcl_single_turn  # noqa: F401,E402  (registers them)
+# importing them registers them, in this order
+from seal.env.benchmarks import bfcl_v3, bfcl_v4_memory, bfcl_v4_web_search, bfcl_single_turn  # noqa: F401,E402
 
-__all__ = ["ORACLE_REPLY", "REGISTRY", "Benchmark", "benchmark_of", "one_turn_verdict", "overflow_verdict", "register"]
+__all__ = ["ORACLE_REPLY", "REGISTRY", "Benchmark", "benchmark_of", "one_turn_verdict", "overflow_verdict",
+           "register"]
