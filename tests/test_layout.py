@@ -46,3 +46,81 @@ def test_the_checker_sees_an_upward_import(tmp_path):
     module = tmp_path / "m.py"
     module.write_text("from seal.rl.trainer import make_trainer\n\ndef f():\n    import seal.tasks.train\n")
     assert project_imports(module) == {"rl", "tasks"}
+
+
+def module_names(root: Path) -> dict[str, Path]:
+    """Every module of the package at `root` by dotted name (a package by its own name)."""
+    names = {}
+    for path in root.rglob("*.py"):
+        parts = (root.name, *path.relative_to(root).with_suffix("").parts)
+        names[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return names
+
+
+def import_graph(root: Path) -> dict[str, set[str]]:
+    """Module -> the modules of the same package it imports, at module level or inside functions:
+    `import a.b.c` and `from a.b import c` (c a module) import a.b.c; `from a.b import name` imports a.b."""
+    modules = module_names(root)
+    graph = {}
+    for name, path in modules.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        targets = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                targets |= {alias.name for alias in node.names}
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:  # relative: from the module's package, one level up per extra dot
+                    anchor = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                    base = f"{anchor}.{base}".rstrip(".")
+                targets |= {f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names}
+        graph[name] = {t for t in targets if t in modules} - {name}
+    return graph
+
+
+def find_circle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One circle of imports (its modules, the first repeated at the end), or None."""
+    state: dict[str, str] = {}
+    path: list[str] = []
+
+    def visit(module: str) -> list[str] | None:
+        state[module] = "open"
+        path.append(module)
+        for target in sorted(graph.get(module, ())):
+            if state.get(target) == "open":
+                return path[path.index(target):] + [target]
+            if target not in state and (circle := visit(target)):
+                return circle
+        path.pop()
+        state[module] = "done"
+        return None
+
+    for module in sorted(graph):
+        if module not in state and (circle := visit(module)):
+            return circle
+    return None
+
+
+def test_no_circle_of_imports_among_the_modules():
+    graph = import_graph(SEAL)
+    assert {"seal.env.episode", "seal.env.benchmarks", "seal.env.benchmarks.base"} <= set(graph)
+    assert "seal.env.benchmarks.bfcl_v3" in graph["seal.env.benchmarks"]  # `from seal.env.benchmarks import bfcl_v3`
+    assert find_circle(graph) is None
+
+
+def test_the_checker_sees_a_circle_through_a_function_level_import(tmp_path):
+    # the test above would pass vacuously if the graph missed imports: pkg.a -> pkg.b -> pkg.c.d -> pkg.a
+    package = tmp_path / "pkg"
+    (package / "c").mkdir(parents=True)
+    for path in (package / "__init__.py", package / "c" / "__init__.py"):
+        path.write_text("")
+    (package / "a.py").write_text("from pkg import b\n\nx = 1\n")
+    (package / "b.py").write_text("def f():\n    import pkg.c.d\n")
+    (package / "c" / "d.py").write_text("from pkg.a import x\nfrom . import e\n")
+    (package / "c" / "e.py").write_text("")
+    graph = import_graph(package)
+    assert graph == {"pkg": set(), "pkg.c": set(), "pkg.a": {"pkg.b"}, "pkg.b": {"pkg.c.d"},
+                     "pkg.c.d": {"pkg.a", "pkg.c.e"}, "pkg.c.e": set()}
+    assert find_circle(graph) == ["pkg.a", "pkg.b", "pkg.c.d", "pkg.a"]
+    (package / "b.py").write_text("def f():\n    import os\n")
+    assert find_circle(import_graph(package)) is None

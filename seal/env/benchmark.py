@@ -46,14 +46,15 @@ class Entry:
     holdout: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
     # per turn, the gold call strings; [] means the correct behaviour is to make no call
     gold: list[list[str]] = field(default_factory=list)
-    # how the entry is played and checked: "multi_turn" (BFCL V3: executed, the multi-turn checker),
-    # or one of the out-of-domain kinds of seal.env.ood ("agentic": executed, the final text answer is
-    # checked; "ast": one reply whose calls are checked unexecuted; "relevance"/"irrelevance": one reply
-    # that must / must not contain a call)
+    # how the entry's benchmark checks it (the benchmark's own detail): "multi_turn" (BFCL V3), "agentic"
+    # (BFCL V4: the final text answer), "ast" (one reply whose calls are checked unexecuted),
+    # "relevance"/"irrelevance" (one reply that must / must not contain a call)
     kind: str = "multi_turn"
     # agentic: the acceptable answers; ast: BFCL's possible answer (per expected call, the acceptable
     # values of every argument)
     answers: list[Any] = field(default_factory=list)
+    # the registered benchmark that plays and checks the entry (seal.env.benchmarks)
+    benchmark: str = "bfcl_v3"
 
     @property
     def long_context(self) -> bool:

@@ -16,10 +16,11 @@ the authors' release, which refuses a whole output unexecuted, with an `[ERROR]`
 turn kept open, when a call block is malformed or names a tool the turn has not shown.
 The episode records the decoded calls in BFCL's result layout, so `verdict()` is the official check.
 
-Out-of-domain entries (seal.env.ood) follow their own BFCL protocols through the same steps: a
-single-turn entry takes exactly one reply, whose calls are recorded but never executed; a memory
-entry's first system message carries the memory backend's instructions and core memory, and a
-memory prerequisite conversation flushes its memory to the run's snapshot when it ends.
+Other benchmarks' entries follow their own protocols through the same steps, as their benchmark
+(seal.env.benchmarks) says: a single-turn entry takes exactly one reply, whose calls are recorded but
+never executed; a memory entry's first system message carries the memory backend's instructions and
+core memory, and a memory prerequisite conversation flushes its memory to the run's snapshot when it
+ends.
 """
 
 from __future__ import annotations
@@ -27,12 +28,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from seal.env import ood
 from seal.env.benchmark import Entry
+from seal.env.benchmarks import benchmark_of
 from seal.env.calls import ToolCall
 from seal.env.executor import Backends, CallRecord, execute
 from seal.env.protocol import BFCL, Protocol
-from seal.env.verifier import Verdict, verify
+from seal.env.verifier import Verdict
 
 MAXIMUM_STEP_LIMIT = 20  # bfcl-eval's default
 STEP_LIMITS = ("turn", "episode")
@@ -104,12 +105,11 @@ class Episode:
         self.max_steps = max_steps
         self.step_limit = step_limit
         self.backends = Backends(entry.involved_classes, entry.initial_config, entry.long_context)
+        self.benchmark = benchmark_of(entry)
         # the turns' messages as this episode delivers them (a memory entry's system message is filled
         # in from the memory it starts with)
-        self.turns = entry.turns
-        if entry.category in ood.MEMORY_CATEGORIES:
-            self.turns = ood.with_memory_instructions(entry, self.backends)
-        self.single_reply = entry.kind in ("ast", "relevance", "irrelevance")
+        self.turns = self.benchmark.turns(entry, self.backends)
+        self.single_reply = self.benchmark.single_reply(entry)
         self.turn = -1
         self.steps_in_turn = 0
         # every model output of the episode (the release's step count)
@@ -204,11 +204,7 @@ class Episode:
 
     def _end(self, reason: str) -> None:
         self.ended = reason
-        if ood.is_prereq(self.entry):
-            # as bfcl-eval does, however the conversation ended: the next one of the scenario starts here
-            next(iter(self.backends.instances.values()))._flush_memory_to_local_file()
+        self.benchmark.end(self.entry, self.backends)
 
     def verdict(self) -> Verdict:
-        if self.entry.kind != "multi_turn":
-            return ood.verify_ood(self.entry, self.steps, context_overflow=self.ended == "context_overflow")
-        return verify(self.entry, self.result, context_overflow=self.ended == "context_overflow")
+        return self.benchmark.verdict(self)

@@ -38,7 +38,7 @@ def backend_class(class_name: str) -> type:
 
         return SearchAPI
     if class_name == "MemoryAPI_vector":  # its module loads a sentence encoder when imported
-        from seal.env.ood import vector_memory_class
+        from seal.env.vector_memory import vector_memory_class
 
         return vector_memory_class()
     if class_name not in CLASS_FILE_PATH_MAPPING:

