@@ -124,3 +124,39 @@ def test_the_checker_sees_a_circle_through_a_function_level_import(tmp_path):
     assert find_circle(graph) == ["pkg.a", "pkg.b", "pkg.c.d", "pkg.a"]
     (package / "b.py").write_text("def f():\n    import os\n")
     assert find_circle(import_graph(package)) is None
+
+
+def function_lengths(path: Path) -> dict[str, int]:
+    """Lines of every module-level function and method of a module (class.method); a nested function
+    counts as part of the one it is in."""
+    lengths = {}
+    functions = (ast.FunctionDef, ast.AsyncFunctionDef)
+    for node in ast.parse(path.read_text()).body:
+        members = [(f"{node.name}.", m) for m in node.body] if isinstance(node, ast.ClassDef) else [("", node)]
+        for prefix, item in members:
+            if isinstance(item, functions):
+                lengths[prefix + item.name] = item.end_lineno - item.lineno + 1
+    return lengths
+
+
+def test_no_function_in_seal_is_over_100_lines():
+    long = [(str(p.relative_to(SEAL)), name, n) for p in SEAL.rglob("*.py")
+            for name, n in function_lengths(p).items() if n > 100]
+    assert long == []
+
+
+def test_the_training_task_reads_as_named_steps_of_at_most_60_lines():
+    lengths = function_lengths(SEAL / "tasks" / "train.py")
+    steps = ["start", "check_config", "build", "evaluate_before", "fit", "evaluate_after", "report"]
+    # train() is the steps in order, one call each (the report on the main rank only)
+    train = next(n for n in ast.walk(ast.parse((SEAL / "tasks" / "train.py").read_text()))
+                 if isinstance(n, ast.FunctionDef) and n.name == "train")
+    called = [c.func.id for c in ast.walk(train) if isinstance(c, ast.Call) and isinstance(c.func, ast.Name)]
+    assert [c for c in called if c in steps] == steps
+    assert {name: n for name, n in lengths.items() if n > 60} == {}
+
+
+def test_function_lengths_counts_methods_and_functions(tmp_path):
+    module = tmp_path / "m.py"
+    module.write_text("def f():\n    return 1\n\n\nclass C:\n    def g(self):\n        x = 1\n        return x\n")
+    assert function_lengths(module) == {"f": 2, "C.g": 3}

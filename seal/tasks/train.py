@@ -4,9 +4,10 @@
     python run.py backbone=qwen2.5-3b reweighting=off
     python run.py -m experiment=vanilla_rl,seal seed=0,1,2
 
-Reads top to bottom: build the pieces from the config, evaluate the initial model on a held-out
-slice, train (resuming from the run directory's last complete round if there is one), evaluate
-again, write the report.
+`train` reads top to bottom, one named step per line: start (seed, ranks, round plan), check every
+choice of the config, build the pieces, evaluate the initial model on a held-out slice, fit (resuming
+from the run directory's last complete round if there is one), evaluate again, write the report. The
+steps share one `TrainingRun`.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import json
 import logging
 import os
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -57,29 +59,84 @@ def return_freed_memory_to_the_os() -> None:
         pass
 
 
+@dataclass
+class Entries:
+    """The entries a run plays, and how many of the train part were left out and why."""
+
+    train: list[Any]
+    # the before/after slice: the validation part when the split has one (model selection never touches
+    # test), else a few test entries (reported only; nothing is selected on them)
+    heldout: list[Any]
+    heldout_part: str
+    # the test entries the model selection scores (the initial, final and best-on-validation models)
+    test: list[Any]
+    pool: int
+    fit: int
+    over_long: list[str]
+
+
+@dataclass
+class TrainingRun:
+    """One training run's pieces, filled in by the steps of `train` in order."""
+
+    cfg: DictConfig
+    out_dir: Path
+    dist: Any
+    budget: Any
+    fingerprint: str
+    started: float
+    # the checked choices (check_config)
+    protocol: Any = None
+    eval_step_limit: str = "turn"
+    eval_protocols: list[str] = field(default_factory=list)
+    ood_benchmarks: list[Any] = field(default_factory=list)
+    split: Any = None
+    backbone: Any = None
+    diagnoser: Any = None
+    reweighting: Any = None
+    interface_cfg: Any = None
+    layout: str = "ddp"
+    memory: Any = None
+    # what build makes
+    policy: Any = None
+    engine: Any = None
+    entries: Entries | None = None
+    coevolution: Any = None
+    run_config: dict[str, Any] = field(default_factory=dict)
+    wandb: Any = None
+    selection: Any = None
+    # what the evaluations give: {"before"|"after"|test_*: metrics}, {"ood_before"|"ood_after": ...}
+    evals: dict[str, Any] = field(default_factory=dict)
+    ood: dict[str, Any] = field(default_factory=dict)
+
+    def evaluate(self, entries: list[Any], folder: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        """Greedy episodes of `entries` under the plain interface and both evaluation protocols."""
+        from seal.eval.evaluate import evaluate_entries
+
+        return evaluate_entries(self.engine, entries, folder, dist=self.dist, step_limit=self.eval_step_limit,
+                                protocols=self.eval_protocols)
+
+
 def train(cfg: DictConfig, out_dir: Path) -> None:
+    run = start(cfg, out_dir)
+    check_config(run)
+    build(run)
+    evaluate_before(run)
+    fit(run)
+    evaluate_after(run)
+    if run.dist.main:
+        report(run)
+
+
+def start(cfg: DictConfig, out_dir: Path) -> TrainingRun:
+    """The process set up for a run: memory returned to the OS, the ranks, the seed, the round plan."""
     from transformers import set_seed
 
     from seal.budget import Budget
-    from seal.env.benchmark import get_entries
-    from seal.env.episode import check_step_limit
-    from seal.env.protocol import Protocol
-    from seal.eval.evaluate import check_protocols, evaluate_entries, fits, select_entries
-    from seal.interface import apply, initial_interface, widest_interface
-    from seal.policy.backbones import check_training_fits, param_dtype
-    from seal.policy.rollout import RolloutEngine
-    from seal.rl import distributed, sharding
-    from seal.rl.checkpoint import check_run_disk_space, latest_complete_checkpoint, read_state, save_final_model
-    from seal.rl.coevolution import CoEvolution
-    from seal.rl.selection import ModelSelection
-    from seal.rl.config import check_hardware
-    from seal.rl.trainer import make_trainer
-    from seal.report.train_report import round_line, write_metrics_log, write_train_report
-    from seal.report.wandb_run import WandbRun, check_mode, run_identity
+    from seal.rl import distributed
 
     started = time.perf_counter()
     return_freed_memory_to_the_os()
-    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     dist = distributed.current(cfg.launch.timeout_minutes)
     fingerprint = config_fingerprint(cfg)
     # the main rank owns the run directory (the other ranks run the same command line)
@@ -88,47 +145,97 @@ def train(cfg: DictConfig, out_dir: Path) -> None:
     set_seed(cfg.seed)
     # every rank plays its share of a round; the round's size does not depend on the world size
     budget = Budget.from_config(cfg.budget, dist.world)
-    plan = budget.plan
+    return TrainingRun(cfg=cfg, out_dir=out_dir, dist=dist, budget=budget, fingerprint=fingerprint, started=started)
 
-    # -- the pieces, from the config -------------------------------------------------------------
-    # every named choice read later is checked now, before anything is written or loaded
-    eval_step_limit = check_step_limit(cfg.eval.step_limit, "eval.step_limit")
-    eval_protocols = check_protocols(cfg.eval.protocols)
-    protocol = Protocol.from_config(cfg.protocol)
+
+def check_config(run: TrainingRun) -> None:
+    """Every named choice read later, checked before anything is written or loaded; then the run
+    directory is claimed."""
+    from seal.env.episode import check_step_limit
+    from seal.env.protocol import Protocol
+    from seal.eval.evaluate import check_protocols
+    from seal.rl import sharding
+    from seal.rl.config import check_hardware
+    from seal.report.wandb_run import check_mode
+
+    cfg = run.cfg
+    run.eval_step_limit = check_step_limit(cfg.eval.step_limit, "eval.step_limit")
+    run.eval_protocols = check_protocols(cfg.eval.protocols)
+    run.protocol = Protocol.from_config(cfg.protocol)
     check_hardware(cfg)
     check_mode(cfg.logger.mode)
-    ood_benchmarks = out_of_domain_benchmarks(cfg, budget)
-    split = instantiate(cfg.split)
-    backbone = instantiate(cfg.backbone)
-    if not backbone.trainable:
-        raise UserError(f"backbone={backbone.name} is a scripted policy and cannot be trained; pick a model backbone")
-    diagnoser = instantiate(cfg.diagnoser)
-    reweighting = instantiate(cfg.reweighting)
-    interface_cfg = instantiate(cfg.env_interface)
-    layout = sharding.resolve(cfg.launch.sharding, dist.world)
-    sharding.check_devices(int(os.environ.get("LOCAL_WORLD_SIZE", dist.world)), _cuda_devices())
-    sharding.check_combination(layout, lora=bool(backbone.lora))
-    memory = check_training_fits(
-        backbone, episode_tokens=backbone.context_length, micro_batch=plan.micro_batch,
-        reference=cfg.trainer.beta != 0, gradient_checkpointing=cfg.trainer.gradient_checkpointing,
-        sharding=layout, world=dist.world, rollout_engine_fraction=_engine_fraction(backbone),
-        prefill_rows=min(budget.batch_size, plan.episodes_per_rank),
-    )
-    if dist.main:
-        # the checkpoints and models the run writes must fit its disk (its rounds come from at most this
-        # many train entries)
-        # under fsdp2 each rank writes its own part of a checkpoint: this node's ranks write their share
-        local_world = int(os.environ.get("LOCAL_WORLD_SIZE", dist.world))
-        check_run_disk_space(backbone, cfg, budget, out_dir, budget.train_entries or len(split.train),
-                             shards=dist.world // local_world if layout == "fsdp2" else 1)
+    run.ood_benchmarks = out_of_domain_benchmarks(cfg, run.budget)
+    run.split = instantiate(cfg.split)
+    run.backbone = instantiate(cfg.backbone)
+    if not run.backbone.trainable:
+        raise UserError(f"backbone={run.backbone.name} is a scripted policy and cannot be trained; pick a model backbone")
+    run.diagnoser = instantiate(cfg.diagnoser)
+    run.reweighting = instantiate(cfg.reweighting)
+    run.interface_cfg = instantiate(cfg.env_interface)
+    run.layout = sharding.resolve(cfg.launch.sharding, run.dist.world)
+    sharding.check_devices(_local_world(run.dist), _cuda_devices())
+    sharding.check_combination(run.layout, lora=bool(run.backbone.lora))
+    check_resources(run)
+    if run.dist.main:
         # once every component has accepted its config: a run refused for a typo leaves nothing that
         # would block the corrected command
-        claim_run_dir(out_dir, fingerprint)
-    policy = backbone.load(training=True)
-    engine = RolloutEngine.for_backbone(backbone, policy, budget, tool_rendering=cfg.rendering.tools, protocol=protocol)
-    # no episode may start without room to generate: the prompts are measured under the widest
-    # interface this run can show, and those that cannot fit are left out (and counted)
-    widest = apply(widest_interface(interface_cfg), engine.format.call_example, interface_cfg)
+        claim_run_dir(run.out_dir, run.fingerprint)
+
+
+def check_resources(run: TrainingRun) -> None:
+    """The model must fit the devices' memory and the checkpoints the run's disk (one sentence if not)."""
+    from seal.policy.backbones import check_training_fits
+    from seal.rl.checkpoint import check_run_disk_space
+
+    cfg, budget, backbone, dist = run.cfg, run.budget, run.backbone, run.dist
+    run.memory = check_training_fits(
+        backbone, episode_tokens=backbone.context_length, micro_batch=budget.plan.micro_batch,
+        reference=cfg.trainer.beta != 0, gradient_checkpointing=cfg.trainer.gradient_checkpointing,
+        sharding=run.layout, world=dist.world, rollout_engine_fraction=_engine_fraction(backbone),
+        prefill_rows=min(budget.batch_size, budget.plan.episodes_per_rank),
+    )
+    if dist.main:
+        # its rounds come from at most this many train entries; under fsdp2 each rank writes its own part
+        # of a checkpoint: this node's ranks write their share
+        check_run_disk_space(backbone, cfg, budget, run.out_dir, budget.train_entries or len(run.split.train),
+                             shards=dist.world // _local_world(dist) if run.layout == "fsdp2" else 1)
+
+
+def build(run: TrainingRun) -> None:
+    """The model, the rollout engine, the entries, the co-evolution state, the run's records and logs."""
+    from seal.interface import initial_interface
+    from seal.policy.rollout import RolloutEngine
+    from seal.rl.coevolution import CoEvolution
+
+    cfg, budget = run.cfg, run.budget
+    run.policy = run.backbone.load(training=True)
+    run.engine = RolloutEngine.for_backbone(run.backbone, run.policy, budget, tool_rendering=cfg.rendering.tools,
+                                            protocol=run.protocol)
+    run.entries = choose_entries(run)
+    # rho's statistics window restarts every epoch; the release drops an epoch's last partial batch
+    run.reweighting.rounds_per_epoch = budget.rounds_per_epoch(len(run.entries.train))
+    run.coevolution = CoEvolution(
+        engine=run.engine, entries={e.id: e for e in run.entries.train}, omega=initial_interface(run.interface_cfg),
+        interface_cfg=run.interface_cfg, diagnoser=run.diagnoser, reweighting=run.reweighting,
+        temperature=budget.temperature, seed=cfg.seed, group_size=budget.rollouts_per_prompt,
+        max_train_tokens=budget.max_train_tokens, dist=run.dist,
+    )
+    run.run_config = run_config(run)
+    if run.dist.main:
+        write_json(run.out_dir / "leakage.json", run.split.leakage())
+        (run.out_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+        write_json(run.out_dir / "run_config.json", run.run_config)
+    start_logging(run)
+
+
+def choose_entries(run: TrainingRun) -> Entries:
+    """Train entries whose prompt leaves room to generate under the widest interface this run can show
+    (and, under the release's protocol, within its prompt limit), the held-out slice and the test entries."""
+    from seal.eval.evaluate import fits, select_entries
+    from seal.interface import apply, widest_interface
+
+    engine, budget, protocol, split = run.engine, run.budget, run.protocol, run.split
+    widest = apply(widest_interface(run.interface_cfg), engine.format.call_example, run.interface_cfg)
     pool = select_entries(engine, split.train, None)
     fitting = [e for e in pool if fits(engine, e, widest)]
     over_long = [] if protocol.max_prompt_tokens is None else [
@@ -137,63 +244,70 @@ def train(cfg: DictConfig, out_dir: Path) -> None:
         fitting = [e for e in fitting if e.id not in set(over_long)]
     train_entries = select_entries(engine, [e.id for e in fitting], budget.train_entries, per_category=False)
     check_prompt_lengths(protocol, [e.id for e in train_entries], over_long)
-    # the before/after slice: the validation part when the split has one (model selection never
-    # touches test), else a few test entries (reported only; nothing is selected on them)
     heldout_part = "val" if split.val else "test"
     heldout = select_entries(engine, split.part(heldout_part), budget.heldout_entries_per_category)
     if not train_entries:
-        raise UserError(f"no train entry of split={split.name} fits backbone {backbone.name}'s context "
-                        f"({backbone.context_length} tokens with budget.max_new_tokens={budget.max_new_tokens})")
-    # rho's statistics window restarts every epoch; the release drops an epoch's last partial batch
-    reweighting.rounds_per_epoch = budget.rounds_per_epoch(len(train_entries))
-    coevolution = CoEvolution(
-        engine=engine, entries={e.id: e for e in train_entries}, omega=initial_interface(interface_cfg),
-        interface_cfg=interface_cfg, diagnoser=diagnoser, reweighting=reweighting,
-        temperature=budget.temperature, seed=cfg.seed, group_size=budget.rollouts_per_prompt,
-        max_train_tokens=budget.max_train_tokens, dist=dist,
-    )
+        raise UserError(f"no train entry of split={split.name} fits backbone {run.backbone.name}'s context "
+                        f"({run.backbone.context_length} tokens with budget.max_new_tokens={budget.max_new_tokens})")
+    return Entries(train=train_entries, heldout=heldout, heldout_part=heldout_part,
+                   test=select_entries(engine, split.test, budget.eval_entries_per_category),
+                   pool=len(pool), fit=len(fitting), over_long=over_long)
 
-    run_config = {
+
+def run_config(run: TrainingRun) -> dict[str, Any]:
+    """run_config.json: the resolved config and everything else a result depends on."""
+    from seal.policy.backbones import param_dtype
+
+    cfg, backbone, budget, entries, protocol = run.cfg, run.backbone, run.budget, run.entries, run.protocol
+    return {
         **OmegaConf.to_container(cfg, resolve=True),
-        "base_checkpoint": backbone.describe(), "code_version": code_version(), "fingerprint": fingerprint,
-        "overrides": _overrides(), "train_ids": [e.id for e in train_entries],
-        "heldout_part": heldout_part, "heldout_ids": [e.id for e in heldout],
+        "base_checkpoint": backbone.describe(), "code_version": code_version(), "fingerprint": run.fingerprint,
+        "overrides": _overrides(), "train_ids": [e.id for e in entries.train],
+        "heldout_part": entries.heldout_part, "heldout_ids": [e.id for e in entries.heldout],
         "precision": {
             "param_dtype": param_dtype(backbone.dtype, training=True, lora=bool(backbone.lora)),
             "compute_dtype": backbone.dtype, "kv_cache_dtype": backbone.dtype,
         },
-        "world_size": dist.world, "sharding": layout,
-        "training_memory_gib": {k: round(v, 2) for k, v in memory.table()} if memory else None,
-        "round_plan": vars(plan) | {"episodes_per_step": plan.episodes_per_step},
-        "train_filter": {"train_part": len(pool), "fit": len(fitting), "left_out_unfit": len(pool) - len(fitting),
+        "world_size": run.dist.world, "sharding": run.layout,
+        "training_memory_gib": {k: round(v, 2) for k, v in run.memory.table()} if run.memory else None,
+        "round_plan": vars(budget.plan) | {"episodes_per_step": budget.plan.episodes_per_step},
+        "train_filter": {"train_part": entries.pool, "fit": entries.fit, "left_out_unfit": entries.pool - entries.fit,
                          "context_length": backbone.context_length, "max_new_tokens": budget.max_new_tokens,
                          "max_prompt_tokens": protocol.max_prompt_tokens,
-                         "left_out_over_long": len(over_long) if protocol.over_long_prompt == "skip" else 0},
-        "protocol": {"answers": protocol.name, "eval_protocols": "+".join(eval_protocols),
-                     "tool_rendering": cfg.rendering.tools, "schema_style": interface_cfg.schema_style,
-                     "train_step_limit": engine.step_limit, "eval_step_limit": eval_step_limit,
-                     "max_steps": engine.max_steps_per_turn, "rounds_per_epoch": reweighting.rounds_per_epoch,
+                         "left_out_over_long": len(entries.over_long) if protocol.over_long_prompt == "skip" else 0},
+        "protocol": {"answers": protocol.name, "eval_protocols": "+".join(run.eval_protocols),
+                     "tool_rendering": cfg.rendering.tools, "schema_style": run.interface_cfg.schema_style,
+                     "train_step_limit": run.engine.step_limit, "eval_step_limit": run.eval_step_limit,
+                     "max_steps": run.engine.max_steps_per_turn, "rounds_per_epoch": run.reweighting.rounds_per_epoch,
                      "max_train_tokens": budget.max_train_tokens, "dual_clip": cfg.trainer.dual_clip,
                      "weight_decay": cfg.trainer.weight_decay, "std_epsilon": cfg.trainer.std_epsilon},
     }
-    if dist.main:
-        write_json(out_dir / "leakage.json", split.leakage())
-        (out_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
-        write_json(out_dir / "run_config.json", run_config)
-    # only the main rank logs to W&B and writes the per-round files; with several ranks each also
-    # appends its own rho and Omega per round to ranks/ (they must agree, and are checked to)
+
+
+def start_logging(run: TrainingRun) -> None:
+    """W&B, the model selection, and what every round leaves behind (metrics.jsonl, the round line, the
+    interface state). Only the main rank logs to W&B and writes the per-round files; with several ranks
+    each also appends its own rho and Omega per round to ranks/ (they must agree, and are checked to)."""
+    from seal.env.benchmark import get_entries
+    from seal.report.train_report import round_line, write_metrics_log
+    from seal.report.wandb_run import WandbRun, run_identity
+    from seal.rl.selection import ModelSelection
+
+    cfg, out_dir, dist, coevolution = run.cfg, run.out_dir, run.dist, run.coevolution
     logger_cfg = OmegaConf.to_container(cfg.logger, resolve=True)
     if not dist.main:
         logger_cfg["mode"] = "disabled"
-    identity = run_identity(out_dir=out_dir, fingerprint=fingerprint, experiment=cfg.experiment_name,
-                            backbone=backbone.name, seed=cfg.seed, tags=logger_cfg.pop("tags"),
+    identity = run_identity(out_dir=out_dir, fingerprint=run.fingerprint, experiment=cfg.experiment_name,
+                            backbone=run.backbone.name, seed=cfg.seed, tags=logger_cfg.pop("tags"),
                             group=logger_cfg.pop("group", None), sweep_dir=_sweep_dir())
-    wandb = WandbRun(out_dir=out_dir, config=run_config, **identity, **logger_cfg)
-
-    planned_rounds = budget.rounds_for(len(train_entries))
+    wandb = run.wandb = WandbRun(out_dir=out_dir, config=run.run_config, **identity, **logger_cfg)
+    selection = run.selection = ModelSelection(
+        every=run.budget.val_every, val_entries=get_entries(run.split.val), out_dir=out_dir, dist=dist,
+        keep_all=bool(cfg.get("eval_all_checkpoints_on_test")), evaluate=run.evaluate, dtype=run.backbone.dtype)
+    planned_rounds = run.budget.rounds_for(len(run.entries.train))
 
     def on_round_end(record) -> None:
-        selection.after_round(record, engine.model)
+        selection.after_round(record, run.engine.model)
         if dist.world > 1:
             (out_dir / "ranks").mkdir(exist_ok=True)
             with (out_dir / "ranks" / f"rank{dist.rank}.jsonl").open("a") as fh:
@@ -208,55 +322,50 @@ def train(cfg: DictConfig, out_dir: Path) -> None:
 
     coevolution.on_round_end = on_round_end
 
-    def evaluate(entries, folder):
-        return evaluate_entries(engine, entries, folder, dist=dist, step_limit=eval_step_limit, protocols=eval_protocols)
 
-    selection = ModelSelection(every=budget.val_every, val_entries=get_entries(split.val), out_dir=out_dir,
-                               dist=dist, keep_all=bool(cfg.get("eval_all_checkpoints_on_test")), evaluate=evaluate,
-                               dtype=backbone.dtype)
-
-    # -- before: the initial model on the held-out slice (shared out over the ranks) ---------------
-    evals = {}
-    before_path = out_dir / "eval_before.json"
-    if heldout and not before_path.exists():
-        metrics, _ = evaluate_entries(engine, heldout, out_dir / "eval_before", dist=dist, step_limit=eval_step_limit,
-                                      protocols=eval_protocols)
-        if dist.main:
+def evaluate_before(run: TrainingRun) -> None:
+    """The initial model on the held-out slice (shared out over the ranks; read back when resuming), on
+    test when model selection is on, and on the out-of-domain benchmarks."""
+    before_path = run.out_dir / "eval_before.json"
+    if run.entries.heldout and not before_path.exists():
+        metrics, _ = run.evaluate(run.entries.heldout, run.out_dir / "eval_before")
+        if run.dist.main:
             write_json(before_path, metrics)
-        evals["before"] = metrics
-    elif heldout:
-        evals["before"] = json.loads(before_path.read_text())
-
+        run.evals["before"] = metrics
+    elif run.entries.heldout:
+        run.evals["before"] = json.loads(before_path.read_text())
     # with model selection the before-evaluation is on the validation part: the initial model on test too
-    test_entries = select_entries(engine, split.test, budget.eval_entries_per_category)
-    initial_on_test = selection.test_initial(test_entries)
+    run.evals.update(run.selection.test_initial(run.entries.test))
+    run.ood = evaluate_out_of_domain(run.engine, run.ood_benchmarks, run.budget, run.out_dir, "before", run.dist,
+                                     run.eval_step_limit)
 
-    ood = evaluate_out_of_domain(engine, ood_benchmarks, budget, out_dir, "before", dist, eval_step_limit)
 
-    # -- train, resuming from the last complete round ---------------------------------------------
+def fit(run: TrainingRun) -> None:
+    """TRL's trainer over the co-evolution loop, resumed from the run directory's last complete round;
+    leaves the final model in `final_model/` and in the engine, and frees the trainer."""
+    from seal.rl import sharding
+    from seal.rl.checkpoint import latest_complete_checkpoint, save_final_model
+    from seal.rl.trainer import make_trainer
+
+    cfg, backbone, engine, policy, out_dir = run.cfg, run.backbone, run.engine, run.policy, run.out_dir
     trainer = make_trainer(
-        cfg, budget=budget, model=policy.model, tokenizer=policy.tokenizer, coevolution=coevolution,
-        train_ids=[e.id for e in train_entries], out_dir=out_dir, compute_dtype=backbone.dtype,
-        peft_config=backbone.peft_config(), sharding=layout,
+        cfg, budget=run.budget, model=policy.model, tokenizer=policy.tokenizer, coevolution=run.coevolution,
+        train_ids=[e.id for e in run.entries.train], out_dir=out_dir, compute_dtype=backbone.dtype,
+        peft_config=backbone.peft_config(), sharding=run.layout,
     )
     # rollouts are generated by the model being trained (peft-wrapped when LoRA is on); a sharded one
-    # through an unsharded copy refreshed at every play (vLLM gathers the shards itself)
+    # through an unsharded copy, gathered at every play for the transformers engine (vLLM gathers the
+    # shards itself) and once at the end for the final model
     engine.model = trainer.model
-    # a sharded model is gathered into an unsharded copy: for the transformers engine at every play, and
-    # once at the end for the final model
     copy = None
-    if layout == "fsdp2":
+    if run.layout == "fsdp2":
         copy = sharding.RolloutCopy(trainer.model, dtype=policy.compute_dtype, device=policy.device,
                                     version=lambda: trainer.state.global_step)
-    if copy is not None and backbone.generation == "transformers":
-        engine.generator.refresh = copy.refresh
+        if backbone.generation == "transformers":
+            engine.generator.refresh = copy.refresh
     checkpoint = latest_complete_checkpoint(Path(trainer.args.output_dir))
     if checkpoint is not None:
-        sharding.check_checkpoint(checkpoint, layout)
-        coevolution.load_state_dict(read_state(checkpoint))
-        if dist.main:
-            write_metrics_log(out_dir / "metrics.jsonl", coevolution.history)
-        log.info("resuming from %s (round %d done)", checkpoint, len(coevolution.history))
+        resume(run, checkpoint)
     trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
     if copy is not None:
         # one full state dict in the backbone's dtype, gathered from the shards on every rank
@@ -264,11 +373,11 @@ def train(cfg: DictConfig, out_dir: Path) -> None:
             engine.generator.refresh = None
         engine.model = copy.refresh()
         del copy  # it refers to the trainer, freed below
-        if dist.main:
+        if run.dist.main:
             engine.model.save_pretrained(out_dir / "final_model")
             policy.tokenizer.save_pretrained(out_dir / "final_model")
     else:
-        if dist.main:
+        if run.dist.main:
             save_final_model(trainer, out_dir / "final_model", backbone.dtype)
         engine.model = trainer.model
     # the optimizer state, gradients and reference model are not needed to evaluate: free them
@@ -277,50 +386,74 @@ def train(cfg: DictConfig, out_dir: Path) -> None:
     del trainer
     gc.collect()
 
-    # -- after: the trained model on the same held-out slice --------------------------------------
-    if heldout:
-        metrics, _ = evaluate_entries(engine, heldout, out_dir / "eval_after", dist=dist, step_limit=eval_step_limit,
-                                      protocols=eval_protocols)
-        if dist.main:
-            write_json(out_dir / "eval_after.json", metrics)
-        evals["after"] = metrics
-    ood.update(evaluate_out_of_domain(engine, ood_benchmarks, budget, out_dir, "after", dist, eval_step_limit))
-    # model selection on validation: the best-on-val and the final model on test (last: it loads weights over)
-    tests = {**initial_on_test, **selection.test_evaluations(engine.model, test_entries)}
-    if not dist.main:
-        return
-    evals.update(tests)
 
-    timing = _mean_round_timing(coevolution.history)
+def resume(run: TrainingRun, checkpoint: Path) -> None:
+    """The co-evolution state (Omega, rho, RNG streams, history) of a complete checkpoint."""
+    from seal.rl import sharding
+    from seal.rl.checkpoint import read_state
+    from seal.report.train_report import write_metrics_log
+
+    sharding.check_checkpoint(checkpoint, run.layout)
+    run.coevolution.load_state_dict(read_state(checkpoint))
+    if run.dist.main:
+        write_metrics_log(run.out_dir / "metrics.jsonl", run.coevolution.history)
+    log.info("resuming from %s (round %d done)", checkpoint, len(run.coevolution.history))
+
+
+def evaluate_after(run: TrainingRun) -> None:
+    """The trained model on the same held-out slice and out-of-domain benchmarks, then the model
+    selection's test evaluations (last: it loads the best model's weights over the final ones)."""
+    if run.entries.heldout:
+        metrics, _ = run.evaluate(run.entries.heldout, run.out_dir / "eval_after")
+        if run.dist.main:
+            write_json(run.out_dir / "eval_after.json", metrics)
+        run.evals["after"] = metrics
+    run.ood.update(evaluate_out_of_domain(run.engine, run.ood_benchmarks, run.budget, run.out_dir, "after", run.dist,
+                                          run.eval_step_limit))
+    run.evals.update(run.selection.test_evaluations(run.engine.model, run.entries.test))
+
+
+def report(run: TrainingRun) -> None:
+    """metrics.json, report.md (with curves.png) and the W&B summary (main rank)."""
+    from seal.report.train_report import write_train_report
+
+    cfg, out_dir, evals, ood, history = run.cfg, run.out_dir, run.evals, run.ood, run.coevolution.history
+    timing = _mean_round_timing(history)
+    tests = {k: v for k, v in evals.items() if k not in ("before", "after")}
     summary = {
-        "rounds": len(coevolution.history), "planned_rounds": budget.rounds_for(len(train_entries)),
-        "final_rho": coevolution.reweighting.rho, "final_interface": coevolution.omega.to_dict(),
+        "rounds": len(history), "planned_rounds": run.budget.rounds_for(len(run.entries.train)),
+        "final_rho": run.coevolution.reweighting.rho, "final_interface": run.coevolution.omega.to_dict(),
         "eval_before": evals.get("before"), "eval_after": evals.get("after"), "round_time_split": timing,
-        "wall_seconds": time.perf_counter() - started, "world_size": dist.world,
-        "ood_before": ood.get("ood_before"), "ood_after": ood.get("ood_after"),
-        **{k: v for k, v in tests.items()},
+        "wall_seconds": time.perf_counter() - run.started, "world_size": run.dist.world,
+        "ood_before": ood.get("ood_before"), "ood_after": ood.get("ood_after"), **tests,
     }
     write_json(out_dir / "metrics.json", summary)
-    write_train_report(
-        out_dir, title=f"SEAL training run: {out_dir.name or 'default'}",
-        header={"backbone": backbone.describe(), "seed": cfg.seed, "interface": interface_cfg.name,
-                "diagnoser": diagnoser.name, "reweighting": reweighting.mode, "budget": budget.name,
-                "precision": "params {param_dtype}, compute {compute_dtype}".format(**run_config["precision"]),
-                "ranks": dist.world, "rendering": cfg.rendering.tools,
-                "step limit": f"train {engine.step_limit}, eval {eval_step_limit} ({engine.max_steps_per_turn} steps)",
-                "protocol": ", ".join(f"{k} {v}" for k, v in run_config["protocol"].items()),
-                "train entries": f"{len(train_entries)} ({len(pool) - len(fitting)} of {len(pool)} in the train part "
-                                 f"left out: their prompt does not fit {backbone.context_length} tokens with "
-                                 f"{budget.max_new_tokens} to generate)",
-                "code version": run_config["code_version"], "rounds": len(coevolution.history)},
-        history=coevolution.history, rho0=reweighting.rho0, evals=evals, timing=timing, ood=ood,
-    )
+    write_train_report(out_dir, title=f"SEAL training run: {out_dir.name or 'default'}", header=report_header(run),
+                       history=history, rho0=run.reweighting.rho0, evals=evals, timing=timing, ood=ood)
+    wandb = run.wandb
     wandb.summary({f"{k}/{m}": v for k in evals for m, v in evals[k].items() if m.startswith("eval/")}
                   | {f"{when.removeprefix('ood_')}/{m}": v for when, found in ood.items() for metrics in found.values()
                      for m, v in metrics.items() if m.startswith("eval/")})
     wandb.save_files([out_dir / "report.md", out_dir / "curves.png", out_dir / "metrics.json"])
     wandb.finish()
-    log.info("done: %d rounds; report in %s", len(coevolution.history), out_dir / "report.md")
+    log.info("done: %d rounds; report in %s", len(history), out_dir / "report.md")
+
+
+def report_header(run: TrainingRun) -> dict[str, Any]:
+    """The settings report.md opens with."""
+    cfg, backbone, budget, engine, entries, config = run.cfg, run.backbone, run.budget, run.engine, run.entries, run.run_config
+    return {
+        "backbone": backbone.describe(), "seed": cfg.seed, "interface": run.interface_cfg.name,
+        "diagnoser": run.diagnoser.name, "reweighting": run.reweighting.mode, "budget": budget.name,
+        "precision": "params {param_dtype}, compute {compute_dtype}".format(**config["precision"]),
+        "ranks": run.dist.world, "rendering": cfg.rendering.tools,
+        "step limit": f"train {engine.step_limit}, eval {run.eval_step_limit} ({engine.max_steps_per_turn} steps)",
+        "protocol": ", ".join(f"{k} {v}" for k, v in config["protocol"].items()),
+        "train entries": f"{len(entries.train)} ({entries.pool - entries.fit} of {entries.pool} in the train part "
+                         f"left out: their prompt does not fit {backbone.context_length} tokens with "
+                         f"{budget.max_new_tokens} to generate)",
+        "code version": config["code_version"], "rounds": len(run.coevolution.history),
+    }
 
 
 def check_prompt_lengths(protocol: Any, train_ids: list[str], over_long: list[str]) -> None:
@@ -331,6 +464,11 @@ def check_prompt_lengths(protocol: Any, train_ids: list[str], over_long: list[st
         raise UserError(f"{len(chosen)} train entries (e.g. {chosen[0]}) have a prompt over protocol.max_prompt_tokens="
                         f"{protocol.max_prompt_tokens} tokens, which the release refuses; leave them out with "
                         "protocol.over_long_prompt=skip, or raise protocol.max_prompt_tokens")
+
+
+def _local_world(dist: Any) -> int:
+    """Processes of this run on this node."""
+    return int(os.environ.get("LOCAL_WORLD_SIZE", dist.world))
 
 
 def _cuda_devices() -> int:
