@@ -6,7 +6,7 @@ import ast
 from pathlib import Path
 
 SEAL = Path(__file__).resolve().parents[1] / "seal"
-ORDER = ["io", "errors", "env", "budget", "diagnosis", "interface", "policy", "eval", "report", "rl", "tasks"]
+ORDER = ["io", "errors", "env", "budget", "diagnosis", "interface", "policy", "evaluation", "report", "rl", "tasks"]
 RANK = {name: i for i, name in enumerate(ORDER)}
 RANK["errors"] = RANK["io"]  # both are leaves
 

@@ -10,7 +10,7 @@ from seal.diagnosis import LAYERS
 from seal.io import markdown_table
 
 EVAL_KEYS = ("base", "miss_func", "miss_param", "long_context", "avg")
-# each held-out evaluation's protocols, as the report labels them (seal.eval.evaluate)
+# each held-out evaluation's protocols, as the report labels them (seal.evaluation.evaluate)
 EVAL_PROTOCOLS = (("release", "eval/bfcl_v3_release", "comparable to the paper"),
                   ("bfcl", "eval/bfcl_v3", "comparable to the BFCL leaderboard"))
 

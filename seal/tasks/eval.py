@@ -4,8 +4,8 @@
     python run.py task=eval backbone=qwen2.5-7b budget=paper eval_part=test
     python run.py task=eval benchmark=bfcl_v4_memory backbone=qwen2.5-7b budget=paper
 
-BFCL V3 multi-turn (benchmark=bfcl_v3, the default, whose entries are the split's; seal.eval.evaluate) or
-an out-of-domain benchmark, played category by category (seal.eval.ood). Greedy decoding and the plain
+BFCL V3 multi-turn (benchmark=bfcl_v3, the default, whose entries are the split's; seal.evaluation.evaluate) or
+an out-of-domain benchmark, played category by category (seal.evaluation.out_of_domain). Greedy decoding and the plain
 interface; writes `metrics.json`, `trajectories.jsonl` and `report.md` into the run directory. BFCL V3 is
 played under both protocols of `eval.protocols`: the release's (`trajectories_release.jsonl`, "comparable
 to the paper") and BFCL's ("comparable to the BFCL leaderboard"); out-of-domain benchmarks keep their own
@@ -26,8 +26,8 @@ from seal.budget import Budget
 from seal.env.benchmark import category_summary
 from seal.env.episode import check_step_limit
 from seal.errors import UserError
-from seal.eval.evaluate import check_protocols, evaluate_entries, select_entries, summary_table
-from seal.eval.ood import evaluate_benchmark
+from seal.evaluation.evaluate import check_protocols, evaluate_entries, select_entries, summary_table
+from seal.evaluation.out_of_domain import evaluate_benchmark
 from seal.io import markdown_table, write_json
 
 log = logging.getLogger(__name__)

@@ -17,7 +17,7 @@ from seal.env.benchmark import category_summary, get_entries
 from seal.env.calls import parse_call
 from seal.env.episode import Episode
 from seal.errors import UserError
-from seal.eval.evaluate import summary_table
+from seal.evaluation.evaluate import summary_table
 from seal.io import write_json
 
 log = logging.getLogger(__name__)

@@ -2,7 +2,7 @@
 
     python run.py task=sanity backbone=tiny-random sanity.learning_rate=3e-4
 
-The task itself (one of a few colour words, one rewarded) is seal.rl.sanity's ChoiceTask. Writes
+The task itself (one of a few colour words, one rewarded) is seal.rl.learning_check's ChoiceTask. Writes
 `sanity.json`; exits 1 when the reward did not rise by sanity.min_rise.
 """
 
@@ -23,7 +23,7 @@ from seal.errors import UserError
 def sanity(cfg: DictConfig, out_dir: Path) -> None:
     from seal.policy.formats import CHATS, chat_for
     from seal.rl import distributed, sharding
-    from seal.rl.sanity import ChoiceTask, rose
+    from seal.rl.learning_check import ChoiceTask, rose
     from seal.rl.trainer import make_trainer
 
     started = time.perf_counter()

@@ -18,7 +18,7 @@ from omegaconf import DictConfig
 from seal.env.benchmark import category_summary, load_benchmark
 from seal.env.verifier import verify
 from seal.errors import UserError
-from seal.eval.evaluate import summary_table
+from seal.evaluation.evaluate import summary_table
 from seal.io import write_json
 
 log = logging.getLogger(__name__)

@@ -111,7 +111,7 @@ class TrainingRun:
 
     def evaluate(self, entries: list[Any], folder: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         """Greedy episodes of `entries` under the plain interface and both evaluation protocols."""
-        from seal.eval.evaluate import evaluate_entries
+        from seal.evaluation.evaluate import evaluate_entries
 
         return evaluate_entries(self.engine, entries, folder, dist=self.dist, step_limit=self.eval_step_limit,
                                 protocols=self.eval_protocols)
@@ -153,7 +153,7 @@ def check_config(run: TrainingRun) -> None:
     directory is claimed."""
     from seal.env.episode import check_step_limit
     from seal.env.protocol import Protocol
-    from seal.eval.evaluate import check_protocols
+    from seal.evaluation.evaluate import check_protocols
     from seal.rl import sharding
     from seal.rl.config import check_hardware
     from seal.report.wandb_run import check_mode
@@ -231,7 +231,7 @@ def build(run: TrainingRun) -> None:
 def choose_entries(run: TrainingRun) -> Entries:
     """Train entries whose prompt leaves room to generate under the widest interface this run can show
     (and, under the release's protocol, within its prompt limit), the held-out slice and the test entries."""
-    from seal.eval.evaluate import fits, select_entries
+    from seal.evaluation.evaluate import fits, select_entries
     from seal.interface import apply, widest_interface
 
     engine, budget, protocol, split = run.engine, run.budget, run.protocol, run.split
@@ -512,7 +512,7 @@ def evaluate_out_of_domain(engine: Any, benchmarks: list[Any], budget: Budget, o
     """{"ood_<when>": {benchmark: metrics}} for the model as it is now (`when`: before | after training),
     shared out over the ranks (the main rank writes the files); results already on disk (a resumed run)
     are read back."""
-    from seal.eval.ood import evaluate_benchmark
+    from seal.evaluation.out_of_domain import evaluate_benchmark
 
     if not benchmarks:
         return {}

@@ -98,7 +98,7 @@ def test_task_eval_plays_and_scores_the_readme_example_with_the_scripted_oracle(
 
 def test_a_scripted_policy_that_always_says_red_scores_half(echo, tmp_path, monkeypatch):
     from seal.budget import Budget
-    from seal.eval.ood import evaluate_benchmark
+    from seal.evaluation.out_of_domain import evaluate_benchmark
     from seal.tasks.eval import load_engine
 
     cfg = compose_with("task=eval", "backbone=oracle")

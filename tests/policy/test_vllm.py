@@ -251,7 +251,7 @@ def test_sync_weights_makes_vllm_follow_the_trained_model(generator, hf, bfcl_pr
 def test_greedy_evaluation_with_either_backend_gives_the_same_calls_and_verdicts(generator, hf, bench):
     """The smoke evaluation's entries (the shortest prompt of each category) played greedily through the
     one episode protocol: only the generation backend differs."""
-    from seal.eval.evaluate import select_entries
+    from seal.evaluation.evaluate import select_entries
     from seal.env.splits import seal_release
     from seal.policy.formats import chat_for, get_format
     from seal.policy.rollout import RolloutEngine

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from seal.rl.sanity import rose
+from seal.rl.learning_check import rose
 from tests.rl.test_loop import ROOT
 
 SANITY = [sys.executable, "run.py", "task=sanity", "backbone=tiny-random", "logger.mode=disabled"]

@@ -43,8 +43,8 @@ class Benchmark:
     name: ClassVar[str] = ""
     # every category, in the benchmark's order (a configuration may select some)
     CATEGORIES: ClassVar[tuple[str, ...]] = ()
-    # the entries are the run's split (split=..., eval_part=...; seal.eval.evaluate) rather than categories
-    # played whole (seal.eval.ood): true of the benchmark SEAL trains on
+    # the entries are the run's split (split=..., eval_part=...; seal.evaluation.evaluate) rather than categories
+    # played whole (seal.evaluation.out_of_domain): true of the benchmark SEAL trains on
     from_split: ClassVar[bool] = False
 
     def __init__(self, name: str | None = None, categories: list[str] | None = None):

@@ -1,6 +1,6 @@
 """seal.rl.distributed one piece at a time, with accelerate's process group stood in, and the process
 group's timeout read back from two real gloo ranks (the real two-rank training run is
-tests/rl/test_distributed.py, in make test-slow)."""
+tests/rl/test_distributed_gloo.py, in make test-slow)."""
 
 import hashlib
 import json

@@ -22,7 +22,7 @@ from seal.env.benchmarks.bfcl_v4_memory import BFCLV4Memory, is_prereq, memory_a
 from seal.env.benchmarks.bfcl_v4_web_search import BFCLV4WebSearch
 from seal.env.calls import ToolCall
 from seal.env.episode import Episode, StepRecord
-from seal.eval.ood import waves_of
+from seal.evaluation.out_of_domain import waves_of
 from seal.tasks import run
 from tests.test_configs import compose_with
 

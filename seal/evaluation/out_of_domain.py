@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from seal.env.benchmark import Entry, category_summary
-from seal.eval.evaluate import gather_records, summary_metrics
+from seal.evaluation.evaluate import gather_records, summary_metrics
 from seal.interface.view import PLAIN
 
 log = logging.getLogger(__name__)

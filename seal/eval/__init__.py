@@ -1,1 +1,0 @@
-"""Evaluation of a backbone: BFCL V3 multi-turn (evaluate.py) and the out-of-domain benchmarks (ood.py)."""
