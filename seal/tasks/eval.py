@@ -67,17 +67,11 @@ def evaluate(cfg: DictConfig, out_dir: Path) -> None:
     metrics.update({"backbone": backbone.describe(), "split": split.name, "part": cfg.eval_part,
                     "ids": [e.id for e in entries]})
     write_json(out_dir / "metrics.json", metrics)
-    oracle_note = (
-        "\n> **Scripted oracle, not a model**: it replays the gold calls; this is a harness self-check "
-        "and an upper bound.\n" if not getattr(backbone, "trainable", True) else ""
-    )
     sections = [protocol_section(out_dir, metrics, name) for name in ("release", "bfcl") if name in protocols]
-    (out_dir / "report.md").write_text(
-        f"# Evaluation: {backbone.describe()}\n{oracle_note}\n"
-        f"Split `{split.name}`, part `{cfg.eval_part}`, budget `{budget.name}` "
-        f"({len(entries)} entries), greedy decoding, plain benchmark interface, "
-        f"tool format `{engine.format.name}`, tools rendered `{engine.format.tools}`.\n\n" + "\n".join(sections)
-    )
+    write_report(out_dir, f"Evaluation: {backbone.describe()}", backbone,
+                 f"Split `{split.name}`, part `{cfg.eval_part}`, budget `{budget.name}` ({len(entries)} entries), greedy "
+                 f"decoding, plain benchmark interface, tool format `{engine.format.name}`, tools rendered "
+                 f"`{engine.format.tools}`.", "\n".join(sections))
     print("\n\n".join(sections))
     log.info("outputs in %s", out_dir)
 
@@ -94,13 +88,12 @@ def protocol_section(out_dir: Path, metrics: dict[str, Any], name: str) -> str:
     with (out_dir / f"trajectories{suffix}.jsonl").open() as fh:
         records = [json.loads(line) for line in fh]
     described = metrics["protocol"][name]
-    errors = Counter(r["error_type"] or "pass" for r in records)
     t = metrics[f"timing{suffix}"]
     return (
         f"## Protocol `{name}` ({LABELS[name]})\n\n"
         f"Step limit `{described['step_limit']}`: {described['step_rule']}.\n\n"
         f"{summary_table(category_summary([(r['id'], r['valid']) for r in records]))}\n\n"
-        f"### Outcomes\n\n{markdown_table(['verdict', 'entries'], sorted(errors.items()))}\n\n"
+        f"### Outcomes\n\n{outcomes_table(records)}\n\n"
         f"### Timing\n\n{markdown_table(['seconds', 'episodes/min', 'model tokens/s', 'model tokens', 'context overflows'], [[t['seconds'], t['episodes_per_minute'], t['model_tokens_per_second'], t['model_tokens'], t['context_overflows']]])}\n"
     )
 
@@ -116,19 +109,27 @@ def evaluate_ood(cfg: DictConfig, benchmark: Any, budget: Budget, out_dir: Path)
     metrics.update({"backbone": backbone.describe(), "benchmark": name,
                     "protocol": {"step_limit": step_limit, "tool_format": engine.format.name, "interface": "plain"}})
     write_json(out_dir / "metrics.json", metrics)
-    prefix = benchmark.metric_prefix
-    rows = [[c, f"{100 * metrics[f'{prefix}/{c}']:.2f}", f"{n['passed']}/{n['total']}"]
-            for c, n in metrics["counts"].items()]
-    rows.append(["average (unweighted over categories)", f"{100 * metrics[f'{prefix}/avg']:.2f}", str(len(records))])
-    table = markdown_table(["category", "accuracy %", "passed"], rows)
-    outcomes = Counter(r["error_type"] or "pass" for r in records)
-    oracle_note = ("\n> **Scripted oracle, not a model**: a harness self-check.\n"
-                   if not getattr(backbone, "trainable", True) else "")
-    (out_dir / "report.md").write_text(
-        f"# Evaluation on {name}: {backbone.describe()}\n{oracle_note}\n"
-        f"Budget `{budget.name}`, greedy decoding, plain benchmark interface, tool format `{engine.format.name}`; "
-        f"{metrics['prerequisite_conversations']} memory prerequisite conversations played first.\n\n{table}\n\n"
-        f"## Outcomes\n\n{markdown_table(['verdict', 'entries'], sorted(outcomes.items()))}\n"
-    )
+    counts = metrics["counts"]
+    table = summary_table({
+        "by_category": {c: {**n, "accuracy": metrics[f"{benchmark.metric_prefix}/{c}"]} for c, n in counts.items()},
+        "passed": sum(n["passed"] for n in counts.values()), "total": sum(n["total"] for n in counts.values()),
+        "accuracy_mean": metrics[f"{benchmark.metric_prefix}/avg"],
+    })
+    write_report(out_dir, f"Evaluation on {name}: {backbone.describe()}", backbone,
+                 f"Budget `{budget.name}`, greedy decoding, plain benchmark interface, tool format `{engine.format.name}`; "
+                 f"{metrics['prerequisite_conversations']} memory prerequisite conversations played first.",
+                 f"{table}\n\n## Outcomes\n\n{outcomes_table(records)}\n")
     print(table)
     log.info("outputs in %s", out_dir)
+
+
+def outcomes_table(records: list[dict[str, Any]]) -> str:
+    """Entries per official verdict (pass or the checker's error type)."""
+    return markdown_table(["verdict", "entries"], sorted(Counter(r["error_type"] or "pass" for r in records).items()))
+
+
+def write_report(out_dir: Path, title: str, backbone: Any, settings: str, body: str) -> None:
+    """report.md of an evaluation: title, a note when the policy is the scripted oracle, the settings, the body."""
+    oracle = ("\n> **Scripted oracle, not a model**: it replays the gold calls (its benchmark's script where it has "
+              "one); a harness self-check and an upper bound.\n" if not getattr(backbone, "trainable", True) else "")
+    (out_dir / "report.md").write_text(f"# {title}\n{oracle}\n{settings}\n\n{body}")
