@@ -109,15 +109,15 @@ def evaluate_ood(cfg: DictConfig, benchmark: Any, budget: Budget, out_dir: Path)
     metrics.update({"backbone": backbone.describe(), "benchmark": name,
                     "protocol": {"step_limit": step_limit, "tool_format": engine.format.name, "interface": "plain"}})
     write_json(out_dir / "metrics.json", metrics)
-    counts = metrics["counts"]
+    counts, prereqs = metrics["counts"], metrics["prerequisite_conversations"]
     table = summary_table({
         "by_category": {c: {**n, "accuracy": metrics[f"{benchmark.metric_prefix}/{c}"]} for c, n in counts.items()},
         "passed": sum(n["passed"] for n in counts.values()), "total": sum(n["total"] for n in counts.values()),
         "accuracy_mean": metrics[f"{benchmark.metric_prefix}/avg"],
     })
     write_report(out_dir, f"Evaluation on {name}: {backbone.describe()}", backbone,
-                 f"Budget `{budget.name}`, greedy decoding, plain benchmark interface, tool format `{engine.format.name}`; "
-                 f"{metrics['prerequisite_conversations']} memory prerequisite conversations played first.",
+                 f"Budget `{budget.name}`, greedy decoding, plain benchmark interface, tool format `{engine.format.name}`"
+                 + (f"; {prereqs} memory prerequisite conversations played first." if prereqs else "."),
                  f"{table}\n\n## Outcomes\n\n{outcomes_table(records)}\n")
     print(table)
     log.info("outputs in %s", out_dir)
