@@ -141,6 +141,10 @@ def test_training_evaluates_only_registered_out_of_domain_benchmarks_with_a_conf
             chosen(f"budget.ood_benchmarks=[{name}]")
         assert str(refused.value) == (f"budget.ood_benchmarks: {name!r} is not an out-of-domain benchmark; choose among "
                                       "bfcl_v4_memory, bfcl_v4_web_search, bfcl_single_turn, tau2")
-    # tau2 comes from the registry and its config file alone (seal/tasks/train.py names no benchmark)
-    assert [(b.name, b.categories, b.split) for b in chosen("budget.ood_benchmarks=[tau2]")] == [
-        ("tau2", ["airline", "retail", "telecom"], "test")]
+    # tau2 comes from the registry and its config file alone (seal/tasks/train.py names no benchmark), and
+    # is checked before training starts: without a user simulator it stops with tau2's own sentence
+    from seal.env.tau2_user import NO_SIMULATOR
+
+    with pytest.raises(UserError) as refused:
+        chosen("budget.ood_benchmarks=[tau2]")
+    assert str(refused.value) == NO_SIMULATOR
