@@ -150,6 +150,12 @@ class OpenAIUser:
         return message
 
 
+def gold_actions(task: Any) -> list[Any]:
+    """The task's gold actions in order (agent's and user's), or none."""
+    criteria = task.evaluation_criteria
+    return list(criteria.actions or []) if criteria is not None else []
+
+
 def _reason(exc: Exception) -> str:
     return str(getattr(exc, "reason", exc))
 
@@ -163,8 +169,6 @@ class GoldUser:
         self._ids = itertools.count()
 
     def respond(self, session: Any) -> dict[str, Any]:
-        from seal.env.benchmarks.tau2 import gold_actions
-
         actions = gold_actions(session.task)
         done = session.calls_made()
         run = list(itertools.takewhile(lambda a: a.requestor == "user", actions[done:]))

@@ -27,6 +27,7 @@ from seal.env.benchmark import Entry
 from seal.env.benchmarks.base import Benchmark, one_turn_verdict, register
 from seal.env.calls import ToolCall
 from seal.env.executor import CallRecord
+from seal.env.tau2_user import gold_actions
 from seal.errors import UserError
 
 # the domains of the paper's Table 2 (mock: tau2's toy domain, for checks only)
@@ -244,11 +245,6 @@ class Tau2(Benchmark):
             return fmt.render_calls([ToolCall(a.name, (), dict(a.arguments)) for a in run], entry.docs_by_name())
         info = (session.task.evaluation_criteria.communicate_info or []) if session.task.evaluation_criteria else []
         return " ".join(["Done."] + [str(i) for i in info])
-
-
-def gold_actions(task: Any) -> list[Any]:
-    criteria = task.evaluation_criteria
-    return list(criteria.actions or []) if criteria is not None else []
 
 
 def task_reward(session: Tau2Session) -> tuple[float, str]:
