@@ -20,7 +20,9 @@ Other benchmarks' entries follow their own protocols through the same steps, as 
 (seal.env.benchmarks) says: a single-turn entry takes exactly one reply, whose calls are recorded but
 never executed; a memory entry's first system message carries the memory backend's instructions and
 core memory, and a memory prerequisite conversation flushes its memory to the run's snapshot when it
-ends.
+ends; a tau2 conversation's next user message comes from its user simulator once the previous turn has
+ended (`Benchmark.next_messages`), and its calls run in tau2's own environment (`Benchmark.backends`,
+`Benchmark.execute`).
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from typing import Any
 from seal.env.benchmark import Entry
 from seal.env.benchmarks import benchmark_of
 from seal.env.calls import ToolCall
-from seal.env.executor import Backends, CallRecord, execute
+from seal.env.executor import CallRecord
 from seal.env.protocol import BFCL, Protocol
 from seal.env.verifier import Verdict
 
@@ -104,8 +106,8 @@ class Episode:
         self.protocol = protocol
         self.max_steps = max_steps
         self.step_limit = step_limit
-        self.backends = Backends(entry.involved_classes, entry.initial_config, entry.long_context)
         self.benchmark = benchmark_of(entry)
+        self.backends = self.benchmark.backends(entry)
         # the turns' messages as this episode delivers them (a memory entry's system message is filled
         # in from the memory it starts with)
         self.turns = self.benchmark.turns(entry, self.backends)
@@ -130,9 +132,15 @@ class Episode:
             return None
         if self.in_turn:
             raise RuntimeError("the current turn has not ended yet")
-        if self.turn + 1 >= self.entry.num_turns:
-            self._end("completed")
-            return None
+        if self.turn + 1 >= len(self.turns):
+            # a conversational benchmark's next user message depends on what was said so far
+            more = self.benchmark.next_messages(self)
+            if self.done:  # the benchmark ended the episode (e.g. its user simulator failed)
+                return None
+            if more is None:
+                self._end("completed")
+                return None
+            self.turns.append(more)
         self.turn += 1
         self.steps_in_turn = 0
         self.in_turn = True
@@ -175,11 +183,11 @@ class Episode:
             self.in_turn = False
             outcome = StepOutcome([], [], turn_over=True)
             # a reply that closes the last turn finishes the episode: nothing is left to cut
-            if self._episode_limit_reached() and self.turn + 1 < self.entry.num_turns:
+            if self._episode_limit_reached() and self.turn + 1 < len(self.turns):
                 self._end("force_terminated")
                 outcome.ended = self.ended
             return outcome
-        record.calls = [execute(self.backends, call) for call in calls]
+        record.calls = [self.benchmark.execute(self.backends, call) for call in calls]
         if calls:
             self.result[-1].append([r.text for r in record.calls])
         self.steps_in_turn += 1

@@ -91,6 +91,7 @@ def record_of(rollout: Any) -> dict[str, Any]:
         "category": rollout.entry.category,
         "valid": verdict.valid,
         "error_type": verdict.error_type,
+        "message": verdict.error_message,
         "ended": rollout.ended,
         "model_tokens": rollout.num_model_tokens,
         "turns": [[{"raw": s.raw, "calls": [c.text for c in s.calls], "observations": [c.observation for c in s.calls]}
@@ -135,4 +136,5 @@ def evaluate_benchmark(engine: Any, benchmark: Any, out_dir: Path, n: int | None
         with (out_dir / "trajectories.jsonl").open("w") as fh:
             for r in records:
                 fh.write(json.dumps(r, default=str) + "\n")
+    benchmark.check_run(records)
     return metrics, records

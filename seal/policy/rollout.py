@@ -256,6 +256,8 @@ class RolloutEngine:
                     raise RuntimeError("no episode could be admitted: the loop would never end")  # pragma: no mutate
                 ready = []
                 for run in active:
+                    if run.episode.done:  # it ended before its first output (a conversation's user left at once)
+                        continue
                     if run.length + self.max_new_tokens > self.context_length:
                         run.episode.abort()  # the context is full (the one reason abort defaults to)
                         run.drop_overflow(self.context_length)
@@ -312,7 +314,9 @@ class RolloutEngine:
         return Generated(ids, [0.0] * len(ids), tuple(self.eot_ids))
 
     def _start(self, run: _Run) -> None:
-        turn = run.episode.next_turn()
+        # an episode that ends before its first turn (a conversational benchmark's user left or failed at
+        # once) keeps the entry's own first turn as its prompt, and no output
+        turn = run.episode.next_turn() or TurnStart.of(run.entry, 0)
         text, run.prompt_ids, run.system_len = self._prompt(run.entry, run.view, turn)
         run.segments.append(Segment(text, list(run.prompt_ids), False))
 

@@ -47,7 +47,7 @@ def test_every_benchmark_config_instantiates_its_registered_class(path):
     assert type(benchmark) is REGISTRY[path.stem] and benchmark.name == node.name == path.stem
     assert benchmark.metric_prefix == f"eval/{path.stem}"
     # the categories the file selects (memory: one per backend listed)
-    expected = node.get("categories") or [f"memory_{b}" for b in node.get("memory_backends", [])] or list(BFCLV3.CATEGORIES)
+    expected = node.get("categories") or node.get("domains") or [f"memory_{b}" for b in node.get("memory_backends", [])] or list(BFCLV3.CATEGORIES)
     assert benchmark.categories == list(expected)
 
 
@@ -140,4 +140,11 @@ def test_training_evaluates_only_registered_out_of_domain_benchmarks_with_a_conf
         with pytest.raises(UserError) as refused:
             chosen(f"budget.ood_benchmarks=[{name}]")
         assert str(refused.value) == (f"budget.ood_benchmarks: {name!r} is not an out-of-domain benchmark; choose among "
-                                      "bfcl_v4_memory, bfcl_v4_web_search, bfcl_single_turn")
+                                      "bfcl_v4_memory, bfcl_v4_web_search, bfcl_single_turn, tau2")
+    # tau2 comes from the registry and its config file alone (seal/tasks/train.py names no benchmark), and
+    # is checked before training starts: without a user simulator it stops with tau2's own sentence
+    from seal.env.tau2_user import NO_SIMULATOR
+
+    with pytest.raises(UserError) as refused:
+        chosen("budget.ood_benchmarks=[tau2]")
+    assert str(refused.value) == NO_SIMULATOR

@@ -83,6 +83,28 @@ class Benchmark:
         """The turns' messages as an episode delivers them (e.g. instructions in the first system message)."""
         return entry.turns
 
+    def next_messages(self, episode: Any) -> list[dict[str, str]] | None:
+        """The messages of the turn after the last one `episode.turns` holds (a conversation whose next user
+        message depends on the replies so far), or None: the episode is complete. The default: the
+        entry's turns are all there is. It may end the episode itself (`episode.abort`)."""
+        return None
+
+    def backends(self, entry: Entry) -> Any:
+        """The live tools of one episode (default: bfcl-eval's backend classes the entry involves)."""
+        from seal.env.executor import Backends
+
+        return Backends(entry.involved_classes, entry.initial_config, entry.long_context)
+
+    def execute(self, backends: Any, call: Any) -> Any:
+        """Run one decoded call against `backends`; a CallRecord, never an exception."""
+        from seal.env.executor import execute
+
+        return execute(backends, call)
+
+    def check_run(self, records: list[dict[str, Any]]) -> None:
+        """After an evaluation has written every played record: UserError if the run must not be
+        reported (e.g. its user simulator failed on some entries); nothing already written is lost."""
+
     def single_reply(self, entry: Entry) -> bool:
         """Whether the entry takes exactly one reply, whose calls are recorded but never executed."""
         return False

@@ -1,0 +1,218 @@
+"""benchmark=tau2 (seal.env.benchmarks.tau2, seal.env.tau2_user): the gold replay reaches tau2's own reward
+1.0 on every task of the test split, a scripted user simulator served over HTTP on the loopback interface
+drives whole conversations with tiny-random as the agent, and a missing, unreachable or malformed
+simulator gives one sentence without losing the conversations already played."""
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from hydra.utils import instantiate
+
+from seal.env import Episode
+from seal.env.benchmarks import benchmark_of
+from seal.env.benchmarks.tau2 import DOMAINS, FIRST_AGENT_MESSAGE, USER_SIMULATOR_FAILED, Tau2, load_tasks, task_reward
+from seal.env.calls import ToolCall
+from seal.env.tau2_user import NO_SIMULATOR, GoldUser
+from seal.errors import UserError
+from seal.evaluation.out_of_domain import evaluate_benchmark
+from seal.policy.formats import chat_for, get_format
+from seal.policy.oracle import OracleBackbone
+from seal.policy.rollout import RolloutEngine
+from tests.test_configs import compose_with
+
+
+def oracle_engine():
+    policy = OracleBackbone().load()
+    return RolloutEngine(policy, get_format("qwen_xml", chat=chat_for(policy.tokenizer)), context_length=10**7,
+                         max_new_tokens=10**6, batch_size=8, oracle=True)
+
+
+def gold_benchmark(domain, split="test", user=None):
+    benchmark = Tau2(domains=[domain], split=split)
+    benchmark.use_user(user or GoldUser())
+    return benchmark
+
+
+class OneRequest:
+    """A scripted user: states its request, then stops at its next turn."""
+
+    def respond(self, session):
+        return {"content": "Hi." if session.user_turns == 1 else "###STOP###"}
+
+
+@pytest.mark.parametrize("domain", DOMAINS)
+def test_the_gold_replay_reaches_tau2s_reward_1_on_every_test_task(domain):
+    entries = gold_benchmark(domain).entries(domain)
+    # tau2's split file: 20 airline, 40 retail, 40 telecom test tasks
+    assert len(entries) == {"airline": 20, "retail": 40, "telecom": 40}[domain]
+    rollouts = oracle_engine().play(entries, temperature=0.0)
+    failed = [(r.entry.id, r.verdict.error_type, r.verdict.error_message) for r in rollouts if not r.verdict.valid]
+    assert failed == []
+    assert all(r.ended == "completed" for r in rollouts)
+
+
+def test_tau2s_evaluator_fails_a_replay_that_skips_a_gold_action():
+    # retail task 0 of the test split: its reward basis includes the database; leaving out the last gold
+    # write leaves the database short of the gold one, so tau2's own check gives 0
+    entry = gold_benchmark("retail", user=OneRequest()).entries("retail")[0]
+    task = load_tasks("retail", "test")[entry.initial_config["task"]]
+    episode = Episode(entry)
+    episode.next_turn()
+    actions = task.evaluation_criteria.actions
+    for action in actions[:-1]:
+        episode.step([ToolCall(action.name, (), dict(action.arguments))])
+    episode.step([], "Done.")
+    assert episode.next_turn() is None and episode.ended == "completed"
+    reward, parts = task_reward(episode.backends)
+    assert reward == 0.0 and json.loads(parts)["env"] == 0.0
+    assert episode.verdict().valid is False
+
+
+def test_no_task_of_the_default_domains_needs_an_llm_judge():
+    from tau2.data_model.tasks import RewardType
+
+    for domain in DOMAINS:
+        for split in ("test", "base"):
+            for task in load_tasks(domain, split).values():
+                assert RewardType.NL_ASSERTION not in task.evaluation_criteria.reward_basis
+
+
+def test_an_agent_call_outside_the_domains_tools_is_refused_unrun():
+    entry = gold_benchmark("airline").entries("airline")[0]
+    episode = Episode(entry)
+    episode.next_turn()
+    outcome = episode.step([ToolCall("set_state", (), {"x": 1}), ToolCall("get_user_details", ("a",), {})])
+    assert [r.error for r in outcome.records] == ["unknown_function", "bad_arguments"]
+    assert episode.backends.calls_made() == 0
+
+
+# ------------------------------------------------------------------------------- the HTTP simulator
+
+
+class ScriptedSimulator(BaseHTTPRequestHandler):
+    """An OpenAI-compatible /chat/completions on 127.0.0.1 that answers from a script: the k-th reply of a
+    conversation (counted from the messages it is sent: its own earlier replies) is script[k], the last
+    repeating; a conversation listed in `broken` (by the number of conversations begun before it) gets
+    `{"oops": true}` instead. It records every request's body."""
+
+    script: list = []
+    broken: set = set()
+    requests: list = []
+
+    def do_POST(self):  # noqa: N802 (http.server's name)
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        type(self).requests.append(body)
+        k = sum(m["role"] == "assistant" for m in body["messages"])
+        conversation = sum(len(r["messages"]) == 2 for r in self.requests) - 1
+        reply = {"oops": True} if conversation in self.broken else self.script[min(k, len(self.script) - 1)]
+        data = json.dumps(reply).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self):  # noqa: N802
+        self.send_response(404)
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+def said(text):
+    return {"choices": [{"message": {"role": "assistant", "content": text}}]}
+
+
+@pytest.fixture
+def simulator():
+    handler = type("Handler", (ScriptedSimulator,), {"script": [], "broken": set(), "requests": []})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield handler, f"http://127.0.0.1:{server.server_address[1]}/v1"
+    server.shutdown()
+    server.server_close()
+
+
+def endpoint_benchmark(url, domain="mock"):
+    return instantiate(compose_with("benchmark=tau2", f"benchmark.domains=[{domain}]", f"benchmark.user.url={url}",
+                                    "benchmark.user.model=scripted").benchmark)
+
+
+@pytest.mark.costly
+def test_a_scripted_simulator_over_http_drives_whole_conversations_with_tiny_random(simulator):
+    from seal.policy.backbones import TinyRandomBackbone
+
+    tiny_policy = TinyRandomBackbone().load()
+
+    handler, url = simulator
+    handler.script = [said("Hi, I would like to create a task."), said("That is all. ###STOP###")]
+    benchmark = endpoint_benchmark(url)
+    benchmark.prepare()
+    entries = benchmark.entries("mock")[:2]
+    engine = RolloutEngine(tiny_policy, get_format(TinyRandomBackbone().tool_format, chat=chat_for(tiny_policy.tokenizer)),
+                           context_length=16384, max_new_tokens=12, batch_size=1)
+    rollouts = engine.play(entries, temperature=0.0)
+    # each conversation: the user's first message, then its stop after the agent's first reply
+    assert [r.ended for r in rollouts] == ["completed", "completed"]
+    assert len(handler.requests) == 4
+    first, second = handler.requests[0], handler.requests[1]
+    task = load_tasks("mock", "test")[entries[0].initial_config["task"]]
+    assert first["model"] == "scripted" and first["temperature"] == 0.0
+    assert str(task.user_scenario) in first["messages"][0]["content"]
+    # the simulator sees the agent's messages as "user" and its own as "assistant"
+    assert first["messages"][1:] == [{"role": "user", "content": FIRST_AGENT_MESSAGE}]
+    agent_reply = rollouts[0].episode.steps[0][-1].raw
+    assert second["messages"][2:] == [{"role": "assistant", "content": "Hi, I would like to create a task."},
+                                      {"role": "user", "content": agent_reply}]
+    # the agent's first turn opened with tau2's policy as its system message and the simulator's message
+    assert "<policy>" in rollouts[0].transcript[0].text and "Hi, I would like to create a task." in rollouts[0].transcript[0].text
+    for rollout in rollouts:
+        assert rollout.verdict.valid == (task_reward(rollout.episode.backends)[0] == 1.0)
+
+
+def test_no_simulator_configured_stops_with_one_sentence_naming_both_ways():
+    benchmark = instantiate(compose_with("benchmark=tau2").benchmark)
+    with pytest.raises(UserError) as err:
+        benchmark.prepare()
+    assert str(err.value) == NO_SIMULATOR
+    assert "benchmark.user.url" in NO_SIMULATOR and "benchmark.user.backbone" in NO_SIMULATOR
+
+
+def test_an_unreachable_endpoint_stops_before_anything_is_played():
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with pytest.raises(UserError) as err:
+        endpoint_benchmark(f"http://127.0.0.1:{port}/v1").prepare()
+    assert str(err.value).startswith(f"benchmark.user.url=http://127.0.0.1:{port}/v1: no user simulator answers there")
+    assert "\n" not in str(err.value)
+
+
+def test_a_malformed_reply_fails_that_conversation_and_keeps_the_played_ones(simulator, tmp_path):
+    handler, url = simulator
+    # the first conversation completes; the second one's first answer is not a chat completion
+    handler.script, handler.broken = [said("Hello."), said("###STOP###")], {1}
+    benchmark = endpoint_benchmark(url)
+    entries = benchmark.entries("mock")[:2]
+    benchmark.entries = lambda category, files_dir=None: entries
+    engine = oracle_engine()
+    engine.batch_size = 1
+    with pytest.raises(UserError) as err:
+        evaluate_benchmark(engine, benchmark, tmp_path, None)
+    assert str(err.value).startswith("the user simulator failed on 1 of 2 tau2 conversations (first: "
+                                     f"{entries[1].id}: the user simulator at {url} answered something that is not")
+    records = [json.loads(line) for line in (tmp_path / "trajectories.jsonl").read_text().splitlines()]
+    assert [r["id"] for r in records] == [e.id for e in entries]
+    assert records[0]["ended"] == "completed" and records[0]["error_type"] != USER_SIMULATOR_FAILED
+    assert records[1]["ended"] == "user_simulator_error" and records[1]["error_type"] == USER_SIMULATOR_FAILED
+
+
+def test_the_registry_plays_tau2_entries_with_the_tau2_benchmark():
+    entry = gold_benchmark("mock").entries("mock")[0]
+    assert isinstance(benchmark_of(entry), Tau2) and entry.benchmark == "tau2"
