@@ -160,3 +160,18 @@ def test_function_lengths_counts_methods_and_functions(tmp_path):
     module = tmp_path / "m.py"
     module.write_text("def f():\n    return 1\n\n\nclass C:\n    def g(self):\n        x = 1\n        return x\n")
     assert function_lengths(module) == {"f": 2, "C.g": 3}
+
+
+def test_no_tracked_file_holds_a_merge_conflict_marker():
+    import subprocess
+
+    root = SEAL.parent
+    files = subprocess.run(["git", "ls-files"], cwd=root, capture_output=True, text=True, check=True).stdout.split()
+    marked = []
+    for name in files:
+        path = root / name
+        if path.suffix in (".py", ".md", ".yaml", ".toml", ".txt", ".cfg", "") and path.is_file():
+            lines = path.read_text(errors="replace").splitlines()
+            if any(line.startswith(("<<<<<<< ", ">>>>>>> ")) for line in lines):
+                marked.append(name)
+    assert marked == []
