@@ -308,8 +308,8 @@ def test_the_tables_go_to_wandb_as_one_artifact(tmp_path):
         assert name in data
 
 
-def _ood(memory=None, web=None):
-    out = {}
+def _ood(memory=None, web=None, tau2=None):
+    out = {} if tau2 is None else {"tau2": {"eval/tau2/avg": tau2}}
     if memory is not None:
         out["bfcl_v4_memory"] = {"eval/bfcl_v4_memory/avg": memory}
     if web is not None:
@@ -322,8 +322,8 @@ def test_table_2_takes_the_out_of_domain_evaluations_with_the_papers_numbers(tmp
 
     zero = _metrics(0)
     for name, arm, seed, before, after in [
-        ("s0", "seal", 0, _ood(0.02, 0.04), _ood(0.08, 0.10)),
-        ("s1", "seal", 1, _ood(0.04, 0.06), _ood(0.10, 0.12)),
+        ("s0", "seal", 0, _ood(0.02, 0.04), _ood(0.08, 0.10, tau2=0.15)),
+        ("s1", "seal", 1, _ood(0.04, 0.06), _ood(0.10, 0.12, tau2=0.25)),
         ("v0", "vanilla_rl", 0, _ood(0.02, 0.04), _ood(0.05, None)),  # web search not evaluated
     ]:
         _run(tmp_path, name, "qwen2.5-3b", arm, seed, eval_before=zero, eval_after=zero, ood_before=before, ood_after=after)
@@ -335,6 +335,9 @@ def test_table_2_takes_the_out_of_domain_evaluations_with_the_papers_numbers(tmp
     assert rows["vanilla_rl"]["bfcl_v4_web_search"] is None and rows["vanilla_rl"]["bfcl_v4"] is None
     assert rows["base model"]["runs"] == 2 and rows["base model"]["bfcl_v4_memory"]["mean"] == pytest.approx(3.0)
     out = _aggregate(tmp_path, "--out", str(tmp_path / "t"))
-    assert "| qwen2.5-3b | seal | 2 | 9.00 ± 12.71 | 11.00 ± 12.71 | 10.00 ± 12.71 | 8.63 | 11.76 |" in out
-    assert "| qwen2.5-3b | vanilla_rl | 1 | 5.00 | — | — | 4.69 | 9.64 |" in out
+    # tau2 {15, 25} -> 20, half-width 12.706 * 5 = 63.53; it never enters the BFCL V4 mean
+    assert (rows["seal"]["tau2"]["mean"], rows["seal"]["tau2"]["half"]) == (pytest.approx(20.0), pytest.approx(63.53))
+    assert rows["vanilla_rl"]["tau2"] is None
+    assert "| qwen2.5-3b | seal | 2 | 9.00 ± 12.71 | 11.00 ± 12.71 | 10.00 ± 12.71 | 8.63 | 20.00 ± 63.53 | 11.76 |" in out
+    assert "| qwen2.5-3b | vanilla_rl | 1 | 5.00 | — | — | 4.69 | — | 9.64 |" in out
     assert (tmp_path / "t" / "table2.csv").read_text().count("\n") == 1 + 3
