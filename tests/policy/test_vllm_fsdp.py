@@ -11,6 +11,7 @@ import torch
 import torch.multiprocessing as mp
 
 from tests.policy.test_vllm_unit import _tiny_llama, stand_in_vllm
+from tests.rl.ranks import leave_without_teardown
 
 WORLD = 2
 ALPHA, R = 4, 2
@@ -72,6 +73,7 @@ def _rank(rank, port, out_dir):
                    out_dir / f"rank{rank}.pt")
     finally:
         torch.distributed.destroy_process_group()
+    leave_without_teardown()
 
 
 def _free_port():
