@@ -26,7 +26,7 @@ from seal.budget import Budget
 from seal.env.benchmark import category_summary
 from seal.env.episode import check_step_limit
 from seal.errors import UserError
-from seal.evaluation.evaluate import check_protocols, evaluate_entries, select_entries, summary_table
+from seal.evaluation.evaluate import RELEASE_SUFFIX, check_protocols, evaluate_entries, select_entries, summary_table
 from seal.evaluation.out_of_domain import evaluate_benchmark
 from seal.io import markdown_table, write_json
 
@@ -84,7 +84,7 @@ def protocol_section(out_dir: Path, metrics: dict[str, Any], name: str) -> str:
     """One protocol's part of report.md: its rule, accuracy table, outcomes and timing."""
     import json
 
-    suffix = "" if name == "bfcl" else "_release"
+    suffix = "" if name == "bfcl" else RELEASE_SUFFIX
     with (out_dir / f"trajectories{suffix}.jsonl").open() as fh:
         records = [json.loads(line) for line in fh]
     described = metrics["protocol"][name]
