@@ -72,3 +72,13 @@ def current(timeout_minutes: Any) -> Dist:
     # Without a GPU, accelerate joins the ranks over gloo only when told the run is on the CPU
     state = PartialState(cpu=not torch.cuda.is_available(), timeout=timeout)
     return Dist(rank=state.process_index, world=state.num_processes)
+
+
+def close() -> None:
+    """Leave this launch's process group, when the process joined one, so that every rank ends cleanly
+    (torch warns about, and a loaded machine may abort at exit on, a group left for the interpreter's teardown)."""
+    import sys
+
+    dist = sys.modules.get("torch.distributed")  # a run that never imported it never joined a group
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()

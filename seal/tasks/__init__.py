@@ -16,6 +16,7 @@ from omegaconf import DictConfig
 
 from seal.errors import UserError
 from seal.io import in_multirun
+from seal.rl import distributed
 from seal.tasks import eval as eval_task
 from seal.tasks import replay, sanity, score, show_prompt, train, validate_diagnoser
 from seal.tasks.launch import relaunch
@@ -84,6 +85,7 @@ def run(cfg: DictConfig, out_dir: Path | None = None) -> None:
         try:
             if not relaunch(cfg, out_dir):
                 resolve(cfg.task)(cfg, out_dir)
+            distributed.close()
         except Exception as exc:
             raise config_error(exc) or exc
     except Exception as exc:

@@ -53,6 +53,22 @@ def test_the_gold_replay_reaches_tau2s_reward_1_on_every_test_task(domain):
     assert all(r.ended == "completed" for r in rollouts)
 
 
+def test_the_gold_replay_solves_every_mock_task_its_gold_defines_history_included():
+    # tau2's toy domain: two tasks continue a conversation whose message history already holds a call,
+    # so the replay must count only the calls made after it. One task has no gold actions at all: its
+    # success is an environment assertion (task_2 completed) that no gold script reaches
+    tasks = load_tasks("mock", None)
+    unscripted = {t.id for t in tasks.values() if not t.evaluation_criteria.actions
+                  and "ENV_ASSERTION" in {b.value for b in t.evaluation_criteria.reward_basis}}
+    assert unscripted == {"update_task_with_history_and_env_assertions"}
+    with_history = {t.id for t in tasks.values() if t.initial_state and t.initial_state.message_history}
+    assert with_history == {"update_task_with_message_history", "update_task_with_history_and_env_assertions"}
+    rollouts = oracle_engine().play(gold_benchmark("mock", split=None).entries("mock"), temperature=0.0)
+    assert len(rollouts) == len(tasks) == 9
+    failed = {r.entry.initial_config["task"]: r.verdict.error_message for r in rollouts if not r.verdict.valid}
+    assert failed == {"update_task_with_history_and_env_assertions": 'tau2 reward 0.0: {"env": 0.0}'}
+
+
 def test_tau2s_evaluator_fails_a_replay_that_skips_a_gold_action():
     # retail task 0 of the test split: its reward basis includes the database; leaving out the last gold
     # write leaves the database short of the gold one, so tau2's own check gives 0

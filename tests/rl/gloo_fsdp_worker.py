@@ -11,7 +11,8 @@ import torch
 from accelerate import Accelerator
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from seal.rl import sharding
+from seal.rl import distributed, sharding
+from tests.rl.ranks import leave_without_teardown
 
 
 def tiny(seed: int) -> LlamaForCausalLM:
@@ -83,3 +84,5 @@ def main(out: Path) -> None:
 
 if __name__ == "__main__":
     main(Path(sys.argv[1]))
+    distributed.close()
+    leave_without_teardown()

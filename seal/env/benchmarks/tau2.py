@@ -103,6 +103,8 @@ class Tau2Session:
         history = list(initial.message_history or []) if initial is not None else []
         # a task that starts mid-conversation continues it; any other opens with tau2's greeting
         self.trajectory: list[Any] = history or [AssistantMessage(role="assistant", content=FIRST_AGENT_MESSAGE)]
+        # where this conversation's own messages begin (the gold actions are what is left to do after the history)
+        self.opening = len(history)
         self.agent_tools = frozenset(doc["name"] for doc in entry.functions)
         self.user_tools = ({t.name: t for t in self.env.get_user_tools()} if self.env.user_tools is not None else {})
         self.user_turns = 0
@@ -120,8 +122,8 @@ class Tau2Session:
         return response
 
     def calls_made(self) -> int:
-        """Tool calls made so far in the conversation, by the agent and the user."""
-        return sum(len(getattr(m, "tool_calls", None) or []) for m in self.trajectory)
+        """Tool calls made so far in this conversation (not in the task's message history), by the agent and the user."""
+        return sum(len(getattr(m, "tool_calls", None) or []) for m in self.trajectory[self.opening:])
 
     def say(self, role: str, text: str) -> None:
         from tau2.data_model.message import AssistantMessage, UserMessage
