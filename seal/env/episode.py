@@ -179,6 +179,10 @@ class Episode:
             record.error = error
             self.steps_in_turn += 1
             return self._limit(StepOutcome([error], [], turn_over=False, error=error))
+        if calls and self.benchmark.ends_episode(self.backends, calls):
+            self.in_turn = False
+            self._end("completed")
+            return StepOutcome([], [], turn_over=True, ended=self.ended)
         if not calls and not keep_turn:
             self.in_turn = False
             outcome = StepOutcome([], [], turn_over=True)

@@ -140,7 +140,7 @@ def test_training_evaluates_only_registered_out_of_domain_benchmarks_with_a_conf
         with pytest.raises(UserError) as refused:
             chosen(f"budget.ood_benchmarks=[{name}]")
         assert str(refused.value) == (f"budget.ood_benchmarks: {name!r} is not an out-of-domain benchmark; choose among "
-                                      "bfcl_v4_memory, bfcl_v4_web_search, bfcl_single_turn, tau2")
+                                      "bfcl_v4_memory, bfcl_v4_web_search, bfcl_single_turn, tau2, tau2_solo")
     # tau2 comes from the registry and its config file alone (seal/tasks/train.py names no benchmark), and
     # is checked before training starts: without a user simulator it stops with tau2's own sentence
     from seal.env.tau2_user import NO_SIMULATOR
@@ -148,3 +148,5 @@ def test_training_evaluates_only_registered_out_of_domain_benchmarks_with_a_conf
     with pytest.raises(UserError) as refused:
         chosen("budget.ood_benchmarks=[tau2]")
     assert str(refused.value) == NO_SIMULATOR
+    # its solo mode needs none: it is built and checked, under its own name
+    assert [(b.name, b.categories) for b in chosen("budget.ood_benchmarks=[tau2_solo]")] == [("tau2_solo", ["telecom"])]

@@ -12,7 +12,8 @@ from hydra.utils import instantiate
 
 from seal.env import Episode
 from seal.env.benchmarks import benchmark_of
-from seal.env.benchmarks.tau2 import DOMAINS, FIRST_AGENT_MESSAGE, USER_SIMULATOR_FAILED, Tau2, load_tasks, task_reward
+from seal.env.benchmarks.tau2 import (DOMAINS, FIRST_AGENT_MESSAGE, STOP_WORD, USER_SIMULATOR_FAILED, Tau2, Tau2Solo,
+                                      load_tasks, task_reward)
 from seal.env.calls import ToolCall
 from seal.env.tau2_user import NO_SIMULATOR, GoldUser
 from seal.errors import UserError
@@ -232,3 +233,123 @@ def test_a_malformed_reply_fails_that_conversation_and_keeps_the_played_ones(sim
 def test_the_registry_plays_tau2_entries_with_the_tau2_benchmark():
     entry = gold_benchmark("mock").entries("mock")[0]
     assert isinstance(benchmark_of(entry), Tau2) and entry.benchmark == "tau2"
+
+
+# ------------------------------------------------------------------------------------------- solo mode
+
+
+def solo_entries(domain, split="test"):
+    return Tau2Solo(domains=[domain], split=split).entries(domain)
+
+
+def test_the_solo_gold_replay_reaches_tau2s_reward_1_on_every_telecom_test_task():
+    tasks = load_tasks("telecom", "test")
+    # every telecom test task carries a ticket and starts from an empty history: all 40 are playable alone
+    assert all(t.ticket and not t.initial_state.message_history for t in tasks.values())
+    entries = solo_entries("telecom")
+    assert [e.initial_config["task"] for e in entries] == list(tasks)
+    rollouts = oracle_engine().play(entries, temperature=0.0)
+    failed = [(r.entry.id, r.verdict.error_message) for r in rollouts if not r.verdict.valid]
+    assert failed == [] and all(r.ended == "completed" for r in rollouts)
+    # the user's gold actions (the phone's toggles) were the agent's calls, and the last message is tau2's stop
+    first = rollouts[0].episode.backends
+    user_actions = [a.name for a in first.task.evaluation_criteria.actions if a.requestor == "user"]
+    assert user_actions and all(m.role == "assistant" for m in first.trajectory if getattr(m, "tool_calls", None))
+    assert first.trajectory[-1].content == STOP_WORD and first.trajectory[-1].tool_calls is None
+
+
+def test_solo_mode_plays_the_mock_tasks_tau2s_solo_agent_accepts_and_solves_those_not_judged_on_talk():
+    tasks = load_tasks("mock", None)
+    # tau2's LLMSoloAgent.check_valid_task by hand: the two tasks whose history holds user messages are out,
+    # and so is the one without a ticket (create_task_1_nl_eval); impossible_task_1 has a ticket but no gold
+    # actions, yet a history-less task needs them
+    played = {e.initial_config["task"] for e in solo_entries("mock", None)}
+    assert played == {"create_task_1", "create_task_1_with_env_assertions", "update_task_1",
+                      "update_task_with_initialization_data", "update_task_with_initialization_actions",
+                      "impossible_task_1"} - {t for t in tasks if not tasks[t].evaluation_criteria.actions
+                                              and not tasks[t].initial_state}
+    rollouts = oracle_engine().play(solo_entries("mock", None), temperature=0.0)
+    # a solo agent cannot talk, so a task whose reward includes information it must communicate scores 0
+    talk = {r.entry.initial_config["task"] for r in rollouts if tasks[r.entry.initial_config["task"]].evaluation_criteria.communicate_info}
+    assert talk == {"update_task_with_initialization_data"}
+    failed = {r.entry.initial_config["task"]: r.verdict.error_message for r in rollouts if not r.verdict.valid}
+    assert failed == {"update_task_with_initialization_data": 'tau2 reward 0.0: {"env": 1.0, "communicate": 0.0}'}
+
+
+def test_the_solo_agent_reads_tau2s_solo_prompt_with_its_ticket_and_has_the_users_tools_and_done():
+    entry = solo_entries("telecom")[0]
+    task = load_tasks("telecom", "test")[entry.initial_config["task"]]
+    system = entry.turns[0][0]["content"]
+    assert system.startswith("<instructions>\nYou are a customer service agent")
+    assert "call the appropriate tools to solve the ticket" in system and "to the `done` tool" in system
+    assert system.endswith(f"</policy>\n<ticket>\n{task.ticket}\n</ticket>")
+    names = [doc["name"] for doc in entry.functions]
+    # telecom's user tools (the phone) are the agent's in solo mode, after its own; `done` comes last
+    from tau2.domains.telecom.environment import get_environment
+
+    env = get_environment()
+    assert names == [t.name for t in env.get_tools()] + [t.name for t in env.get_user_tools()] + ["done"]
+    done = entry.functions[-1]
+    assert done["description"] == "Call this function when you are done with the task."
+    assert done["parameters"]["properties"] == {}
+
+
+def test_a_solo_agents_user_tool_call_runs_on_the_users_phone():
+    from tau2.data_model.message import ToolCall as Tau2Call
+    from tau2.domains.telecom.environment import get_environment
+
+    entry = solo_entries("telecom")[0]
+    task = load_tasks("telecom", "test")[entry.initial_config["task"]]
+    episode = Episode(entry)
+    episode.next_turn()
+    outcome = episode.step([ToolCall("check_status_bar", (), {})])
+    # the same call made directly on tau2's own solo environment set to the task's initial state
+    env = get_environment(solo_mode=True)
+    env.set_state(initialization_data=task.initial_state.initialization_data,
+                  initialization_actions=task.initial_state.initialization_actions, message_history=[])
+    expected = env.get_response(Tau2Call(id="x", name="check_status_bar", arguments={}, requestor="assistant"))
+    assert outcome.observations == [expected.content] and outcome.records[0].error is None
+    # the task's phone: data saver on, which the gold's first user action (toggle_data_saver_mode) turns off
+    assert task.evaluation_criteria.actions[0].name == "toggle_data_saver_mode" and "Data Saver" in expected.content
+
+
+def test_done_ends_the_solo_conversation_and_none_of_its_messages_other_calls_run():
+    entry = solo_entries("mock", None)[0]  # create_task_1
+    episode = Episode(entry)
+    episode.next_turn()
+    outcome = episode.step([ToolCall("create_task", (), {"user_id": "user_1", "title": "Important Meeting"}),
+                            ToolCall("done", (), {})])
+    assert outcome.turn_over and outcome.ended == "completed" and episode.done
+    session = episode.backends
+    # tau2 turns such a message into its stop word and drops the calls beside it (LLMSoloAgent)
+    assert session.calls_made() == 0 and session.trajectory[-1].content == STOP_WORD
+    assert episode.verdict().error_message == 'tau2 reward 0.0: {"env": 0.0, "communicate": 1.0}'
+
+
+@pytest.mark.parametrize("text, ended", [("The task is created.", "agent_error"), ("All done. ###STOP###", "completed")])
+def test_a_solo_agents_message_ends_the_conversation_with_an_agent_error_unless_it_is_the_stop(text, ended):
+    entry = solo_entries("mock", None)[0]
+    episode = Episode(entry)
+    episode.next_turn()
+    episode.step([ToolCall("create_task", (), {"user_id": "user_1", "title": "Important Meeting"})])
+    episode.step([], text)
+    assert episode.next_turn() is None and episode.ended == ended
+    verdict = episode.verdict()
+    # the gold call was made: the stop scores it, the agent error is tau2's premature end (0)
+    assert verdict.valid == (ended == "completed")
+    if ended == "agent_error":
+        assert verdict.error_type == "tau2:premature_end"
+
+
+def test_solo_mode_is_its_own_benchmark_and_refuses_domains_without_tickets():
+    benchmark = instantiate(compose_with("benchmark=tau2_solo").benchmark)
+    assert isinstance(benchmark, Tau2Solo) and benchmark.categories == ["telecom"]
+    assert benchmark.metric_prefix == "eval/tau2_solo"
+    benchmark.prepare()  # no user simulator needed
+    from seal.tasks import config_error
+
+    with pytest.raises(Exception) as err:
+        instantiate(compose_with("benchmark=tau2_solo", "benchmark.domains=[airline]").benchmark)
+    # what run.py prints (seal.tasks.config_error unwraps the sentence from Hydra's instantiation error)
+    assert str(config_error(err.value)).startswith("benchmark.domains=['airline']: tau2's solo mode plays tasks with a ticket")
+    assert benchmark_of(solo_entries("mock", None)[0]) is not None

