@@ -353,3 +353,24 @@ def test_solo_mode_is_its_own_benchmark_and_refuses_domains_without_tickets():
     # what run.py prints (seal.tasks.config_error unwraps the sentence from Hydra's instantiation error)
     assert str(config_error(err.value)).startswith("benchmark.domains=['airline']: tau2's solo mode plays tasks with a ticket")
     assert benchmark_of(solo_entries("mock", None)[0]) is not None
+
+
+@pytest.mark.costly
+def test_training_evaluates_tau2_before_and_after_when_the_budget_lists_it(simulator, tmp_path):
+    from tests.rl.test_loop import train
+
+    handler, url = simulator
+    handler.script = [said("Please create a task called Important Meeting for user_1."), said("Thanks. ###STOP###")]
+    metrics = train(tmp_path, "benchmark=tau2", "benchmark.domains=[mock]", f"benchmark.user.url={url}",
+                    "benchmark.user.model=scripted", "budget.ood_benchmarks=[tau2]", "budget.ood_entries_per_category=1",
+                    "logger.mode=disabled")
+    task = next(iter(load_tasks("mock", "test").values()))  # create_task_1: its reward needs a task in the database
+    assert task.id == "create_task_1" and "DB" in {b.value for b in task.evaluation_criteria.reward_basis}
+    for when in ("ood_before", "ood_after"):
+        # six new tokens of tiny-random cannot hold a tool call, so the database stays as it was: reward 0
+        assert metrics[when]["tau2"]["counts"] == {"mock": {"passed": 0, "total": 1}}
+        assert metrics[when]["tau2"]["eval/tau2/avg"] == 0.0
+        record = json.loads((tmp_path / when / "tau2" / "trajectories.jsonl").read_text())
+        assert record["id"] == f"tau2_mock_{task.id}" and record["ended"] == "completed"
+    # one conversation each time: the user's request, then its stop after the agent's reply
+    assert len(handler.requests) == 4
