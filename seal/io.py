@@ -14,6 +14,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+# the config groups (conf/), found from the package, whatever the working directory
+CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 FINGERPRINT_FILE = "fingerprint.txt"
 # config keys (under trainer and budget) that say how often a run saves, not what it computes
 CHECKPOINT_CADENCE = ("save_every", "keep_checkpoints")

@@ -1,5 +1,6 @@
 """tau2's user simulator, pluggable: any OpenAI-compatible chat endpoint (benchmark.user.url, .model, the key
-read from the environment variable .api_key_env), or a script (tests, the gold replay).
+read from the environment variable .api_key_env), a backbone loaded in-process (benchmark.user.backbone:
+seal.policy.simulated_user, which also chooses between the two), or a script (tests, the gold replay).
 
 The simulator is given tau2's user guidelines and the task's user scenario as its system message, and the
 conversation from the user's side (the agent's messages as "user", its own as "assistant"). In telecom it
@@ -29,17 +30,6 @@ NO_SIMULATOR = ("benchmark=tau2 needs a user simulator: set benchmark.user.url (
 
 class SimulatorError(Exception):
     """The user simulator could not be asked or gave an unusable answer (the message is one sentence)."""
-
-
-def user_simulator(config: dict[str, Any]) -> Any:
-    """The simulator `config` names (benchmark.user); UserError naming both ways when it names none."""
-    if config.get("url"):
-        return OpenAIUser(config["url"], config.get("model") or "default", config.get("api_key_env"),
-                          float(config.get("timeout_s", 120)))
-    if config.get("backbone"):
-        raise UserError("benchmark.user.backbone: a user simulator loaded in-process is not available yet; "
-                        "serve it with any OpenAI-compatible server (e.g. `vllm serve`) and set benchmark.user.url")
-    raise UserError(NO_SIMULATOR)
 
 
 def guidelines(with_tools: bool) -> str:
@@ -81,7 +71,7 @@ def user_turn(session: Any) -> str | None:
                 raise SimulatorError("the user simulator answered with neither a message nor a tool call")
             session.say("user", text)
             return None if any(word in text for word in STOP_WORDS) else text
-        for name, arguments in map(_call_of, calls):
+        for name, arguments in map(call_of, calls):
             if name not in session.user_tools:
                 raise SimulatorError(f"the user simulator called {name!r}, which is not one of the user's tools "
                                      f"({', '.join(sorted(session.user_tools)) or 'none in this domain'})")
@@ -89,7 +79,7 @@ def user_turn(session: Any) -> str | None:
     raise SimulatorError(f"the user simulator made tool calls {MAX_USER_TOOL_ROUNDS + 1} times in a row without answering")
 
 
-def _call_of(call: Any) -> tuple[str, dict[str, Any]]:
+def call_of(call: Any) -> tuple[str, dict[str, Any]]:
     try:
         function = call["function"]
         arguments = function.get("arguments") or "{}"

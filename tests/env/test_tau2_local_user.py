@@ -1,0 +1,132 @@
+"""tau2's user simulator loaded in-process (benchmark.user.backbone, seal.policy.simulated_user.LocalUser): the backbone is
+named by its conf/backbone file, sees the conversation as its own chat template renders it, answers greedily,
+and its tool calls (telecom: the user's phone) are decoded by its tool format and run in the task's environment."""
+
+import json
+
+import pytest
+from hydra.utils import instantiate
+
+from seal.env import Episode
+from seal.env.benchmarks.tau2 import USER_SIMULATOR_FAILED, Tau2, Tau2Session
+from seal.env.tau2_user import SimulatorError, user_turn, user_view
+from seal.errors import UserError
+from seal.policy.simulated_user import LocalUser
+from tests.env.test_tau2 import oracle_engine
+from tests.test_configs import compose_with
+
+
+def configured(*overrides):
+    return instantiate(compose_with("benchmark=tau2", *overrides).benchmark)
+
+
+def session_of(domain, user):
+    benchmark = Tau2(domains=[domain])
+    benchmark.use_user(user)
+    return Tau2Session(benchmark.entries(domain)[0])
+
+
+def test_the_backbone_is_named_by_its_config_file_and_a_wrong_choice_is_one_sentence():
+    benchmark = configured("benchmark.user.backbone=tiny-random")
+    assert benchmark.user_factory.keywords["max_new_tokens"] == 512
+    user = benchmark.user
+    assert isinstance(user, LocalUser) and user.policy is None  # nothing is loaded until the run is prepared
+    with pytest.raises(UserError) as err:
+        configured("benchmark.user.backbone=qwen9-1t").prepare()
+    assert str(err.value).startswith("benchmark.user.backbone=qwen9-1t: no such backbone; choose among ")
+    assert "qwen2.5-7b" in str(err.value) and "tiny-random" in str(err.value)
+    with pytest.raises(UserError) as err:
+        configured("benchmark.user.backbone=tiny-random", "benchmark.user.url=http://127.0.0.1:9/v1").prepare()
+    assert "choose one" in str(err.value) and "\n" not in str(err.value)
+    with pytest.raises(UserError) as err:
+        configured("benchmark.user.backbone=oracle").prepare()
+    assert str(err.value) == "benchmark.user.backbone=oracle is a script, not a language model: name a model"
+
+
+@pytest.mark.costly
+def test_the_embedded_model_as_user_reads_its_chat_template_and_answers_greedily():
+    import torch
+
+    benchmark = configured("benchmark.user.backbone=smollm2-135m", "benchmark.user.max_new_tokens=24")
+    benchmark.prepare()
+    user = benchmark.user
+    session = session_of("airline", user)  # airline: no user tools, so the template's own rendering applies
+    messages, tools = user_view(session)
+    assert tools == []
+    tokenizer, model = user.policy.tokenizer, user.policy.model
+    # SmolLM2's own chat template renders the same conversation to the same text
+    expected = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    assert user.prompt(messages, tools) == expected
+    ids = tokenizer(expected, add_special_tokens=False, return_tensors="pt")["input_ids"]
+    out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=24, do_sample=False,
+                         eos_token_id=tokenizer.convert_tokens_to_ids("<|im_end|>"), pad_token_id=tokenizer.eos_token_id)
+    greedy = tokenizer.decode(out[0, ids.shape[1]:], skip_special_tokens=True, clean_up_tokenization_spaces=False)
+    assert greedy.strip()  # a real answer, not an empty one
+    assert user.respond(session) == {"content": greedy.strip()}
+
+
+class Scripted(LocalUser):
+    """A LocalUser whose model writes the given texts in turn (its parsing and rendering are the real ones)."""
+
+    def __init__(self, texts):
+        super().__init__("tiny-random")
+        self.texts, self.prompts = list(texts), []
+
+    def generate(self, text):
+        self.prompts.append(text)
+        return self.texts.pop(0)
+
+
+def test_a_user_tool_call_in_the_backbones_format_runs_on_the_phone_and_the_answer_follows_it():
+    from tau2.data_model.message import ToolCall as Tau2Call
+    from tau2.domains.telecom.environment import get_environment
+
+    user = Scripted(['<tool_call>\n{"name": "check_status_bar", "arguments": {}}\n</tool_call>', " It says 5G. "])
+    user.check()
+    session = session_of("telecom", user)
+    assert user_turn(session) == "It says 5G."
+    # the call ran as the user's, on the task's phone: the same answer as tau2's environment gives it directly
+    env = get_environment()
+    task = session.task
+    env.set_state(initialization_data=task.initial_state.initialization_data,
+                  initialization_actions=task.initial_state.initialization_actions, message_history=[])
+    direct = env.get_response(Tau2Call(id="x", name="check_status_bar", arguments={}, requestor="user"))
+    call, result, said = session.trajectory[-3:]
+    assert [c.name for c in call.tool_calls] == ["check_status_bar"] and call.role == "user"
+    assert result.content == direct.content and result.requestor == "user" and said.content == "It says 5G."
+    # the second prompt shows the user's tools, its own call in the format's words and the phone's answer
+    second = user.prompts[1]
+    shown = [json.loads(line)["name"] for line in second.split("<tools>\n")[1].split("\n</tools>")[0].splitlines()]
+    assert shown == list(session.user_tools) and "check_status_bar" in shown
+    assert second.endswith('<|im_start|>assistant\n<tool_call>\n{"name": "check_status_bar", "arguments": {}}\n'
+                           f"</tool_call><|im_end|>\n<|im_start|>user\n<tool_response>\n{direct.content}\n"
+                           "</tool_response><|im_end|>\n<|im_start|>assistant\n")
+
+
+def test_a_call_that_does_not_decode_or_a_conversation_too_long_is_an_unusable_answer():
+    user = Scripted(['<tool_call>\n{"name": "check_status_bar", "arguments": \n</tool_call>'])
+    user.check()
+    with pytest.raises(SimulatorError) as err:
+        user_turn(session_of("telecom", user))
+    assert str(err.value).startswith("the user simulator wrote a tool call that does not decode (not valid JSON")
+    long = LocalUser("tiny-random", max_new_tokens=16384)  # tiny-random's context is 16,384 tokens
+    long.check()
+    with pytest.raises(SimulatorError) as err:
+        long.respond(session_of("airline", long))
+    assert "outgrow tiny-random's context of 16384" in str(err.value)
+
+
+@pytest.mark.costly
+def test_whole_conversations_with_an_in_process_user_end_as_their_verdicts_say():
+    benchmark = configured("benchmark.domains=[mock]", "benchmark.user.backbone=tiny-random",
+                           "benchmark.user.max_new_tokens=8", "benchmark.max_user_turns=3")
+    benchmark.prepare()
+    asked = []
+    generate = benchmark.user.generate
+    benchmark.user.generate = lambda text: asked.append(text) or generate(text)
+    rollouts = oracle_engine().play(benchmark.entries("mock")[:2], temperature=0.0)
+    assert len(asked) == sum(r.episode.backends.user_turns for r in rollouts) >= 2
+    for rollout in rollouts:
+        failed = rollout.episode.backends.failure is not None
+        assert (rollout.ended == "user_simulator_error") == failed
+        assert (rollout.verdict.error_type == USER_SIMULATOR_FAILED) == failed
