@@ -11,7 +11,7 @@ from seal.env.calls import ToolCall
 from seal.env.tau2_user import NO_SIMULATOR, OpenAIUser, SimulatorError, call_of, user_view
 from seal.errors import UserError
 from seal.io import CONF_DIR
-from seal.policy.formats import chat_for, get_format
+from seal.policy.formats import chat_for, get_format, keyword_arguments
 
 
 def user_simulator(url: str | None = None, model: str | None = None, api_key_env: str | None = None,
@@ -40,6 +40,8 @@ class LocalUser:
         if not path.is_file():
             known = ", ".join(sorted(p.stem for p in path.parent.glob("*.yaml")))
             raise UserError(f"benchmark.user.backbone={backbone}: no such backbone; choose among {known}")
+        if int(max_new_tokens) < 1:
+            raise UserError(f"benchmark.user.max_new_tokens={max_new_tokens}: the simulator needs at least one token to answer")
         self.name, self.config, self.max_new_tokens = backbone, OmegaConf.load(path), int(max_new_tokens)
         self.policy: Any = None
 
@@ -85,7 +87,8 @@ class LocalUser:
 
     def respond(self, session: Any) -> dict[str, Any]:
         self.check()
-        return self.reply(self.generate(self.prompt(*user_view(session))))
+        messages, tools = user_view(session)
+        return self.reply(self.generate(self.prompt(messages, tools)), tools)
 
     def generate(self, text: str) -> str:
         """The model's greedy continuation of `text` (its answer, up to the end of its message)."""
@@ -102,8 +105,10 @@ class LocalUser:
                                  pad_token_id=tokenizer.pad_token_id or tokenizer.eos_token_id)
         return tokenizer.decode(out[0, ids.shape[1]:], skip_special_tokens=True, clean_up_tokenization_spaces=False)
 
-    def reply(self, text: str) -> dict[str, Any]:
-        """The answer in OpenAI's assistant-message layout: the calls the format decodes, else the text."""
+    def reply(self, text: str, tools: list[dict[str, Any]]) -> dict[str, Any]:
+        """The answer in OpenAI's assistant-message layout: the calls the format decodes (positional arguments
+        named from the user tool's parameters; an unknown tool is refused by user_turn), else the text."""
+        by_name = {tool["function"]["name"]: tool["function"] for tool in tools}
         parsed = self.format.parse(text)
         if parsed.failures and not parsed.calls:
             raise SimulatorError(f"the user simulator wrote a tool call that does not decode ({parsed.failures[0][1]})")
@@ -111,5 +116,6 @@ class LocalUser:
             return {"content": text.strip()}
         return {"content": "", "tool_calls": [
             {"id": f"user_call_{i}", "type": "function",
-             "function": {"name": call.name, "arguments": json.dumps(call.kwargs)}}
+             "function": {"name": call.name, "arguments": json.dumps(
+                 keyword_arguments(call, by_name) if call.name in by_name else call.kwargs)}}
             for i, call in enumerate(parsed.calls)]}

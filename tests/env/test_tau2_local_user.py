@@ -39,6 +39,9 @@ def test_the_backbone_is_named_by_its_config_file_and_a_wrong_choice_is_one_sent
         configured("benchmark.user.backbone=tiny-random", "benchmark.user.url=http://127.0.0.1:9/v1").prepare()
     assert "choose one" in str(err.value) and "\n" not in str(err.value)
     with pytest.raises(UserError) as err:
+        configured("benchmark.user.backbone=tiny-random", "benchmark.user.max_new_tokens=0").prepare()
+    assert str(err.value).startswith("benchmark.user.max_new_tokens=0: ")
+    with pytest.raises(UserError) as err:
         configured("benchmark.user.backbone=oracle").prepare()
     assert str(err.value) == "benchmark.user.backbone=oracle is a script, not a language model: name a model"
 
@@ -101,6 +104,21 @@ def test_a_user_tool_call_in_the_backbones_format_runs_on_the_phone_and_the_answ
     assert second.endswith('<|im_start|>assistant\n<tool_call>\n{"name": "check_status_bar", "arguments": {}}\n'
                            f"</tool_call><|im_end|>\n<|im_start|>user\n<tool_response>\n{direct.content}\n"
                            "</tool_response><|im_end|>\n<|im_start|>assistant\n")
+
+
+def test_a_positional_argument_in_a_python_style_format_is_named_from_the_user_tools_schema():
+    from seal.policy.formats import get_format
+
+    user = Scripted([])
+    user.check()
+    user.format = get_format("bfcl_python", chat="chatml", tools="release")
+    session = session_of("telecom", user)
+    _, tools = user_view(session)
+    schema = next(t["function"] for t in tools if t["function"]["name"] == "set_network_mode_preference")
+    first = list(schema["parameters"]["properties"])[0]
+    reply = user.reply('[set_network_mode_preference("4g_5g_preferred")]', tools)
+    call = reply["tool_calls"][0]["function"]
+    assert call["name"] == "set_network_mode_preference" and json.loads(call["arguments"]) == {first: "4g_5g_preferred"}
 
 
 def test_a_call_that_does_not_decode_or_a_conversation_too_long_is_an_unusable_answer():
