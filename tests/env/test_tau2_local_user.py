@@ -46,6 +46,43 @@ def test_the_backbone_is_named_by_its_config_file_and_a_wrong_choice_is_one_sent
     assert str(err.value) == "benchmark.user.backbone=oracle is a script, not a language model: name a model"
 
 
+def test_the_simulators_prompt_is_the_chat_templates_and_its_answer_the_greedy_continuation():
+    import torch
+
+    from seal.env.tau2_user import guidelines
+    from seal.policy.simulated_user import user_simulator
+
+    user = user_simulator(backbone="tiny-random", max_new_tokens=5)
+    user.check()
+    tokenizer, model = user.policy.tokenizer, user.policy.model  # tiny-random speaks through SmolLM2's tokenizer
+    session = session_of("airline", user)
+    messages, tools = user_view(session)
+    text = user.prompt(messages, tools)
+    assert text == tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    ids = tokenizer(text, add_special_tokens=False, return_tensors="pt")["input_ids"]
+    out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=5, do_sample=False,
+                         eos_token_id=tokenizer.convert_tokens_to_ids("<|im_end|>"), pad_token_id=tokenizer.eos_token_id)
+    assert user.generate(text) == tokenizer.decode(out[0, ids.shape[1]:], skip_special_tokens=True)
+    # with the user's tools (telecom) the system message is the format's tool block, without the agent's
+    # persona, then tau2's guidelines for a user with tools and the scenario; the agent's greeting follows
+    session = session_of("telecom", user)
+    text = user.prompt(*user_view(session))
+    assert text.startswith("<|im_start|>system\n# Tools\n\nYou may call one or more functions")
+    assert text.endswith(f"{guidelines(True)}\n\n<scenario>\n{session.task.user_scenario}\n</scenario><|im_end|>\n"
+                         "<|im_start|>user\nHi! How can I help you today?<|im_end|>\n<|im_start|>assistant\n")
+
+
+def test_the_configured_endpoint_or_backbone_is_built_with_its_settings():
+    from seal.env.tau2_user import OpenAIUser
+    from seal.policy.simulated_user import user_simulator
+
+    endpoint = configured("benchmark.user.url=http://127.0.0.1:9/v1/", "benchmark.user.timeout_s=7").user
+    assert isinstance(endpoint, OpenAIUser)
+    assert (endpoint.url, endpoint.model, endpoint.timeout_s, endpoint.key) == ("http://127.0.0.1:9/v1", "default", 7.0, None)
+    local = user_simulator(backbone="tiny-random", max_new_tokens=9)
+    assert (local.name, local.max_new_tokens, local.config.name) == ("tiny-random", 9, "tiny-random")
+
+
 @pytest.mark.costly
 def test_the_embedded_model_as_user_reads_its_chat_template_and_answers_greedily():
     import torch
@@ -119,6 +156,20 @@ def test_a_positional_argument_in_a_python_style_format_is_named_from_the_user_t
     reply = user.reply('[set_network_mode_preference("4g_5g_preferred")]', tools)
     call = reply["tool_calls"][0]["function"]
     assert call["name"] == "set_network_mode_preference" and json.loads(call["arguments"]) == {first: "4g_5g_preferred"}
+
+
+def test_an_answer_is_openais_assistant_message_layout():
+    user = Scripted([])
+    user.check()
+    tools = [{"type": "function", "function": {"name": "toggle_roaming", "description": "",
+                                               "parameters": {"type": "object", "properties": {}}}}]
+    assert user.reply("  Roaming is on now.\n", tools) == {"content": "Roaming is on now."}
+    # two calls in qwen_xml, one to a tool the user does not have (user_turn refuses it by name)
+    text = ('<tool_call>\n{"name": "toggle_roaming", "arguments": {}}\n</tool_call>\n'
+            '<tool_call>\n{"name": "reboot", "arguments": {"hard": true}}\n</tool_call>')
+    assert user.reply(text, tools) == {"content": "", "tool_calls": [
+        {"id": "user_call_0", "type": "function", "function": {"name": "toggle_roaming", "arguments": "{}"}},
+        {"id": "user_call_1", "type": "function", "function": {"name": "reboot", "arguments": '{"hard": true}'}}]}
 
 
 def test_a_call_that_does_not_decode_or_a_conversation_too_long_is_an_unusable_answer():
