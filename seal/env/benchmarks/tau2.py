@@ -328,10 +328,11 @@ class Tau2Solo(Tau2):
         docs.append(solo_stop_doc())
         instruction = agent_prompt("AGENT_SOLO_INSTRUCTION").format(stop_function_name=SOLO_STOP_TOOL,
                                                                      stop_token=STOP_WORD)
+        system = functools.partial(agent_prompt("SYSTEM_PROMPT_SOLO").format, agent_instruction=instruction,
+                                   domain_policy=env.get_policy())
         tasks = [task for task in load_tasks(category, self.split).values() if solo_task(task)]
         return [Entry(id=f"tau2_solo_{category}_{task.id}", category=category, scenario=i,
-                      turns=[[{"role": "system", "content": agent_prompt("SYSTEM_PROMPT_SOLO").format(
-                          agent_instruction=instruction, domain_policy=env.get_policy(), ticket=task.ticket)}]],
+                      turns=[[{"role": "system", "content": system(ticket=task.ticket)}]],
                       initial_config={"domain": category, "split": self.split, "task": str(task.id), "solo": True},
                       involved_classes=[], functions=docs, kind="tau2", benchmark=self.name)
                 for i, task in enumerate(tasks)]
