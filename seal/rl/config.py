@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
 import torch
 from omegaconf import DictConfig
@@ -34,6 +35,12 @@ def check_hardware(cfg: DictConfig) -> None:
         value = cfg.trainer[key]
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
             raise UserError(f"trainer.{key}={value!r}: give a number of at least 1, or null for {null}")
+
+
+def reference_init_kwargs(compute_dtype: str) -> dict[str, Any]:
+    """How TRL loads the reference model (`create_model_from_path`): in the compute dtype, on the host, with
+    no device map, for every sharding and launch (seal.rl.sharding and accelerate then place it)."""
+    return {"dtype": compute_dtype, "device_map": None}
 
 
 def grpo_config(cfg: DictConfig, budget: Budget, out_dir: Path, num_train: int, compute_dtype: str,
@@ -89,8 +96,12 @@ def grpo_config(cfg: DictConfig, budget: Budget, out_dir: Path, num_train: int, 
         # mixed precision: fp32 master weights, forward passes under autocast to the backbone's dtype
         bf16=compute_dtype == "bfloat16",
         fp16=compute_dtype == "float16",  # pragma: no mutate (float16 is refused on a CPU above)
-        # the reference model only scores: keep it in the compute dtype, not the masters' fp32
-        model_init_kwargs={"dtype": compute_dtype},
+        # the reference model only scores: keep it in the compute dtype, not the masters' fp32. It is loaded
+        # whole on the host (device_map=None) and then placed by the launch: TRL passes device_map=None itself
+        # only under MULTI_GPU and DeepSpeed; under FSDP, or one process on CUDA, it would otherwise load with
+        # device_map="auto", spreading the layers over every visible GPU behind accelerate's device hooks,
+        # which keep moving inputs to the other GPUs once fully_shard has put the shards on this rank's
+        model_init_kwargs=reference_init_kwargs(compute_dtype),
         gradient_checkpointing=tr.gradient_checkpointing,
         disable_dropout=True,
         # trainer.save_every=null: no periodic checkpoint (the authors' runs; such a run cannot resume)

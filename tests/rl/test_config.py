@@ -46,7 +46,8 @@ def test_paper_budget_grpo_config_per_backbone_and_world(tmp_path, backbone, wor
     # a checkpoint every 6 rounds of 4 steps, only the last kept (the authors saved none periodically)
     assert (args.save_strategy, args.save_steps, args.save_total_limit) == ("steps", 24, 1)
     assert args.bf16 and not args.fp16
-    assert args.model_init_kwargs == {"dtype": "bfloat16"}
+    # the reference model loads on the host with no device map whatever the launch (seal.rl.config)
+    assert args.model_init_kwargs == {"dtype": "bfloat16", "device_map": None}
 
 
 def test_every_number_the_paper_fixes_reaches_trl(tmp_path):
@@ -91,7 +92,7 @@ def test_each_setting_reaches_its_grpo_config_field(tmp_path):
         "output_dir": str(tmp_path / "checkpoints"), "report_to": [], "bf16": False, "fp16": False,
         "disable_dropout": True, "dataloader_num_workers": 0, "log_completions": False,
         "mask_truncated_completions": False, "num_iterations": 1, "use_bias_correction_kl": False,
-        "model_init_kwargs": {"dtype": "float32"}, "logging_steps": 1,
+        "model_init_kwargs": {"dtype": "float32", "device_map": None}, "logging_steps": 1,
         # 45 minutes in seconds (transformers' default is 1800)
         "ddp_timeout": 2700,
     }

@@ -466,3 +466,36 @@ def test_advantages_without_group_scaling_are_trls(tmp_path, monkeypatch, scale)
     centred = [0.0, 0.0, 0.5, -0.5]
     expected = [a / (0.5 + 1e-4) for a in centred] if scale == "batch" else centred
     assert out["advantages"].tolist() == pytest.approx(expected, rel=1e-6, abs=1e-7)
+
+
+class _CudaState:
+    """What accelerate's PartialState reports on a GPU node (TRL reads only `.device`)."""
+
+    device = torch.device("cuda", 0)
+
+
+def test_the_reference_model_is_loaded_on_the_host_without_a_device_map_even_on_cuda(tmp_path, monkeypatch):
+    """TRL's create_model_from_path falls back to device_map="auto" on CUDA unless it is told otherwise (it
+    tells itself only under MULTI_GPU and DeepSpeed): on a node of several GPUs "auto" spreads the reference
+    over all of them behind accelerate's device hooks, and its first log-prob pass fails after FSDP or DDP
+    placed it. Here TRL is made to believe it runs on CUDA; the reference must still be requested with
+    device_map=None, and come out as one plain module on the trainer's device with no hook."""
+    import transformers
+    from trl.trainer import utils as trl_utils
+
+    monkeypatch.setattr(trl_utils, "PartialState", _CudaState)
+    requested = []
+    original = transformers.LlamaForCausalLM.from_pretrained.__func__
+
+    def spy(cls, *args, **kwargs):
+        requested.append(kwargs.get("device_map", "absent"))
+        return original(cls, *args, **kwargs)
+
+    monkeypatch.setattr(transformers.LlamaForCausalLM, "from_pretrained", classmethod(spy))
+    _, trainer = build(config("trainer.beta=0.001"), tmp_path)
+    # the first request is seal's own load of the policy (placed by seal.policy.backbones), the second TRL's
+    assert requested[1:] == [None]
+    reference = trainer.ref_model
+    assert not hasattr(reference, "hf_device_map")
+    assert not any(hasattr(m, "_hf_hook") for m in reference.modules())
+    assert {p.device for p in reference.parameters()} == {trainer.accelerator.device}
