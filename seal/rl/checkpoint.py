@@ -190,37 +190,39 @@ def rotate_checkpoints(directory: Path, keep: int | None) -> None:
             shutil.rmtree(path, ignore_errors=True)
 
 
-def save_final_model(trainer_or_model: Any, folder: Path, dtype: str | None) -> None:
+def save_final_model(trainer_or_model: Any, folder: Path, dtype: str | None, *, write: bool = True) -> None:
     """The trained weights as a model transformers loads (AutoModelForCausalLM), in the backbone's dtype.
 
     Full fine-tuning trains fp32 master weights; the model is run and shipped in the compute dtype, at
     half the disk with bf16. A LoRA model writes its adapters as peft does (fp32, as trained; the frozen
     base is the backbone's own). dtype=None keeps the weights' own dtype. Given a trainer, its tokenizer
-    is written beside the weights, as Trainer.save_model does."""
+    is written beside the weights, as Trainer.save_model does.
+
+    Every rank calls it: an FSDP2-sharded model is gathered into one full state dict collectively
+    (seal.rl.sharding.full_state_dict), and only the rank with `write` (the main one) keeps and writes it."""
     import torch
     from transformers import Trainer
+
+    from seal.rl.sharding import full_state_dict, require_plain
 
     trainer = trainer_or_model if isinstance(trainer_or_model, Trainer) else None
     model = trainer.model if trainer is not None else trainer_or_model
     model = getattr(model, "module", model)  # a DDP wrapper
-    if folder.exists():
+    if write and folder.exists():
         shutil.rmtree(folder)
-    if getattr(model, "peft_config", None) or dtype is None:
-        model.save_pretrained(folder)
+    if getattr(model, "peft_config", None):
+        require_plain(model, "writing LoRA adapters")
+        if write:
+            model.save_pretrained(folder)
     else:
-        target, cast = getattr(torch, dtype), {}
-        state = {}
-        for name, tensor in model.state_dict().items():
-            # tied weights (the embeddings and the LM head) stay one tensor, which save_pretrained writes once
-            key = (tensor.data_ptr(), tensor.shape)
-            if key not in cast:
-                cast[key] = tensor.detach().to("cpu", target) if tensor.is_floating_point() else tensor.detach().cpu()
-            state[name] = cast[key]
-        model.save_pretrained(folder, state_dict=state)
-        # save_pretrained records the weights' own dtype (fp32): AutoModelForCausalLM's dtype="auto" reads this
-        config = json.loads((folder / "config.json").read_text())
-        (folder / "config.json").write_text(json.dumps(config | {"dtype": dtype}, indent=2, sort_keys=True) + "\n")
-    if trainer is not None and trainer.processing_class is not None:
+        state = full_state_dict(model, None if dtype is None else getattr(torch, dtype), keep=write)
+        if write:
+            model.save_pretrained(folder, state_dict=state)
+        if write and dtype is not None:
+            # save_pretrained records the weights' own dtype (fp32): AutoModelForCausalLM's dtype="auto" reads this
+            config = json.loads((folder / "config.json").read_text())
+            (folder / "config.json").write_text(json.dumps(config | {"dtype": dtype}, indent=2, sort_keys=True) + "\n")
+    if write and trainer is not None and trainer.processing_class is not None:
         trainer.processing_class.save_pretrained(folder)
 
 

@@ -53,16 +53,18 @@ class ModelSelection:
         key = AVG if AVG in metrics else RELEASE_AVG
         score = metrics[key]
         record.metrics["val" + key.removeprefix("eval")] = score
-        if not self.dist.main:
-            return
+        # every rank holds the same gathered metrics, so every rank takes the same decision: saving gathers a
+        # sharded model collectively, and the main rank alone writes
+        write = self.dist.main
         # ties keep the earlier model: a later one has to be better, not equal
         if self.best is None or score > self.best["score"]:
             self.best = {"round": record.round, "global_step": record.global_step, "score": score,
                          "metric": f"val {key}", "entries": len(self.val_entries)}
-            save_final_model(model, self.out_dir / "best_model", self.dtype)
-            self.best_path.write_text(json.dumps(self.best, indent=2))
+            save_final_model(model, self.out_dir / "best_model", self.dtype, write=write)
+            if write:
+                self.best_path.write_text(json.dumps(self.best, indent=2))
         if self.keep_all:
-            save_final_model(model, self.out_dir / "validated" / f"round_{record.round:04d}", self.dtype)
+            save_final_model(model, self.out_dir / "validated" / f"round_{record.round:04d}", self.dtype, write=write)
 
     def test_initial(self, test_entries: list[Any]) -> dict[str, Any]:
         """The initial model on test (the tables' base-model row: the before-evaluation is on the validation
@@ -111,7 +113,10 @@ def _load(model: Any, folder: Path) -> None:
     state = {}
     for shard in sorted(folder.glob("*.safetensors")):
         state.update(load_file(shard))
+    from seal.rl.sharding import require_plain
+
     target = _unwrapped(model)
+    require_plain(target, f"loading {folder}")
     if hasattr(target, "get_base_model") and (folder / "adapter_config.json").exists():
         from peft import set_peft_model_state_dict
 

@@ -184,6 +184,46 @@ def full_tensors(model: Any) -> Iterator[tuple[str, Any]]:
         yield name, tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
 
 
+def is_sharded(model: Any) -> bool:
+    """Whether any parameter of `model` is an FSDP2 shard (a DTensor)."""
+    from torch.distributed.tensor import DTensor
+
+    return any(isinstance(p, DTensor) for p in model.parameters())
+
+
+def require_plain(model: Any, what: str) -> None:
+    """Refuse an FSDP2-sharded model where code reads or writes whole tensors (a DTensor's data_ptr() is 0 and
+    its local part is a slice): such a caller needs the gathered weights (full_state_dict, RolloutCopy)."""
+    if is_sharded(model):
+        raise ValueError(f"{what} needs whole tensors and this model is FSDP2-sharded (DTensor parameters): gather "
+                         "it first (seal.rl.sharding.full_state_dict or RolloutCopy)")
+
+
+def full_state_dict(model: Any, dtype: Any = None, *, keep: bool = True) -> dict[str, Any]:
+    """The model's state dict as whole tensors in host memory, floating-point ones cast to `dtype` (None: their
+    own). A sharded parameter is gathered, which is a collective: every rank calls this, in the same order, and
+    only where `keep` is true are the gathered tensors kept (elsewhere each is dropped at once, so one rank
+    holds the copy). A tensor registered under several names (tied embeddings) is gathered once and shared by
+    its names, as save_pretrained expects of ties: ties are found by the registered tensor itself, never by
+    data_ptr(), which is 0 for every DTensor."""
+    from torch.distributed.tensor import DTensor
+
+    wanted = model.state_dict().keys()  # persistent tensors only (no rotary caches)
+    gathered: dict[int, Any] = {}
+    state: dict[str, Any] = {}
+    for name, tensor in [*model.named_parameters(remove_duplicate=False), *model.named_buffers(remove_duplicate=False)]:
+        if name not in wanted:
+            continue
+        if id(tensor) not in gathered:
+            whole = tensor.detach()
+            whole = whole.full_tensor() if isinstance(whole, DTensor) else whole
+            cast = dtype if dtype is not None and whole.is_floating_point() else whole.dtype
+            gathered[id(tensor)] = whole.to("cpu", cast) if keep else None
+        if keep:
+            state[name] = gathered[id(tensor)]
+    return state
+
+
 class RolloutCopy:
     """An unsharded copy of a sharded policy in the compute dtype, for the transformers rollout engine.
 

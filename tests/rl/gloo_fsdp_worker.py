@@ -9,15 +9,18 @@ from pathlib import Path
 
 import torch
 from accelerate import Accelerator
+from safetensors.torch import load_file
+from torch.distributed.fsdp import fully_shard
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from seal.rl import distributed, sharding
+from seal.rl import distributed, selection, sharding
+from seal.rl.checkpoint import save_final_model
 from tests.rl.ranks import leave_without_teardown
 
 
-def tiny(seed: int) -> LlamaForCausalLM:
+def tiny(seed: int, tie: bool = False) -> LlamaForCausalLM:
     config = LlamaConfig(vocab_size=96, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                         num_key_value_heads=2, intermediate_size=64, tie_word_embeddings=False)
+                         num_key_value_heads=2, intermediate_size=64, tie_word_embeddings=tie)
     torch.manual_seed(seed)
     return LlamaForCausalLM(config)
 
@@ -55,6 +58,34 @@ def main(out: Path) -> None:
     report["copy_follows_training"] = second is first and all(
         torch.equal(second.state_dict()[k], gathered[k]) for k in full)
     report["trained_moved"] = any(not torch.equal(gathered[k], full[k]) for k in full)
+
+    # the best model under FSDP2 (seal.rl.selection): gathered on every rank, written by rank 0 alone, in bf16
+    save_final_model(model, out / "best_model", "bfloat16", write=rank == 0)
+    if rank == 0:
+        written = load_file(out / "best_model" / "model.safetensors")
+        report["best_model_equal"] = written.keys() == full.keys() and all(
+            torch.equal(written[k], gathered[k].to(torch.bfloat16)) for k in full)
+    # a full state dict is never loaded into the shards
+    try:
+        selection._load(model, out / "best_model")
+        report["load_into_shards_refused"] = False
+    except ValueError as exc:
+        report["load_into_shards_refused"] = "FSDP2-sharded" in str(exc)
+    # tied embeddings, sharded: the head and the embedding are one tensor, gathered once and written once
+    tied = tiny(2, tie=True)
+    expected_tied = {k: v.clone() for k, v in tied.state_dict().items()}
+    for layer in sharding.decoder_layers(tied):
+        fully_shard(layer)
+    fully_shard(tied)
+    state = sharding.full_state_dict(tied, keep=rank == 0)
+    report["tied_shared"] = rank != 0 or state["lm_head.weight"] is state["model.embed_tokens.weight"]
+    report["tied_equal"] = rank != 0 or all(torch.equal(state[k], expected_tied[k]) for k in expected_tied)
+    report["kept_only_on_rank0"] = (rank == 0) == bool(state)
+    save_final_model(tied, out / "tied_model", None, write=rank == 0)
+    if rank == 0:
+        written = load_file(out / "tied_model" / "model.safetensors")
+        report["tied_written_once"] = "lm_head.weight" not in written and torch.equal(
+            written["model.embed_tokens.weight"], expected_tied["model.embed_tokens.weight"])
 
     # the reference: sharded per layer, scoring as the unsharded model does
     reference = tiny(0)

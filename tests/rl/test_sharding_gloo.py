@@ -30,6 +30,7 @@ def test_two_gloo_ranks_shard_gather_and_checkpoint_through_accelerates_fsdp2_pa
     proc = torchrun("tests/rl/gloo_fsdp_worker.py", str(tmp_path), timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    assert "best_model_equal" in ranks[0] and "tied_written_once" in ranks[0]
     for report in ranks:
         assert report["distributed_type"] == "DistributedType.FSDP"
         # every parameter's first dimension is split in two (vocab 96, hidden 32, q 32, kv 2 x 8, MLP 64)
@@ -42,6 +43,11 @@ def test_two_gloo_ranks_shard_gather_and_checkpoint_through_accelerates_fsdp2_pa
         assert report["trained_moved"] and report["copy_follows_training"]
         # while the optimizer has not stepped (its version unchanged) a play reuses the copy without a gather
         assert report["same_version_not_gathered"]
+        # the best model is gathered by both ranks and written by rank 0 (every tensor, in bf16); loading a full
+        # state dict into shards is refused; tied weights stay one tensor, kept on rank 0 only, written once
+        assert report.get("best_model_equal", True) and report["load_into_shards_refused"]
+        assert report["tied_shared"] and report["tied_equal"] and report["kept_only_on_rank0"]
+        assert report.get("tied_written_once", True)
         # the reference: one unit per decoder layer plus the root, scoring exactly as unsharded
         assert report["reference_units"] == 3 and report["reference_max_diff"] == 0.0
         # accelerate's sharded checkpoint (a directory of shards) loads back into a fresh model exactly
