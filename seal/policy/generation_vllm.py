@@ -17,8 +17,8 @@ On CUDA the engine shares the GPU with training, as TRL's colocated mode does: u
 launch every rank builds its own engine on its own GPU (vLLM's external launcher), and the engine
 sleeps between plays so that the optimizer gets the memory back. It sleeps at level 2 (weights and KV
 cache discarded), since the next play loads the weights again anyway: from the trained model, or from
-the checkpoint on disk when it serves the checkpoint. Level 1 (weights kept in pinned host memory: about
-15 GB per rank for a 7B model in bf16, 61 GB on a 4-GPU node) is left for weights nothing could
+the checkpoint on disk when it serves the checkpoint. Level 1 (weights kept in pinned host memory:
+14.2 GiB per rank for a 7B model in bf16, 57 GiB on a 4-GPU node) is left for weights nothing could
 restore. Weights are synced only when they may have changed: the owner of the model attaches a
 `version` (the trainer's optimizer step), and a play at the version of the last sync skips it, unless
 a level-2 sleep discarded the weights in between.
