@@ -15,8 +15,13 @@ are merged into a copy of each weight, never into the base.
 
 On CUDA the engine shares the GPU with training, as TRL's colocated mode does: under a multi-process
 launch every rank builds its own engine on its own GPU (vLLM's external launcher), and the engine
-sleeps between plays (weights offloaded to the host, KV cache freed) so that the optimizer gets the
-memory back.
+sleeps between plays so that the optimizer gets the memory back. It sleeps at level 2 (weights and KV
+cache discarded), since the next play loads the weights again anyway: from the trained model, or from
+the checkpoint on disk when it serves the checkpoint. Level 1 (weights kept in pinned host memory:
+14.2 GiB per rank for a 7B model in bf16, 57 GiB on a 4-GPU node) is left for weights nothing could
+restore. Weights are synced only when they may have changed: the owner of the model attaches a
+`version` (the trainer's optimizer step), and a play at the version of the last sync skips it, unless
+a level-2 sleep discarded the weights in between.
 """
 
 from __future__ import annotations
@@ -36,6 +41,8 @@ from seal.policy.generation import Generated, GenerationRequest
 DEFAULT_CPU_KV_CACHE_GIB = 1.0
 # share of the GPU a colocated engine may take (weights, KV cache, activations); the trainer keeps the rest
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.3
+# what the engine's weights are while they are the checkpoint's, as vLLM loaded them from disk
+CHECKPOINT = "checkpoint"
 
 
 @dataclass(frozen=True)
@@ -130,7 +137,12 @@ def engine_options(*, cpu: bool, memory: VLLMMemory) -> dict[str, Any]:
 class VLLMGenerator:
     """Continues token sequences with an in-process vLLM engine (prefix caching, per-step seeds,
     logprobs of the sampled tokens under the temperature-scaled distribution). On CUDA it sleeps
-    between plays: `begin` wakes it, `end` puts it back to sleep."""
+    between plays: `begin` wakes it, `end` puts it back to sleep.
+
+    `model` is the torch model whose weights the engine takes at the start of a play (None: the
+    checkpoint's). `version`, when its owner attaches one, is a callable whose value changes whenever
+    the model's weights may have changed (the trainer's optimizer step, the same on every rank): a play
+    at the version of the last sync does not sync again. Without one every play syncs."""
 
     def __init__(
         self,
@@ -181,35 +193,68 @@ class VLLMGenerator:
             )
         self._sampling_params = vllm.SamplingParams
         self._tokens_prompt = vllm.inputs.TokensPrompt
-        # the torch model whose weights the engine takes at every play (None: the checkpoint's, as loaded)
-        self.model: Any = None
+        self.model = None
+        # what the engine holds: CHECKPOINT, (model token, version) after a sync, or None when its
+        # weights are gone (a level-2 sleep discarded them) or half-written (a load failed)
+        self._weights: Any = CHECKPOINT
         # training loads and steps until the first play: the engine's memory is the trainer's meanwhile
         self.asleep = False  # pragma: no mutate (any falsy value: only its truth is read)
         self.end()
 
+    @property
+    def model(self) -> Any:
+        """The torch model whose weights the engine takes at each play (None: the checkpoint's)."""
+        return self._model
+
+    @model.setter
+    def model(self, model: Any) -> None:
+        # a version belongs to the model it came with: handing a model over, even the same one again,
+        # detaches it (and the trainer it refers to), so every play syncs until the owner attaches one
+        self._model, self.version, self._token = model, None, object()
+
     def begin(self) -> None:
-        """A play starts: the engine wakes and takes the trained model's current weights (when it has
-        one). Waking is vLLM's order for new weights: the weights first, so that the new ones are written
-        into mapped memory, then the KV cache, which the new weights' keys and values will fill."""
+        """A play starts: the engine wakes and brings its weights up to date. Waking is vLLM's order for
+        new weights: the weights first, so that the new ones are written into mapped memory, then the KV
+        cache, which the new weights' keys and values will fill."""
         if self.asleep:
             import torch
 
             # the optimizer's freed blocks sit in torch's cache; vLLM maps its memory outside that cache
             torch.cuda.empty_cache()
             self.llm.wake_up(tags=["weights"])
-        if self.model is not None:
-            self.sync_weights(self.model)
+        self._bring_weights_up_to_date()
         if self.asleep:
             self.llm.wake_up(tags=["kv_cache"])
             self.asleep = False  # pragma: no mutate (any falsy value: only its truth is read)
 
+    def _bring_weights_up_to_date(self) -> None:
+        """Sync from the model unless the engine holds its weights at the current version; without a model,
+        load the checkpoint from disk again if the engine's weights are gone, else serve what it holds."""
+        if self._model is None:
+            if self._weights is None:
+                self._load(None)
+                self._weights = CHECKPOINT
+            return
+        current = (self._token, None if self.version is None else self.version())
+        if self.version is None or self._weights != current:
+            self.sync_weights(self._model)
+            self._weights = current
+
+    def sleep_level(self) -> int:
+        """The level the engine sleeps at after a play: 2 (weights discarded with the KV cache, nothing
+        kept on the host) when the next play can load them again, from the model or from the checkpoint
+        on disk; 1 (weights offloaded to pinned host memory) only for weights that nothing could restore:
+        handed over by a direct `sync_weights` call with no model attached (no run does that)."""
+        return 1 if self._model is None and self._weights not in (CHECKPOINT, None) else 2
+
     def end(self) -> None:
-        """A play ended: on CUDA the engine sleeps at level 1 (weights offloaded to the host, KV cache
-        freed) until the next play. Level 2 would discard the weights, and a play without a trained model
-        (task=eval) has nothing to load them back from."""
+        """A play ended: on CUDA the engine sleeps until the next play (see `sleep_level`)."""
         if self.sleep_mode and not self.asleep:
-            self.llm.sleep(level=1)
+            level = self.sleep_level()
+            self.llm.sleep(level=level)
             self.asleep = True
+            if level == 2:
+                self._weights = None
 
     def generate(
         self, requests: list[GenerationRequest], *, temperature: float, stops: list[tuple[int, ...]]
@@ -263,9 +308,20 @@ class VLLMGenerator:
         """Load a (possibly peft-wrapped, possibly FSDP-sharded) torch model's current weights into the
         engine, then reset the prefix cache. fp32 master weights and merged LoRA copies are cast to the
         engine's dtype on load. With sharded parameters every rank must sync, in the same order (each
-        parameter is gathered by a collective), which every rank's own engine does at each play."""
+        parameter is gathered by a collective), which every rank's own engine does: each rank plays the
+        same plays, and the version and the sleep level that decide whether a play syncs are the same
+        on every rank."""
+        self._load(model)
+        # the weights of a model at no known version
+        self._weights = (object(), None)
+
+    def _load(self, model: Any) -> None:
+        """vLLM's layer-wise reload from a torch model's weights, or from the checkpoint on disk (the
+        path the engine was built from) when model is None; then the tied layers and the prefix cache."""
         # the engine runs in this process: the iterator's tensors are read in place, never serialised
-        args = {"weights_iterator": _hf_weights(model), "is_checkpoint_format": True}
+        args = None if model is None else {"weights_iterator": _hf_weights(model), "is_checkpoint_format": True}
+        # half-written until the load returns
+        self._weights = None
         self.llm.collective_rpc("reload_weights", kwargs=args)
         self.llm.apply_model(_reprocess_tied_layers)
         self.llm.reset_prefix_cache()

@@ -356,6 +356,10 @@ def fit(run: TrainingRun) -> None:
     # through an unsharded copy, gathered at every play for the transformers engine (vLLM gathers the
     # shards itself) and once at the end for the final model
     engine.model = trainer.model
+    if backbone.generation == "vllm":
+        # the engine syncs only when the optimizer has stepped since its last sync; assigning engine.model
+        # again after training detaches this version (and the trainer it refers to)
+        engine.generator.version = lambda: trainer.state.global_step
     copy = None
     if run.layout == "fsdp2":
         copy = sharding.RolloutCopy(trainer.model, dtype=policy.compute_dtype, device=policy.device,

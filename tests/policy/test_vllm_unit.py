@@ -37,7 +37,10 @@ class FakeLLM:
 
     Like vLLM 0.31 it picks its device when built (vllm/v1/executor/uniproc_executor.py: the external
     launcher's worker takes cuda:LOCAL_RANK, the single-process executor cuda:0), and while asleep it
-    serves nothing: no request, no weight load into offloaded weights."""
+    serves nothing: no request, no weight load into offloaded weights. Its sleep levels are vLLM 0.31's
+    (vllm/v1/worker/gpu_worker.py, vllm/device_allocator/cumem.py): level 1 offloads the weights to the
+    host and brings them back on waking; level 2 discards them (only the buffers come back on waking),
+    so it refuses to generate until a load has written them again."""
 
     instances: list = []
     on_init = None  # called inside the constructor (what a real in-process engine does to the process)
@@ -48,6 +51,8 @@ class FakeLLM:
         self.kwargs = kwargs
         self.events: list = []
         self.sleeping: set = set()
+        # False after a level-2 sleep until a load (from a model or from disk) writes the weights again
+        self.weights_whole = True
         self.env = {k: os.environ.get(k) for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE")}
         if sys.modules["vllm"].cpu:
             self.device = "cpu"
@@ -67,6 +72,8 @@ class FakeLLM:
         assert self.kwargs.get("enable_sleep_mode") and not sys.modules["vllm"].cpu
         self.events.append(("sleep", level))
         self.sleeping = {"weights", "kv_cache"}
+        if level == 2:
+            self.weights_whole = False
 
     def wake_up(self, tags=None):
         self.events.append(("wake_up", tuple(tags)))
@@ -75,6 +82,8 @@ class FakeLLM:
     def generate(self, prompts, params, use_tqdm=True):
         if self.sleeping:
             raise RuntimeError(f"asked to generate while {sorted(self.sleeping)} sleep")
+        if not self.weights_whole:
+            raise RuntimeError("asked to generate with the weights a level-2 sleep discarded")
         self.events.append(("generate", [p["prompt_token_ids"] for p in prompts], params, use_tqdm))
         outputs = []
         for prompt, p in zip(prompts, params):
@@ -88,8 +97,11 @@ class FakeLLM:
     def collective_rpc(self, method, kwargs=None):
         if "weights" in self.sleeping:
             raise RuntimeError("weights loaded into offloaded memory")
-        weights = {name: (tensor, tensor.clone()) for name, tensor in kwargs["weights_iterator"]}
+        kwargs = kwargs or {}
+        # without a weights iterator vLLM's reload_weights reads the checkpoint it was built from
+        weights = {name: (tensor, tensor.clone()) for name, tensor in kwargs.get("weights_iterator", [])}
         self.events.append(("rpc", method, {k: v for k, v in kwargs.items() if k != "weights_iterator"}, weights))
+        self.weights_whole = True
 
     def apply_model(self, fn):
         self.events.append(("apply_model", fn))
@@ -236,8 +248,9 @@ def test_a_cuda_engine_takes_a_share_of_the_gpu_compiles_and_sleeps_until_its_fi
     }
     # one process: vLLM's single-process executor, on the first GPU
     assert gen.llm.device == "cuda:0"
-    # built, then at once asleep at level 1 (weights offloaded, KV cache freed) until a play wakes it
-    assert gen.llm.events == [("sleep", 1)] and gen.asleep
+    # built, then at once asleep until a play wakes it, at level 2 (weights and KV cache discarded,
+    # nothing kept on the host): the first play loads the weights again (from a model or from disk)
+    assert gen.llm.events == [("sleep", 2)] and gen.asleep
     with pytest.raises(UserError, match="^gpu_memory_utilization=2"):
         gv.VLLMGenerator("/m", dtype="bfloat16", context_length=8, seed=0, memory=VLLMMemory(gpu_memory_utilization=2))
 
@@ -462,8 +475,11 @@ def _names(events):
             name = event
         elif event[0] == "wake_up":
             name = f"wake_up{list(event[1])}"
-        elif event[0] in ("sleep", "rpc"):
-            name = f"sleep({event[1]})" if event[0] == "sleep" else event[1]
+        elif event[0] == "sleep":
+            name = f"sleep({event[1]})"
+        elif event[0] == "rpc":
+            # a load from a torch model's weights, or (no weights handed over) from the checkpoint on disk
+            name = event[1] if event[3] else f"{event[1]}(disk)"
         else:
             name = event[0]
         if not (out and out[-1] == name == "generate"):
@@ -474,7 +490,8 @@ def _names(events):
 def test_on_cuda_each_play_wakes_the_engine_syncs_generates_and_sleeps(fake_vllm, monkeypatch):
     """Two plays of the rollout engine (and a third that fails): the engine sleeps from its build to
     the first play and between plays; each play wakes the weights, loads the trained ones into them,
-    then wakes the KV cache (vLLM's order for new weights), generates, and sleeps at level 1."""
+    then wakes the KV cache (vLLM's order for new weights), generates, and sleeps at level 2 (the model
+    has no version attached, so every play loads its weights anyway)."""
     from seal.env.benchmark import get_entries
     from seal.policy.backbones import TinyRandomBackbone
     from seal.policy.formats import get_format
@@ -491,12 +508,12 @@ def test_on_cuda_each_play_wakes_the_engine_syncs_generates_and_sleeps(fake_vllm
                            batch_size=2, generator=gen)
     engine.model = policy.model
     entries = get_entries(["multi_turn_base_0"])
-    assert _names(llm.events) == ["sleep(1)"]
+    assert _names(llm.events) == ["sleep(2)"]
     play = ["empty_cache", "wake_up['weights']", "reload_weights", "apply_model", "reset_prefix_cache",
-            "wake_up['kv_cache']", "generate", "sleep(1)"]
+            "wake_up['kv_cache']", "generate", "sleep(2)"]
     for plays in (1, 2):
         rollouts = engine.play(entries, temperature=1.0)
-        assert _names(llm.events) == ["sleep(1)"] + play * plays and gen.asleep
+        assert _names(llm.events) == ["sleep(2)"] + play * plays and gen.asleep
         # one token per turn: the engine served every step
         assert rollouts[0].num_model_tokens == len(entries[0].turns)
 
@@ -507,24 +524,142 @@ def test_on_cuda_each_play_wakes_the_engine_syncs_generates_and_sleeps(fake_vllm
     with pytest.raises(RuntimeError, match="engine died"):
         engine.play(entries, temperature=1.0)
     # a play whose generation fails still puts the engine back to sleep
-    assert _names(llm.events) == ["sleep(1)"] + play * 3 and gen.asleep
+    assert _names(llm.events) == ["sleep(2)"] + play * 3 and gen.asleep
 
 
-def test_a_play_without_a_trained_model_wakes_the_engine_without_loading(fake_vllm, monkeypatch):
-    """task=eval: the checkpoint's weights come back from the host as they were (level 1 kept them)."""
+def test_a_play_without_a_trained_model_reads_the_checkpoint_from_disk_again(fake_vllm, monkeypatch):
+    """task=eval and the evaluations before training: the engine serves the checkpoint, which a level-2
+    sleep discarded, so each play reloads it from the path the engine was built from (vLLM's
+    reload_weights without weights), between the two wakes, and nothing waits in host memory."""
     fake_vllm.cpu = False
     gen = _generator()
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: gen.llm.events.append("empty_cache"))
     gen.begin()
     gen.generate(_requests()[:1], temperature=1.0, stops=[(50,)])
     gen.end()
-    assert _names(gen.llm.events) == ["sleep(1)", "empty_cache", "wake_up['weights']", "wake_up['kv_cache']",
-                                      "generate", "sleep(1)"]
+    play = ["empty_cache", "wake_up['weights']", "reload_weights(disk)", "apply_model", "reset_prefix_cache",
+            "wake_up['kv_cache']"]
+    assert _names(gen.llm.events) == ["sleep(2)", *play, "generate", "sleep(2)"]
+    # no argument at all: vLLM reads its own model path, in checkpoint format (its default)
+    assert gen.llm.events[3] == ("rpc", "reload_weights", {}, {})
     # a generator that is awake is not woken again, and one asleep is not put to sleep twice
     gen.end()
     gen.begin()
     gen.begin()
-    assert _names(gen.llm.events)[6:] == ["empty_cache", "wake_up['weights']", "wake_up['kv_cache']"]
+    assert _names(gen.llm.events)[9:] == play
+
+
+def test_after_a_level_2_sleep_every_play_loads_the_weights_even_without_an_optimizer_step(fake_vllm,
+                                                                                          monkeypatch):
+    """Level 2 discards the weights, so a play after it loads them again however unchanged the version:
+    three plays at one optimizer step, three loads, each between the two wakes. The stand-in refuses to
+    generate from discarded weights, so a skipped load would fail the play itself."""
+    fake_vllm.cpu = False
+    gen = _generator()
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: gen.llm.events.append("empty_cache"))
+    gen.model = _tiny_llama(tied=False)
+    gen.version = lambda: 3  # the optimizer never steps
+    for _ in range(3):
+        gen.begin()
+        gen.generate(_requests()[:1], temperature=1.0, stops=[(50,)])
+        gen.end()
+    play = ["empty_cache", "wake_up['weights']", "reload_weights", "apply_model", "reset_prefix_cache",
+            "wake_up['kv_cache']", "generate", "sleep(2)"]
+    assert _names(gen.llm.events) == ["sleep(2)"] + play * 3
+
+
+def _counting_gathers(monkeypatch):
+    """Count the parameters read for the engine (each one a gather when it is an FSDP2 shard)."""
+    gathers = [0]
+    full = gv._full
+
+    def counted(tensor):
+        gathers[0] += 1
+        return full(tensor)
+
+    monkeypatch.setattr(gv, "_full", counted)
+    return gathers
+
+
+def test_on_the_cpu_a_play_syncs_only_when_the_optimizer_has_stepped_since_the_last_sync(fake_vllm,
+                                                                                         monkeypatch):
+    """The engine keeps its weights between plays on the CPU: plays at the version of the last sync (an
+    evaluation's, the waves of an out-of-domain benchmark) load nothing; a step makes the next play sync.
+    Handing the model over again (what training does once it ends) detaches the version, so from then on
+    every play syncs. The tiny Llama has 12 parameter tensors: the embedding, q k v o, gate up down, two
+    layer norms, the final norm and the untied LM head."""
+    gathers = _counting_gathers(monkeypatch)
+    gen = _generator()
+    model = _tiny_llama(tied=False)
+    step = [0]
+    gen.model = model
+    gen.version = lambda: step[0]
+
+    def play():
+        gen.begin()
+        gen.end()
+        return len([e for e in gen.llm.events if e[0] == "rpc"]), gathers[0]
+
+    assert play() == (1, 12)  # the first play: the trained model's weights replace the checkpoint's
+    assert play() == (1, 12)
+    assert play() == (1, 12)
+    step[0] = 1
+    assert play() == (2, 24)
+    assert play() == (2, 24)
+    gen.model = model  # the same model handed over again: no version until its owner attaches one
+    assert gen.version is None
+    assert play() == (3, 36)
+    assert play() == (4, 48)
+
+
+def test_a_load_that_fails_half_way_is_done_again_at_the_same_version(fake_vllm):
+    """A load that stopped part-way leaves the engine's weights unknown: the next play loads them again,
+    although the optimizer has not stepped since the failed one; the play after that skips."""
+    gen = _generator()
+    gen.model = _tiny_llama(tied=False)
+    step = [0]
+    gen.version = lambda: step[0]
+    rpc = gen.llm.collective_rpc
+    loads = lambda: len([e for e in gen.llm.events if e[0] == "rpc"])  # noqa: E731
+    gen.begin()
+    gen.begin()
+    assert loads() == 1
+
+    def broken(method, kwargs=None):
+        next(kwargs["weights_iterator"])  # the engine had started writing
+        raise RuntimeError("out of memory")
+
+    step[0] = 1
+    gen.llm.collective_rpc = broken
+    with pytest.raises(RuntimeError, match="out of memory"):
+        gen.begin()
+    gen.llm.collective_rpc = rpc
+    gen.begin()
+    gen.begin()
+    assert loads() == 2
+
+
+def test_level_1_is_kept_only_for_weights_nothing_could_load_again(fake_vllm, monkeypatch):
+    """Weights handed to the engine by a direct sync_weights call while no model is attached exist nowhere
+    else the engine could read them from: it offloads them to the host (level 1) and wakes them without a
+    load. Once a model is attached (or with the checkpoint's own weights) it sleeps at level 2 again."""
+    fake_vllm.cpu = False
+    gen = _generator()
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    assert gen.sleep_level() == 2  # the checkpoint's weights: the disk has them
+    gen.begin()
+    gen.sync_weights(_tiny_llama(tied=False))
+    assert gen.sleep_level() == 1
+    gen.end()
+    gen.begin()  # level 1 kept them: nothing is loaded
+    gen.generate(_requests()[:1], temperature=1.0, stops=[(50,)])
+    gen.end()
+    assert _names(gen.llm.events) == [
+        "sleep(2)", "wake_up['weights']", "reload_weights(disk)", "apply_model", "reset_prefix_cache",
+        "wake_up['kv_cache']", "reload_weights", "apply_model", "reset_prefix_cache", "sleep(1)",
+        "wake_up['weights']", "wake_up['kv_cache']", "generate", "sleep(1)"]
+    gen.model = _tiny_llama(tied=False)
+    assert gen.sleep_level() == 2
 
 
 # ------------------------------------------------------------------------------------ weights
