@@ -62,3 +62,19 @@ def test_a_single_process_job_and_the_ranks_themselves_do_not_relaunch(monkeypat
     monkeypatch.delenv("WORLD_SIZE")
     assert launch.relaunch(compose_with("launch.processes=null"), tmp_path) is False
     assert launch.relaunch(compose_with("launch.processes=2", "task=replay"), tmp_path) is False
+
+
+def test_the_paper_launch_is_the_authors_setup_in_one_preset():
+    """launch=paper: 4 GPUs per run, FSDP over them, vLLM colocated at 0.4 of each GPU (the release config's
+    gpu_memory_utilization, exp/bfcl_seal_04_full_seal.yaml:52; Table 4 prints 0.6); the default launch is one
+    process generating with transformers, and a command-line override still wins over the preset."""
+    from tests.test_configs import compose_with
+
+    paper = compose_with("launch=paper", "backbone=qwen2.5-7b", "budget=paper", "experiment=seal")
+    assert (paper.launch.processes, paper.launch.sharding) == (4, "fsdp2")
+    assert (paper.backbone.generation, paper.backbone.vllm.gpu_memory_utilization) == ("vllm", 0.4)
+    plain = compose_with("backbone=qwen2.5-7b", "budget=paper")
+    assert (plain.launch.processes, plain.launch.sharding, plain.backbone.generation) == (None, "auto", "transformers")
+    assert plain.backbone.vllm.gpu_memory_utilization is None
+    mine = compose_with("launch=paper", "launch.processes=8", "backbone.generation=transformers")
+    assert (mine.launch.processes, mine.backbone.generation) == (8, "transformers")
