@@ -74,9 +74,9 @@ def test_a_sweep_of_two_arms_and_two_seeds_runs_as_slurm_jobs_and_aggregates(clu
     agg = subprocess.run([sys.executable, "-m", "experiments.aggregate", str(sweep_dir), "--out", str(tables)],
                          cwd=REPO, capture_output=True, text=True)
     assert agg.returncode == 0, agg.stderr
-    # one row per arm and one for the base model, each over the two seeds
-    for arm in ("base model", "seal", "vanilla_rl"):
-        assert f"| tiny-random | {arm} | 2 |" in agg.stdout
+    # one row per arm and one for the base model, each over the two seeds of two expected
+    for arm, model in (("base model", "base model (initial)"), ("seal", "final model"), ("vanilla_rl", "final model")):
+        assert f"| tiny-random | {arm} | {model} | 2 of 2 |" in agg.stdout
     assert "Missing" not in agg.stdout
     assert (tables / "tables.md").exists() and (tables / "tables.csv").read_text().count("\n") == 1 + 3 * 2  # x two protocols
 
@@ -143,7 +143,7 @@ def test_reproduce_submits_every_arm_skips_finished_runs_and_aggregates(cluster,
     assert len(list(root.glob("*/metrics.json"))) == 5
     table = (root / "tables" / "tables.md").read_text()
     for arm in ("vanilla_rl", "seal", "wo_env_adaptation", "wo_reweighting", "wo_closed_loop"):
-        assert f"| tiny-random | {arm} | 1 |" in table
+        assert f"| tiny-random | {arm} | final model | 1 of 1 |" in table
     assert "seal - vanilla_rl" in table and "seal - wo_closed_loop" in table
     # again: everything is finished, nothing is submitted
     again = subprocess.run([*args[:3], "--dry-run", *args[3:]], cwd=REPO, capture_output=True, text=True, timeout=300)
