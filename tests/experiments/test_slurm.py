@@ -136,7 +136,7 @@ def test_reproduce_submits_every_arm_skips_finished_runs_and_aggregates(cluster,
     and Table 3's three ablations (seal shared) for one seed, as five SLURM jobs."""
     root = tmp_path / "reproduce"
     args = [sys.executable, "-m", "experiments.reproduce", "--root", str(root), "--backbones", "tiny-random",
-            "--seeds", "0", "--ablation-backbone", "tiny-random", "--", *TINY[1:], *LAUNCHER[1:]]
+            "--seeds", "0", "--ablation-backbone", "tiny-random", "--", "budget=smoke", *TINY[1:], *LAUNCHER[1:]]
     proc = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=2400)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert proc.stdout.startswith("5 jobs, 0 finished, 5 to run")
