@@ -5,28 +5,33 @@
 
 The expected runs come from the manifest experiments.reproduce writes at submission (every run directory
 with its arm, backbone and seed); without one, from the run directories found below the root (a run
-never created is then named nowhere, and the output says so). Every expected run that is missing,
-failed, unfinished, not evaluated on test or lacks trajectories is listed with what stopped it.
+never created is then named nowhere, and the output says so). With a manifest, a run directory it does
+not list is named and used nowhere. Two finished runs with the same backbone, arm and seed are both
+named and neither is used. Every expected run that is missing, failed, unfinished, not evaluated on test
+or lacks trajectories is listed with what stopped it, and every row and cell says how many of its
+expected runs it holds ("2 of 3"; a cell over fewer runs than its row: "n=1 of 3").
 
-Each run's run_config.json gives backbone, arm (experiment_name), seed and the part its before/after
-evaluation used; metrics.json its evaluations. Runs with a validation part are scored on test only:
-the initial model on `test_before`, the final model on `test_final`, the model chosen on validation on
-`test_best_on_val`, and the release's test-selected checkpoint on `test_selected_diagnostic` (optimistic,
-a diagnostic); runs without one on `eval_before`/`eval_after` (the test part). Every table says which
-model each row is, and shows two protocols: "comparable to the paper" (the release protocol,
-`eval/bfcl_v3_release/*`, with the paper's number beside it) and "comparable to the BFCL leaderboard"
-(the official protocol, `eval/bfcl_v3/*`). A run without an evaluation under a protocol shows "—"
-(runs made before the release protocol have none); a cell over fewer runs than its row says so (n=k of N).
+Each run's run_config.json gives backbone, arm (experiment_name), seed, budget and the part its
+before/after evaluation used; metrics.json its evaluations. Runs with a validation part are scored on
+test only: the initial model on `test_before`, the final model on `test_final`, the model chosen on
+validation on `test_best_on_val`, and the release's test-selected checkpoint on `test_selected_diagnostic`
+(optimistic, a diagnostic); runs without one on `eval_before`/`eval_after` (the test part). The headline
+model of a run, which the per-column tables, the differences and the plot use, is its best-on-validation
+model when it validated and its final model otherwise; the run list names each run's. Every table shows
+two protocols: "comparable to the paper" (the release protocol, `eval/bfcl_v3_release/*`, with the
+paper's number beside it) and "comparable to the BFCL leaderboard" (the official protocol,
+`eval/bfcl_v3/*`). A run without an evaluation under a protocol shows "—". Every row names its runs'
+budget: the paper's numbers come from the paper's own (budget=paper).
 
 - Table 1: per backbone, the base model and every trained arm, mean ± 95% t-interval over seeds;
-- Table 2: out of domain (budget.ood_benchmarks; the final model): BFCL V4 memory, web search and their
-  mean beside the paper's number, and tau2-bench (benchmark=tau2) beside the paper's;
-- Table 3: the ablation arms and seal per backbone, Avg, with the paper's on Qwen2.5-7B;
+- Table 2: out of domain (budget.ood_benchmarks; the initial and the final model): BFCL V4 (the mean of
+  web search and memory) and tau2-bench with its domains, each beside the paper's number;
+- Table 3: the ablation arms and seal per backbone, every column, with the paper's on Qwen2.5-7B;
 - differences the paper did not make: seal minus vanilla_rl and minus each ablation, per backbone and
   protocol, paired by seed and entry (paired_bootstrap); a seed either arm lacks is dropped and named.
 
 Writes the same as Markdown and CSV (tables.md, tables.csv, table2.csv, table3.csv, differences.csv) and
-a bar chart (tables.png).
+bar charts (tables.png: Table 1's and Table 3's Avg; table2.png: every column of Table 2).
 """
 
 from __future__ import annotations
@@ -36,10 +41,14 @@ import csv
 import json
 import math
 import statistics
-from collections import defaultdict
+import sys
+from collections import Counter, defaultdict
 from pathlib import Path
 
+from experiments.paper_numbers import BASE, PRINTED_AS_IS, TABLE2_COLUMNS, TABLES, paper_row
 from seal.env.benchmark import CATEGORIES
+from seal.errors import UserError
+from seal.io import markdown_table
 
 COLUMNS = ("avg",) + CATEGORIES
 # protocol: (metric prefix, trajectory file, what it is comparable to)
@@ -54,34 +63,26 @@ MODELS = {
     "best_on_val": ("best on validation", "test_best_on_val", "eval_test_best", None),
     "test_selected": ("test-selected (diagnostic: chosen on test, optimistic)", "test_selected_diagnostic", None, None),
 }
+# each run's headline model: best on validation where the run validated, else final
+HEADLINE = "headline"
+HEADLINE_LABEL = "headline model (best on validation where the run validated, else final)"
 MANIFEST = "manifest.json"
+PAPER_BUDGET = "paper"
+ABLATIONS = ("wo_env_adaptation", "wo_reweighting", "wo_closed_loop")
+# Table 2's columns from the out-of-domain evaluations (metrics.json's ood_before/ood_after): column ->
+# (benchmark, metric); bfcl_v4 is each run's mean of web search and memory
+OOD_SOURCES = {"bfcl_v4_web_search": ("bfcl_v4_web_search", "avg"), "bfcl_v4_memory": ("bfcl_v4_memory", "avg"),
+               "tau2": ("tau2", "avg"), "tau2_retail": ("tau2", "retail"), "tau2_airline": ("tau2", "airline"),
+               "tau2_telecom": ("tau2", "telecom")}
+BFCL_V4 = ("bfcl_v4_web_search", "bfcl_v4_memory")
+TABLE2_HEADER = ("BFCL V4 Avg", "Web Search", "Memory", "tau2 Avg", "Retail", "Airline", "Telecom")
 
-# Paper Table 1 (BFCL V3 multi-turn, 400 held-out entries, accuracy %): Avg, Base, MissFunc, MissParam, LongCtx
-PAPER_MAIN = {
-    ("qwen2.5-3b", "base model"): (5.75, 11, 6, 3, 3),
-    ("qwen2.5-3b", "vanilla_rl"): (9.25, 16, 9, 6, 6),
-    ("qwen2.5-3b", "seal"): (14.00, 19, 15, 12, 10),
-    ("qwen2.5-7b", "base model"): (14.00, 22, 14, 10, 10),
-    ("qwen2.5-7b", "vanilla_rl"): (30.75, 46, 27, 27, 23),
-    ("qwen2.5-7b", "seal"): (40.25, 58, 36, 34, 33),
-    ("toolace-2-8b", "base model"): (32.00, 45, 26, 35, 22),
-    ("toolace-2-8b", "vanilla_rl"): (38.50, 52, 30, 40, 32),
-    ("toolace-2-8b", "seal"): (46.75, 58, 46, 44, 39),
-}
-# Paper Table 2 (out of domain, Avg %): BFCL V4 agentic (web search + memory) and tau2-bench
-PAPER_OOD = {
-    ("qwen2.5-3b", "vanilla_rl"): {"bfcl_v4": 4.69, "tau2": 9.64},
-    ("qwen2.5-3b", "seal"): {"bfcl_v4": 8.63, "tau2": 11.76},
-    ("qwen2.5-7b", "vanilla_rl"): {"bfcl_v4": 9.17, "tau2": 16.11},
-    ("qwen2.5-7b", "seal"): {"bfcl_v4": 12.71, "tau2": 20.79},
-}
-# BFCL V4's agentic pair (the paper's "BFCL V4" column is their mean) and tau2-bench (benchmark=tau2)
-BFCL_V4 = ("bfcl_v4_memory", "bfcl_v4_web_search")
-OOD_COLUMNS = (*BFCL_V4, "tau2")
-# Paper ablations on Qwen2.5-7B (Avg %)
-PAPER_ABLATION = {"wo_env_adaptation": 35.75, "wo_reweighting": 32.75, "wo_closed_loop": 33.00, "seal": 40.25}
-# two-sided 95% Student t quantiles by degrees of freedom
-_T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
+
+def t95(df: int) -> float:
+    """The two-sided 95% quantile of Student's t with `df` degrees of freedom (scipy)."""
+    from scipy.stats import t
+
+    return float(t.ppf(0.975, df))
 
 
 def mean_ci(values: list[float]) -> tuple[float, float | None]:
@@ -89,14 +90,21 @@ def mean_ci(values: list[float]) -> tuple[float, float | None]:
     mean = statistics.fmean(values)
     if len(values) < 2:
         return mean, None
-    return mean, _T95.get(len(values) - 1, 1.96) * statistics.stdev(values) / math.sqrt(len(values))
+    return mean, t95(len(values) - 1) * statistics.stdev(values) / math.sqrt(len(values))
 
 
 # -- which runs there are, and what became of each ------------------------------------------------------
 
 def read_manifest(path: Path) -> list[dict]:
     """The expected runs experiments.reproduce wrote: [{"dir", "backbone", "experiment", "seed"}]."""
-    return json.loads(path.read_text())["runs"]
+    try:
+        runs = json.loads(path.read_text())["runs"]
+    except (OSError, ValueError, KeyError, TypeError):
+        runs = None
+    if not isinstance(runs, list) or not all(isinstance(run, dict) and "dir" in run for run in runs):
+        raise UserError(f"{path} is not a manifest experiments.reproduce wrote (JSON with a list \"runs\" of run "
+                        "directories): give that file with --manifest, or move it away")
+    return runs
 
 
 def run_state(run_dir: Path) -> str:
@@ -115,60 +123,170 @@ def run_state(run_dir: Path) -> str:
     return "not started"
 
 
+def _run_config(run_dir: Path) -> dict | None:
+    """The run's configuration: run_config.json, else the one Hydra wrote when the job started."""
+    for path, load in ((run_dir / "run_config.json", json.loads), (run_dir / ".hydra" / "config.yaml", _yaml)):
+        try:
+            found = load(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(found, dict):
+            return found
+    return None
+
+
+def _yaml(text: str):
+    import yaml
+
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ValueError(str(exc)) from None
+
+
+def identity(run_dir: Path) -> dict:
+    """{"backbone", "experiment", "seed"} of a run directory from its configuration; {} when it has none."""
+    config = _run_config(run_dir) or {}
+    try:
+        return {"backbone": config["backbone"]["name"], "experiment": config["experiment_name"], "seed": config["seed"]}
+    except (KeyError, TypeError):
+        return {}
+
+
+def budget_label(config: dict) -> str:
+    """The run's budget: its name, with the budget.* overrides it was started with."""
+    name = (config.get("budget") or {}).get("name", "unknown")
+    changed = [o for o in config.get("overrides") or [] if o.lstrip("+~").startswith("budget.")]
+    return name + (f" with {' '.join(changed)}" if changed else "")
+
+
+def _no_test_evaluation(config: dict, metrics: dict) -> str:
+    """Why a finished run has no evaluation of its final model on test, from what its config says."""
+    budget = config.get("budget") or {}
+    if config.get("heldout_part", "test") == "val":
+        if budget.get("val_every") is None:
+            return ("finished, not evaluated on test: its before/after evaluation is on the validation part "
+                    "and budget.val_every was null, so no model was scored on test")
+        return (f"finished, not evaluated on test: budget.val_every={budget['val_every']} but metrics.json has "
+                "no test_final")
+    if not metrics.get("eval_after") and budget.get("heldout_entries_per_category") == 0:
+        return "finished, not evaluated on test: budget.heldout_entries_per_category was 0 (no before/after evaluation)"
+    return "finished, not evaluated on test: metrics.json has no eval_after"
+
+
+def _test_selected(metrics: dict) -> dict | None:
+    """The test-selected diagnostic, its score under the key of the protocol that produced it. Runs made
+    before seal.rl.selection stored it so put the score under the official key whatever the protocol; the
+    selection scores with the official key when the evaluation has it, so a run whose final test
+    evaluation has only the release protocol's was scored under the release protocol."""
+    found = metrics.get("test_selected_diagnostic")
+    official, release = f"{PROTOCOLS['official'][0]}/avg", f"{PROTOCOLS['release'][0]}/avg"
+    final = metrics.get("test_final") or {}
+    if found and official in found and release not in found and official not in final and release in final:
+        found = {k: v for k, v in found.items() if k != official} | {release: found[official]}
+    return found or None
+
+
 def read_run(run_dir: Path, name: str) -> dict:
-    """A finished run: its identity, and per model (MODELS) the evaluation on test and its folder."""
+    """A finished run: its identity and budget, and per model (MODELS) the evaluation on test and its folder."""
     config = json.loads((run_dir / "run_config.json").read_text())
     metrics = json.loads((run_dir / "metrics.json").read_text())
     part = config.get("heldout_part", "test")
     evals, folders = {}, {}
     for model, (_label, key, folder, without_val) in MODELS.items():
-        if metrics.get(key):
-            evals[model] = metrics[key]
+        found = _test_selected(metrics) if model == "test_selected" else metrics.get(key)
+        if found:
+            evals[model] = found
             if folder:
                 folders[model] = folder
         elif without_val and part == "test" and metrics.get(without_val[0]):
             # no validation part: the before/after evaluation is the test evaluation
             evals[model], folders[model] = metrics[without_val[0]], without_val[1]
+    headline = "best_on_val" if "best_on_val" in evals else "final"
+    if headline in evals:
+        evals[HEADLINE] = evals[headline]
+        if headline in folders:
+            folders[HEADLINE] = folders[headline]
     return {"dir": str(run_dir), "name": name, "backbone": config["backbone"]["name"],
             "experiment": config["experiment_name"], "seed": config["seed"], "part": part,
+            "budget": budget_label(config), "headline": headline,
+            "selected_round": (metrics.get("test_best_on_val") or {}).get("selected", {}).get("round"),
+            "no_test": None if "final" in evals else _no_test_evaluation(config, metrics),
             "entries": (evals.get("final") or {}).get("num_entries"), "evals": evals, "folders": folders,
             "ood_before": metrics.get("ood_before") or {}, "ood_after": metrics.get("ood_after") or {}}
 
 
+def _who(found: dict) -> str:
+    return f"{found['backbone']} {found['experiment']} seed {found['seed']}" if found else "no configuration"
+
+
 def survey(root: Path, manifest: list[dict] | None = None) -> tuple[list[dict], list[dict]]:
-    """The finished runs, and every expected run that is not usable with why ({"dir", "state", ...}).
-    Expected: the manifest's runs, plus every job directory found below `root` (Hydra's .hydra/ or a
-    metrics.json)."""
-    expected = {m["dir"]: m for m in manifest or []}
-    found = {p.parent for p in root.rglob(".hydra")} | {p.parent for p in root.rglob("run_config.json")}
-    for run_dir in found:
-        expected.setdefault(str(run_dir.relative_to(root)), {"dir": str(run_dir.relative_to(root))})
-    runs, problems = [], []
+    """The runs the tables use, and every run that is not used or not complete, with why: {"dir",
+    "state", "kind"} (kind: unlisted, absent, duplicate, no test, no trajectories) and the run's backbone,
+    experiment and seed where they are known. Expected: the manifest's runs, else every job directory
+    found below `root` (Hydra's .hydra/ or a run_config.json)."""
+    found = sorted({str(p.parent.relative_to(root)) for name in (".hydra", "run_config.json") for p in root.rglob(name)})
+    problems: list[dict] = []
+    if manifest is None:
+        expected = {name: {"dir": name} for name in found}
+    else:
+        expected = {entry["dir"]: entry for entry in manifest}
+        for name in found:
+            if name not in expected:
+                problems.append({"dir": name, "kind": "unlisted", "state": f"not in the manifest ({_who(identity(root / name))}): "
+                                                                          "used in no table"})
+    runs = []
     for name, entry in sorted(expected.items()):
-        run_dir = root / name
-        state = run_state(run_dir)
+        state = run_state(root / name)
         if state != "finished":
-            problems.append({**entry, "state": state})
+            problems.append({**identity(root / name), **entry, "kind": "absent", "state": state})
             continue
-        run = read_run(run_dir, name)
-        if "final" not in run["evals"]:
-            problems.append({**entry, "state": f"finished, not evaluated on test (held-out part {run['part']} and no "
-                                                "test_final: budget.val_every was off)"})
-        runs.append(run)
-    # the differences pair the headline model's trajectories: a run evaluated without them is named
-    model = headline_model(runs)
+        runs.append(read_run(root / name, name))
+    runs = _without_duplicates(runs, problems)
     for run in runs:
-        folder = run["folders"].get(model)
+        if run["no_test"]:
+            problems.append({**_key(run), "kind": "no test", "state": run["no_test"]})
+    # the differences pair the headline model's trajectories: a run evaluated without them is named
+    for run in runs:
+        folder = run["folders"].get(HEADLINE)
         for prefix, file, _ in PROTOCOLS.values():
-            if folder and f"{prefix}/avg" in run["evals"][model] and not (Path(run["dir"]) / folder / file).exists():
-                problems.append({**expected[run["name"]], "state": f"no trajectories: {folder}/{file}"})
+            if folder and f"{prefix}/avg" in run["evals"][HEADLINE] and not (Path(run["dir"]) / folder / file).exists():
+                problems.append({**_key(run), "kind": "no trajectories", "state": f"no trajectories: {folder}/{file}"})
     return runs, problems
+
+
+def _key(run: dict) -> dict:
+    return {"dir": run["name"], "backbone": run["backbone"], "experiment": run["experiment"], "seed": run["seed"]}
+
+
+def _without_duplicates(runs: list[dict], problems: list[dict]) -> list[dict]:
+    """The runs whose backbone, arm and seed no other finished run has; each of the others is named."""
+    same = defaultdict(list)
+    for run in runs:
+        same[(run["backbone"], run["experiment"], run["seed"])].append(run["name"])
+    for (backbone, arm, seed), names in same.items():
+        for name in names if len(names) > 1 else ():
+            others = ", ".join(n for n in names if n != name)
+            problems.append({"dir": name, "backbone": backbone, "experiment": arm, "seed": seed, "kind": "duplicate",
+                             "state": f"duplicate: {backbone} {arm} seed {seed} is also {others}; neither is used "
+                                      "(remove one, or aggregate with a manifest that lists one)"})
+    return [r for r in runs if len(same[(r["backbone"], r["experiment"], r["seed"])]) == 1]
+
+
+def expected_seeds(runs: list[dict], problems: list[dict]) -> dict[tuple[str, str], set]:
+    """(backbone, arm) -> the seeds expected: those of the runs used and of every run named with its
+    identity (not one the manifest does not list); the base-model row expects every seed of its backbone."""
+    seeds: dict[tuple[str, str], set] = defaultdict(set)
+    for item in [*runs, *(p for p in problems if p["kind"] != "unlisted" and "backbone" in p)]:
+        seeds[(item["backbone"], item["experiment"])].add(item["seed"])
+        seeds[(item["backbone"], BASE)].add(item["seed"])
+    return seeds
 
 
 # -- cells: mean ± 95% interval over the runs that have a value --------------------------------------------
 
 def cell(values: list[float], of: int) -> dict | None:
-    """A table cell over `of` runs: None when no run has a value."""
+    """A table cell over `of` expected runs: None when no run has a value."""
     if not values:
         return None
     mean, half = mean_ci(values)
@@ -180,29 +298,36 @@ def _value(metrics: dict | None, protocol: str, column: str) -> float | None:
     return 100.0 * metrics[key] if metrics and metrics.get(key) is not None else None
 
 
-def _fmt(c) -> str:
-    """"—" for no value; a zero spread prints as 0; a cell over fewer runs than its row says so."""
+def _fmt(c: dict | None) -> str:
+    """"—" for no value; a zero spread prints as 0; a cell over fewer runs than expected says so."""
     if c is None:
         return "—"
-    if isinstance(c, tuple):  # (mean, half) of Table 2
-        c = {"mean": c[0], "half": c[1], "n": 1, "of": 1}
     text = f"{c['mean']:.2f}" + (f" ± {c['half']:.2f}" if c["half"] is not None else "")
     return text + (f" (n={c['n']} of {c['of']})" if c["n"] != c["of"] else "")
 
 
-def _groups(runs: list[dict], model: str) -> dict[tuple[str, str], list[dict | None]]:
-    """(backbone, arm) -> one evaluation per run of that model; the initial model once per (backbone,
-    seed) as the arm "base model" (the arms of one seed start from the same model)."""
+def _paper_fmt(value: float | None, column: str, table: str) -> str:
+    """A paper number as the paper prints it: averages and Table 2 with two decimals, Table 1/3's
+    categories as whole numbers."""
+    if value is None:
+        return "—"
+    return f"{value:.2f}" if column in ("avg", "bfcl_v4", "tau2") or table == "table2" else f"{value:g}"
+
+
+def _groups(runs: list[dict], model: str) -> dict[tuple[str, str], list[tuple[dict | None, list[dict]]]]:
+    """(backbone, arm) -> one (evaluation of that model, its runs) per run; the initial model once per
+    (backbone, seed) as the arm "base model" (the arms of one seed start from the same model)."""
     groups: dict[tuple[str, str], list] = defaultdict(list)
     if model == "initial":
         by_seed: dict[tuple[str, int], list] = defaultdict(list)
         for run in runs:
-            by_seed[(run["backbone"], run["seed"])].append(run["evals"].get("initial"))
-        for (backbone, _seed), evals in sorted(by_seed.items()):
-            groups[(backbone, "base model")].append(_mean_eval([e for e in evals if e]))
+            by_seed[(run["backbone"], run["seed"])].append(run)
+        for (backbone, _seed), members in sorted(by_seed.items()):
+            groups[(backbone, BASE)].append((_mean_eval([r["evals"]["initial"] for r in members if "initial" in r["evals"]]),
+                                             members))
         return groups
     for run in runs:
-        groups[(run["backbone"], run["experiment"])].append(run["evals"].get(model))
+        groups[(run["backbone"], run["experiment"])].append((run["evals"].get(model), [run]))
     return groups
 
 
@@ -213,73 +338,113 @@ def _mean_eval(evals: list[dict]) -> dict | None:
     return {k: statistics.fmean(e[k] for e in evals if k in e) for k in keys}
 
 
-def headline_model(runs: list[dict]) -> str:
-    """The model the per-category tables, the differences and the plot use: best on validation where a
-    run has it, else the final model."""
-    return "best_on_val" if any("best_on_val" in r["evals"] for r in runs) else "final"
+def _budgets(runs: list[dict]) -> str:
+    """The budgets of a row's runs: "paper", or each with its count when they differ ("—": no run)."""
+    counts = Counter(r["budget"] for r in runs)
+    if len(counts) == 1:
+        return next(iter(counts))
+    return ", ".join(f"{name} ({n})" for name, n in sorted(counts.items())) or "—"
 
 
-def main_table(runs: list[dict], models: tuple[str, ...] | None = None) -> list[dict]:
-    """Table 1: per backbone, arm and model, every column under both protocols (and the paper's numbers)."""
+def _model_label(model: str, runs: list[dict]) -> str:
+    """A row's model; for the headline model, which one its runs used ("best on validation (2), final model (1)")."""
+    if model != HEADLINE:
+        return MODELS[model][0]
+    counts = Counter(MODELS[r["headline"]][0] for r in runs if r["headline"] in r["evals"])
+    if len(counts) == 1:
+        return next(iter(counts))
+    return ", ".join(f"{label} ({n})" for label, n in sorted(counts.items())) or "—"
+
+
+def main_table(runs: list[dict], models: tuple[str, ...] | None = None,
+               expected: dict[tuple[str, str], set] | None = None) -> list[dict]:
+    """Table 1: per backbone, arm and model, every column under both protocols (and the paper's numbers).
+    A row over fewer runs than `expected` says so; an expected arm without a finished run has a row of "—"
+    for the initial, final and headline models."""
     models = models or ("initial", "final", "best_on_val", "test_selected")
+    expected = expected or {}
     rows = []
     for model in models:
-        for (backbone, arm), evals in sorted(_groups(runs, model).items()):
+        groups = _groups(runs, model)
+        if model in ("initial", "final", HEADLINE):
+            for key in expected:
+                if (key[1] == BASE) == (model == "initial"):
+                    groups.setdefault(key, [])
+        for (backbone, arm), members in sorted(groups.items()):
+            evals = [e for e, _ in members]
             if model in ("best_on_val", "test_selected") and not any(evals):
                 continue  # the runs did not select (budget.val_every off / eval_all_checkpoints_on_test off)
-            row = {"backbone": backbone, "arm": arm, "model": MODELS[model][0], "key": model, "runs": len(evals)}
+            used = [r for _, found in members for r in found]
+            of = max(len(expected.get((backbone, arm), ())), len(members))
+            row = {"backbone": backbone, "arm": arm, "model": _model_label(model, used), "key": model,
+                   "runs": len(members), "expected": of, "budget": _budgets(used)}
             for protocol in PROTOCOLS:
                 for column in COLUMNS:
-                    values = [v for e in evals if (v := _value(e, protocol, column)) is not None]
-                    row[(protocol, column)] = cell(values, len(evals))
-            paper = PAPER_MAIN.get((backbone, arm))
-            row["paper"] = dict(zip(COLUMNS, paper)) if paper else None
+                    row[(protocol, column)] = cell([v for e in evals if (v := _value(e, protocol, column)) is not None], of)
+            # the ablation arms' numbers are in the paper's Table 3, with the same columns
+            row["paper"] = paper_row("table1", backbone, arm) or paper_row("table3", backbone, arm)
             rows.append(row)
     return rows
 
 
-def ood_table(runs: list[dict]) -> list[dict]:
-    """Table 2: per backbone and arm with an out-of-domain evaluation, the memory, web-search and tau2-bench
-    averages (%), and the mean of the first two where a run has both (BFCL's agentic score), beside the
-    paper's numbers."""
-    groups: dict[tuple[str, str], list[dict]] = defaultdict(list)
-    before: dict[tuple[str, int], dict] = {}
+def _ood_value(found: dict, column: str) -> float | None:
+    """A run's Table 2 number (%) in `column` from its out-of-domain evaluations; None when not evaluated."""
+    if column == "bfcl_v4":
+        both = [_ood_value(found, c) for c in BFCL_V4]
+        return None if None in both else statistics.fmean(both)
+    benchmark, metric = OOD_SOURCES[column]
+    value = (found.get(benchmark) or {}).get(f"eval/{benchmark}/{metric}")
+    return None if value is None else 100.0 * value
+
+
+def ood_table(runs: list[dict], expected: dict[tuple[str, str], set] | None = None) -> list[dict]:
+    """Table 2: per backbone and arm, the initial model (base row, once per seed) and the final model of
+    every arm on the out-of-domain benchmarks, every column beside the paper's. Rows: the arms with an
+    out-of-domain evaluation, and every row of the paper's Table 2 for a backbone that has one."""
+    expected = expected or {}
+    groups: dict[tuple[str, str], list[tuple[dict, list[dict]]]] = defaultdict(list)
+    before: dict[tuple[str, int], tuple[dict, list]] = {}
     for run in runs:
         if run["ood_after"]:
-            groups[(run["backbone"], run["experiment"])].append(run["ood_after"])
+            groups[(run["backbone"], run["experiment"])].append((run["ood_after"], [run]))
         if run["ood_before"]:  # one evaluation of the initial model per seed, whatever the arm
-            before.setdefault((run["backbone"], run["seed"]), run["ood_before"])
-    for (backbone, _seed), found in before.items():
-        groups[(backbone, "base model")].append(found)
+            before.setdefault((run["backbone"], run["seed"]), (run["ood_before"], []))[1].append(run)
+    for (backbone, _seed), found in sorted(before.items()):
+        groups[(backbone, BASE)].append(found)
+    backbones = {b for b, _ in groups}
+    for backbone, arm in (k for k in TABLES["table2"] if k[0] in backbones):
+        groups.setdefault((backbone, arm), [])
     rows = []
-    for (backbone, arm), evals in sorted(groups.items()):
-        row = {"backbone": backbone, "arm": arm, "runs": len(evals)}
-        for name in OOD_COLUMNS:
-            row[name] = cell([100.0 * e[name][f"eval/{name}/avg"] for e in evals if name in e], len(evals))
-        both = [50.0 * (e[BFCL_V4[0]][f"eval/{BFCL_V4[0]}/avg"] + e[BFCL_V4[1]][f"eval/{BFCL_V4[1]}/avg"])
-                for e in evals if all(n in e for n in BFCL_V4)]
-        row["bfcl_v4"] = cell(both, len(evals))
-        paper = PAPER_OOD.get((backbone, arm), {})
-        row["paper_bfcl_v4"], row["paper_tau2"] = paper.get("bfcl_v4"), paper.get("tau2")
+    for (backbone, arm), members in sorted(groups.items()):
+        used = [r for _, found in members for r in found]
+        of = max(len(expected.get((backbone, arm), ())), len(members))
+        row = {"backbone": backbone, "arm": arm, "model": MODELS["initial" if arm == BASE else "final"][0],
+               "runs": len(members), "expected": of, "budget": _budgets(used), "paper": paper_row("table2", backbone, arm)}
+        for column in TABLE2_COLUMNS:
+            row[column] = cell([v for found, _ in members if (v := _ood_value(found, column)) is not None], of)
         rows.append(row)
     return rows
 
 
-ABLATIONS = ("wo_env_adaptation", "wo_reweighting", "wo_closed_loop")
-
-
-def ablation_table(runs: list[dict], model: str = "final") -> list[dict]:
-    """Table 3: per backbone that has an ablation run, each ablation arm and seal (Avg, both protocols)."""
+def ablation_table(runs: list[dict], model: str = HEADLINE, expected: dict[tuple[str, str], set] | None = None) -> list[dict]:
+    """Table 3: per backbone that has (or expects) an ablation run, each ablation arm and seal, every column
+    under both protocols, with the paper's numbers (Qwen2.5-7B)."""
+    expected = expected or {}
     rows = []
-    for backbone in sorted({r["backbone"] for r in runs if r["experiment"] in ABLATIONS}):
+    backbones = {r["backbone"] for r in runs if r["experiment"] in ABLATIONS} | {b for b, a in expected if a in ABLATIONS}
+    for backbone in sorted(backbones):
         for arm in (*ABLATIONS, "seal"):
-            evals = [r["evals"].get(model) for r in runs if r["backbone"] == backbone and r["experiment"] == arm]
-            if evals:
-                row = {"backbone": backbone, "arm": arm, "model": MODELS[model][0], "runs": len(evals),
-                       "paper_avg": PAPER_ABLATION.get(arm) if backbone == "qwen2.5-7b" else None}
-                for protocol in PROTOCOLS:
-                    row[protocol] = cell([v for e in evals if (v := _value(e, protocol, "avg")) is not None], len(evals))
-                rows.append(row)
+            members = [r for r in runs if r["backbone"] == backbone and r["experiment"] == arm]
+            of = max(len(expected.get((backbone, arm), ())), len(members))
+            if not of:
+                continue
+            evals = [r["evals"].get(model) for r in members]
+            row = {"backbone": backbone, "arm": arm, "model": _model_label(model, members), "runs": len(members),
+                   "expected": of, "budget": _budgets(members), "paper": paper_row("table3", backbone, arm)}
+            for protocol in PROTOCOLS:
+                for column in COLUMNS:
+                    row[(protocol, column)] = cell([v for e in evals if (v := _value(e, protocol, column)) is not None], of)
+            rows.append(row)
     return rows
 
 
@@ -330,7 +495,7 @@ def paired_bootstrap(a: dict[int, dict[str, float]], b: dict[int, dict[str, floa
             "seeds": len(seeds), "entries": len(ids)}
 
 
-def differences(runs: list[dict], problems: list[dict] | None = None, *, model: str = "final",
+def differences(runs: list[dict], problems: list[dict] | None = None, *, model: str = HEADLINE,
                 n: int = 10000) -> list[dict]:
     """seal minus vanilla_rl and seal minus each ablation, per backbone and protocol. Every seed either arm
     has (or the manifest expects) is used or named in the row's notes with why it was dropped."""
@@ -339,7 +504,7 @@ def differences(runs: list[dict], problems: list[dict] | None = None, *, model: 
         by_arm[(run["backbone"], run["experiment"])][run["seed"]] = run
     absent: dict[tuple[str, str], dict[int, str]] = defaultdict(dict)
     for problem in problems or []:
-        if "backbone" in problem:
+        if "backbone" in problem and problem["kind"] != "unlisted":
             absent[(problem["backbone"], problem["experiment"])].setdefault(problem["seed"], problem["state"])
     arms = set(by_arm) | set(absent)
     rows = []
@@ -355,6 +520,7 @@ def differences(runs: list[dict], problems: list[dict] | None = None, *, model: 
 def _difference(backbone, pair, protocol, model, by_arm, absent, n) -> dict:
     sides, notes = ({}, {}), []
     seeds = sorted(set().union(*(set(by_arm[(backbone, arm)]) | set(absent[(backbone, arm)]) for arm in pair)))
+    label = HEADLINE_LABEL if model == HEADLINE else MODELS[model][0]
     for seed in seeds:
         for arm, rewards in zip(pair, sides):
             run = by_arm[(backbone, arm)].get(seed)
@@ -364,8 +530,12 @@ def _difference(backbone, pair, protocol, model, by_arm, absent, n) -> dict:
             elif run is None:
                 notes.append(f"seed {seed} dropped: {arm} run {absent[(backbone, arm)].get(seed, 'absent')}")
             else:
-                notes.append(f"seed {seed} dropped: {arm} run {run['name']} has no {MODELS[model][0]} "
-                             f"{PROTOCOLS[protocol][1]}")
+                notes.append(f"seed {seed} dropped: {arm} run {run['name']} has no "
+                             f"{MODELS[run['headline'] if model == HEADLINE else model][0]} {PROTOCOLS[protocol][1]}")
+        both = [by_arm[(backbone, arm)][seed] for arm in pair if seed in sides[pair.index(arm)]]
+        if model == HEADLINE and len(both) == 2 and both[0]["headline"] != both[1]["headline"]:
+            notes.append(f"seed {seed} pairs {pair[0]}'s {MODELS[both[0]['headline']][0]} with {pair[1]}'s "
+                         f"{MODELS[both[1]['headline']][0]}")
     result = paired_bootstrap(*sides, n=n)
     if result is None:
         notes.append("no seed with trajectories of both arms")
@@ -375,115 +545,140 @@ def _difference(backbone, pair, protocol, model, by_arm, absent, n) -> dict:
         if len(every) > len(common):
             notes.append(f"{len(every) - len(common)} entries not in every paired run left out")
     return {"backbone": backbone, "comparison": f"{pair[0]} - {pair[1]}", "protocol": protocol,
-            "model": MODELS[model][0], "notes": "; ".join(dict.fromkeys(notes)), **(result or {})}
+            "model": label, "notes": "; ".join(dict.fromkeys(notes)), **(result or {})}
 
 
 # -- output ------------------------------------------------------------------------------------------------
 
-def to_markdown(rows: list[dict], header: list[str], cells=None) -> str:
-    """Rows as a Markdown table; `cells(row, h)` renders a column (default: _fmt of row[h])."""
-    cells = cells or (lambda row, h: _fmt(row[h]) if isinstance(row[h], (dict, tuple)) or row[h] is None else str(row[h]))
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(cells(row, h) for h in header) + " |" for row in rows]
-    return "\n".join(lines)
+def _runs(row: dict) -> str:
+    """"k of N": the row's runs of those expected ("no run": a row of the paper's that no run was expected for)."""
+    return f"{row['runs']} of {row['expected']}" if row["expected"] else "no run"
 
 
 def summary_markdown(rows: list[dict]) -> str:
     """Table 1's Avg: each model under both protocols, the paper's number beside the release column."""
-    header = ["backbone", "arm", "model", "runs", PROTOCOLS["release"][2] + ": Avg", "paper",
+    header = ["backbone", "arm", "model", "runs", "budget", PROTOCOLS["release"][2] + ": Avg", "paper",
               PROTOCOLS["official"][2] + ": Avg"]
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    for r in rows:
-        paper = f"{r['paper']['avg']:g}" if r["paper"] else "—"
-        lines.append(f"| {r['backbone']} | {r['arm']} | {r['model']} | {r['runs']} | "
-                     f"{_fmt(r[('release', 'avg')])} | {paper} | {_fmt(r[('official', 'avg')])} |")
-    return "\n".join(lines)
+    return markdown_table(header, [[r["backbone"], r["arm"], r["model"], _runs(r), r["budget"],
+                                    _fmt(r[("release", "avg")]), _paper_fmt((r["paper"] or {}).get("avg"), "avg", "table1"),
+                                    _fmt(r[("official", "avg")])] for r in rows])
 
 
-def category_markdown(rows: list[dict], protocol: str) -> str:
+def category_markdown(rows: list[dict], protocol: str, table: str = "table1") -> str:
     """Every column of one protocol; under the release protocol each cell has the paper's in parentheses."""
-    header = ["backbone", "arm", "runs", *COLUMNS]
+    header = ["backbone", "arm", "model", "runs", "budget", *COLUMNS]
 
-    def render(row, h):
-        if h not in COLUMNS:
-            return str(row[h])
-        paper = row["paper"] if protocol == "release" else None
-        return _fmt(row[(protocol, h)]) + (f" ({paper[h]:g})" if paper else "")
+    def render(row, column):
+        paper = f" ({_paper_fmt(row['paper'][column], column, table)})" if row["paper"] and protocol == "release" else ""
+        return _fmt(row[(protocol, column)]) + paper
 
-    return to_markdown(rows, header, render)
+    return markdown_table(header, [[r["backbone"], r["arm"], r["model"], _runs(r), r["budget"],
+                                    *(render(r, c) for c in COLUMNS)] for r in rows])
+
+
+def table2_markdown(rows: list[dict]) -> str:
+    """Every column of Table 2, the paper's number in parentheses (* where it is kept as printed)."""
+    def render(row, column):
+        if not row["paper"]:
+            return _fmt(row[column])
+        star = "*" if ("table2", (row["backbone"], row["arm"]), column) in PRINTED_AS_IS else ""
+        return f"{_fmt(row[column])} ({_paper_fmt(row['paper'][column], column, 'table2')}{star})"
+
+    text = markdown_table(["backbone", "arm", "model", "runs", "budget", *TABLE2_HEADER],
+                          [[r["backbone"], r["arm"], r["model"], _runs(r), r["budget"], *(render(r, c) for c in TABLE2_COLUMNS)]
+                           for r in rows])
+    notes = [f"\\* {backbone} {arm}, {column}: {why}" for (table, (backbone, arm), column), why in PRINTED_AS_IS.items()
+             if table == "table2" and any((r["backbone"], r["arm"]) == (backbone, arm) for r in rows)]
+    return text + "".join("\n\n" + note for note in notes)
 
 
 def differences_markdown(diffs: list[dict]) -> str:
-    lines = ["| backbone | comparison | protocol | difference | 95% CI | p | seeds | entries | notes |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    rows = []
     for d in diffs:
-        values = (f"{d['diff']:+.2f} | [{d['ci_low']:+.2f}, {d['ci_high']:+.2f}] | {d['p']:.3f} | {d['seeds']} | "
-                  f"{d['entries']}" if "diff" in d else "— | — | — | 0 | 0")
-        lines.append(f"| {d['backbone']} | {d['comparison']} | {PROTOCOLS[d['protocol']][2]} | {values} | "
-                     f"{d['notes'] or '-'} |")
-    return "\n".join(lines)
+        values = ([f"{d['diff']:+.2f}", f"[{d['ci_low']:+.2f}, {d['ci_high']:+.2f}]", f"{d['p']:.3f}", str(d["seeds"]),
+                   str(d["entries"])] if "diff" in d else ["—", "—", "—", "0", "0"])
+        rows.append([d["backbone"], d["comparison"], PROTOCOLS[d["protocol"]][2], *values, d["notes"] or "-"])
+    return markdown_table(["backbone", "comparison", "protocol", "difference", "95% CI", "p", "seeds", "entries", "notes"], rows)
 
 
 def evaluated_on(runs: list[dict]) -> str:
-    """How many test entries the models were evaluated on, and whether that matches the paper's 400."""
-    sizes = sorted({r["entries"] for r in runs if r["entries"] is not None})
-    text = ", ".join(f"{n} test entries" for n in sizes) or "no test evaluation"
-    if sizes != [400]:
-        text += " (the paper's tables are on the 400-entry test part: these numbers are not comparable to them)"
+    """How many test entries the models were evaluated on; runs on another number than the paper's 400 are named."""
+    by_size: dict[int, list[str]] = defaultdict(list)
+    for run in runs:
+        if run["entries"] is not None:
+            by_size[run["entries"]].append(run["name"])
+    parts = []
+    for size, names in sorted(by_size.items()):
+        if size == 400:
+            parts.append(f"400 test entries ({len(names)} run{'s' * (len(names) != 1)})")
+        else:
+            parts.append(f"{size} test entries (run{'s' * (len(names) != 1)} {', '.join(names)}: not the 400-entry "
+                         "test part of the paper's tables, so not comparable to them)")
+    return "; ".join(parts) or "no test evaluation"
+
+
+def budgets_line(runs: list[dict]) -> str:
+    """Which budgets the runs used, and that rows under another than the paper's are not comparable to it."""
+    counts = Counter(r["budget"] for r in runs)
+    text = ", ".join(f"{name} ({n} run{'s' * (n != 1)})" for name, n in sorted(counts.items())) or "no run"
+    others = sorted(name for name in counts if name != PAPER_BUDGET)
+    if others:
+        text += (f". The paper's numbers come from its own budget (budget={PAPER_BUDGET}); rows under "
+                 f"{', '.join(others)} are not comparable to them")
     return text
 
 
-def figure(rows: list[dict], protocol: str, model_label: str):
-    """Bars grouped by backbone (one per arm) with symmetric 95% error bars (never clipped at zero), the
-    paper's number as a black dash on each bar that has one, and n=<runs> above each bar."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    backbones = sorted({r["backbone"] for r in rows})
-    arms = list(dict.fromkeys(r["arm"] for r in sorted(rows, key=lambda r: r["arm"] != "base model")))
-    fig, ax = plt.subplots(figsize=(max(4.0, 0.8 * len(rows) + len(backbones)), 3.8))
-    width = 0.8 / max(1, len(arms))
-    lows, highs = [0.0], [5.0]
-    for i, arm in enumerate(arms):
-        xs, means, halves = [], [], []
-        for j, backbone in enumerate(backbones):
-            row = next((r for r in rows if (r["backbone"], r["arm"]) == (backbone, arm)), None)
-            if row is None:
-                continue
-            x = j + (i - (len(arms) - 1) / 2) * width
-            c = row[(protocol, "avg")]
-            if c is None:
-                ax.text(x, 0.5, "not evaluated", rotation=90, ha="center", va="bottom", fontsize=6)
-                continue
-            half = c["half"] or 0.0
-            xs.append(x), means.append(c["mean"]), halves.append(half)
-            lows.append(c["mean"] - half), highs.append(c["mean"] + half)
-            ax.text(x, c["mean"] + half, f"n={c['n']}", ha="center", va="bottom", fontsize=6)
-            if row["paper"] and protocol == "release":
-                ax.plot([x], [row["paper"]["avg"]], marker="_", markersize=14, color="black", linestyle="none",
-                        gid="paper")
-                highs.append(row["paper"]["avg"])
-        if xs:
-            ax.bar(xs, means, width=width, yerr=halves, capsize=3, label=arm)
-    ax.set_xticks(range(len(backbones)), backbones, fontsize=8)
-    span = max(highs) - min(lows)
-    ax.set_ylim(min(lows) - 0.05 * span if min(lows) < 0 else 0, max(highs) + 0.12 * span)
-    ax.set_ylabel("BFCL V3 multi-turn Avg (%)")
-    ax.set_title(f"{model_label}, {PROTOCOLS[protocol][2]}\nmean ± 95% CI over seeds"
-                 + ("; black dash: the paper" if protocol == "release" else ""), fontsize=8)
-    ax.legend(fontsize=6)
-    fig.tight_layout()
-    return fig
+def runs_markdown(runs: list[dict]) -> str:
+    """One line per run the tables use: identity, budget, and the model its headline numbers come from."""
+    lines = []
+    for run in runs:
+        model = MODELS[run["headline"]][0] if run["headline"] in run["evals"] else "none (not evaluated on test)"
+        if run["headline"] == "best_on_val" and run["selected_round"] is not None:
+            model += f" (round {run['selected_round']})"
+        lines.append(f"- {run['name']}: {run['backbone']} {run['experiment']} seed {run['seed']}, budget {run['budget']}, "
+                     f"headline model: {model}")
+    return "\n".join(lines)
 
 
-def plot(rows: list[dict], path: Path, protocol: str, model_label: str) -> None:
-    import matplotlib.pyplot as plt
-
-    fig = figure(rows, protocol, model_label)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+def report(root: Path, manifest_path: Path | None, n: int) -> tuple[str, dict]:
+    """The Markdown text and the tables behind it."""
+    manifest = read_manifest(manifest_path) if manifest_path and manifest_path.exists() else None
+    runs, problems = survey(root, manifest)
+    expected = expected_seeds(runs, problems)
+    rows, diffs = main_table(runs, expected=expected), differences(runs, problems, n=n)
+    headline_rows = main_table(runs, ("initial", HEADLINE), expected)
+    table2, table3 = ood_table(runs, expected), ablation_table(runs, HEADLINE, expected)
+    expected_runs = len({(b, a, s) for (b, a), seeds in expected.items() if a != BASE for s in seeds})
+    text = (f"# BFCL V3 multi-turn accuracy (%), mean ± 95% t-interval over seeds; {len(runs)} of {expected_runs} "
+            f"expected runs used\n\n"
+            f"Evaluated on: {evaluated_on(runs)}. Budgets: {budgets_line(runs)}. Expected runs: "
+            + (f"{len(manifest)} from {manifest_path}" if manifest is not None else
+               "no manifest (runs never created cannot be named; experiments.reproduce writes one)") + "\n\n"
+            "## Table 1: Avg of every model under both protocols\n\n" + summary_markdown(rows) + "\n")
+    for protocol in PROTOCOLS:
+        text += (f"\n## Table 1, every column: {HEADLINE_LABEL}, {PROTOCOLS[protocol][2]}"
+                 + (" (the paper's number in parentheses)" if protocol == "release" else "") + "\n\n"
+                 + category_markdown(headline_rows, protocol) + "\n")
+    if table2:
+        text += ("\n## Table 2: out of domain, the base model before and every arm after training (%; BFCL V4 = mean "
+                 "of web search and memory; tau2 = tau2-bench's mean over its domains; the paper's number in "
+                 "parentheses)\n\n" + table2_markdown(table2) + "\n")
+    else:
+        text += "\n## Table 2: no run has an out-of-domain evaluation (budget.ood_benchmarks)\n"
+    if table3:
+        for protocol in PROTOCOLS:
+            text += (f"\n## Table 3: ablations, {HEADLINE_LABEL}, {PROTOCOLS[protocol][2]}"
+                     + (" (the paper's number in parentheses, Qwen2.5-7B)" if protocol == "release" else "") + "\n\n"
+                     + category_markdown(table3, protocol, "table3") + "\n")
+    if diffs:
+        text += (f"\n## Differences (accuracy points), {HEADLINE_LABEL}, paired bootstrap over seeds and entries "
+                 "(experiments.aggregate.bootstrap_replicates)\n\n" + differences_markdown(diffs) + "\n")
+    if runs:
+        text += f"\n## Runs used ({len(runs)})\n\n" + runs_markdown(runs) + "\n"
+    if problems:
+        text += f"\n## Runs not used, missing, failed, unfinished or incomplete ({len(problems)})\n\n" + "\n".join(
+            f"- {p['dir']}: {p['state']}" for p in problems) + "\n"
+    return text, {"rows": rows, "headline": headline_rows, "table2": table2, "table3": table3, "diffs": diffs}
 
 
 def _write_csv(path: Path, header: list[str], rows: list[list]) -> None:
@@ -497,96 +692,76 @@ def _csv_cell(c) -> list:
     return [None, None, 0] if c is None else [c["mean"], c["half"], c["n"]]
 
 
-def report(root: Path, manifest_path: Path | None, n: int) -> tuple[str, dict]:
-    """The Markdown text and the tables behind it."""
-    manifest = read_manifest(manifest_path) if manifest_path and manifest_path.exists() else None
-    runs, problems = survey(root, manifest)
-    model = headline_model(runs)
-    rows, diffs = main_table(runs), differences(runs, problems, model=model, n=n)
-    headline_rows = [r for r in rows if r["key"] in ("initial", model)]
-    table2, table3 = ood_table(runs), ablation_table(runs, model)
-    text = (f"# BFCL V3 multi-turn accuracy (%), mean ± 95% t-interval over seeds; {len(runs)} finished runs\n\n"
-            f"Evaluated on: {evaluated_on(runs)}. Expected runs: "
-            + (f"{len(manifest)} from {manifest_path}" if manifest is not None else
-               "no manifest (runs never created cannot be named; experiments.reproduce writes one)") + "\n\n"
-            "## Table 1: Avg of every model under both protocols\n\n" + summary_markdown(rows) + "\n")
-    for protocol in PROTOCOLS:
-        text += (f"\n## Table 1, every column: {MODELS[model][0]} (trained arms), {PROTOCOLS[protocol][2]}"
-                 + (" (the paper's number in parentheses)" if protocol == "release" else "") + "\n\n"
-                 + category_markdown(headline_rows, protocol) + "\n")
-    if table2:
-        text += ("\n## Table 2: out of domain, final model (%; BFCL V4 = mean of memory and web search; tau2 = "
-                 "tau2-bench's average over its domains)\n\n" + to_markdown(
-                     table2, ["backbone", "arm", "runs", *BFCL_V4, "bfcl_v4", "paper_bfcl_v4", "tau2", "paper_tau2"]) + "\n")
-    if table3:
-        text += (f"\n## Table 3: ablations, {MODELS[model][0]} (Avg; the paper's on Qwen2.5-7B)\n\n"
-                 + to_markdown(table3, ["backbone", "arm", "runs", "release", "paper_avg", "official"]) + "\n")
-    else:
-        text += ("\nPaper ablations on Qwen2.5-7B (Avg %): "
-                 + ", ".join(f"{k} {v}" for k, v in PAPER_ABLATION.items()) + "\n")
-    if diffs:
-        text += (f"\n## Differences (accuracy points), {MODELS[model][0]}, paired bootstrap over seeds and entries "
-                 "(experiments.aggregate.bootstrap_replicates)\n\n" + differences_markdown(diffs) + "\n")
-    if problems:
-        text += f"\n## Runs missing, failed, unfinished or incomplete ({len(problems)})\n\n" + "\n".join(
-            f"- {p['dir']}: {p['state']}" for p in problems) + "\n"
-    return text, {"rows": rows, "headline": headline_rows, "table2": table2, "table3": table3, "diffs": diffs,
-                  "model": model}
+def _protocol_rows(rows: list[dict]) -> list[list]:
+    """Table 1 or 3 rows, one line per protocol: identity, runs of expected, budget, then per column the
+    mean, 95% half-width, runs with a value and (release protocol) the paper's number."""
+    return [[r["backbone"], r["arm"], r["model"], protocol, r["runs"], r["expected"], r["budget"],
+             *(v for c in COLUMNS for v in (*_csv_cell(r[(protocol, c)]),
+                                            (r["paper"] or {}).get(c) if protocol == "release" else None))]
+            for r in rows for protocol in PROTOCOLS]
 
 
 def write_outputs(out: Path, text: str, t: dict) -> None:
+    from experiments.tables_figure import plot, plot_table2
+
     out.mkdir(parents=True, exist_ok=True)
     (out / "tables.md").write_text(text)
-    _write_csv(out / "tables.csv",
-               ["backbone", "arm", "model", "protocol", "runs",
-                *(f"{c}_{s}" for c in COLUMNS for s in ("mean", "ci95", "n", "paper"))],
-               [[r["backbone"], r["arm"], r["model"], protocol, r["runs"],
-                 *(v for c in COLUMNS for v in (*_csv_cell(r[(protocol, c)]),
-                                                (r["paper"] or {}).get(c) if protocol == "release" else None))]
-                for r in t["rows"] for protocol in PROTOCOLS])
+    identity_header = ["backbone", "arm", "model", "protocol", "runs", "expected", "budget"]
+    per_column = [f"{c}_{s}" for c in COLUMNS for s in ("mean", "ci95", "n", "paper")]
+    _write_csv(out / "tables.csv", identity_header + per_column, _protocol_rows(t["rows"]))
+    _write_csv(out / "table3.csv", identity_header + per_column, _protocol_rows(t["table3"]))
     _write_csv(out / "table2.csv",
-               ["backbone", "arm", "runs", *(f"{c}_{s}" for c in (*OOD_COLUMNS, "bfcl_v4") for s in ("mean", "ci95", "n")),
-                "paper_bfcl_v4", "paper_tau2"],
-               [[r["backbone"], r["arm"], r["runs"], *(v for c in (*OOD_COLUMNS, "bfcl_v4") for v in _csv_cell(r[c])),
-                 r["paper_bfcl_v4"], r["paper_tau2"]] for r in t["table2"]])
-    _write_csv(out / "table3.csv",
-               ["backbone", "arm", "model", "runs", *(f"{p}_{s}" for p in PROTOCOLS for s in ("mean", "ci95", "n")),
-                "paper_avg"],
-               [[r["backbone"], r["arm"], r["model"], r["runs"], *(v for p in PROTOCOLS for v in _csv_cell(r[p])),
-                 r["paper_avg"]] for r in t["table3"]])
+               ["backbone", "arm", "model", "runs", "expected", "budget",
+                *(f"{c}_{s}" for c in TABLE2_COLUMNS for s in ("mean", "ci95", "n", "paper"))],
+               [[r["backbone"], r["arm"], r["model"], r["runs"], r["expected"], r["budget"],
+                 *(v for c in TABLE2_COLUMNS for v in (*_csv_cell(r[c]), (r["paper"] or {}).get(c)))] for r in t["table2"]])
     keys = ("backbone", "comparison", "protocol", "model", "diff", "ci_low", "ci_high", "p", "seeds", "entries", "notes")
     _write_csv(out / "differences.csv", list(keys), [[d.get(k) for k in keys] for d in t["diffs"]])
     has_release = any(r[("release", "avg")] for r in t["headline"])
-    plot(t["headline"], out / "tables.png", "release" if has_release else "official", MODELS[t["model"]][0])
+    plot(t["headline"], out / "tables.png", "release" if has_release else "official", HEADLINE_LABEL)
+    if t["table2"]:
+        plot_table2(t["table2"], out / "table2.png")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+OUTPUTS = ("tables.md", "tables.csv", "table2.csv", "table3.csv", "differences.csv", "tables.png", "table2.png")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m experiments.aggregate", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("root", type=Path, help="directory holding run directories (searched recursively)")
     parser.add_argument("--manifest", type=Path, default=None,
                         help=f"the expected runs (default: <root>/{MANIFEST}, written by experiments.reproduce)")
-    parser.add_argument("--out", type=Path, default=None, help="write tables.md, the CSVs and tables.png here")
+    parser.add_argument("--out", type=Path, default=None, help="write tables.md, the CSVs and the plots here")
     parser.add_argument("--bootstrap", type=int, default=10000, help="bootstrap replicates (default 10000)")
     parser.add_argument("--wandb", default="disabled", choices=["disabled", "offline", "online"],
-                        help="with --out, also log the tables and the plot as a W&B artifact `seal-tables`")
+                        help="with --out, also log the tables and the plots as a W&B artifact `seal-tables`")
     parser.add_argument("--project", default="seal", help="W&B project for --wandb (default seal)")
-    args = parser.parse_args()
-    if args.manifest is not None and not args.manifest.exists():
-        parser.error(f"--manifest {args.manifest} does not exist; give the manifest.json experiments.reproduce wrote")
-    text, tables = report(args.root, args.manifest or args.root / MANIFEST, args.bootstrap)
-    if not tables["rows"] and not tables["diffs"]:
-        print(text)
-        raise SystemExit(f"no finished training run (run_config.json and metrics.json) under {args.root}")
+    args = parser.parse_args(argv)
+    try:
+        if not args.root.is_dir():
+            raise UserError(f"{args.root} is not a directory: give the folder that holds the run directories")
+        if args.manifest is not None and not args.manifest.exists():
+            raise UserError(f"--manifest {args.manifest} does not exist; give the manifest.json experiments.reproduce wrote")
+        if args.bootstrap < 1:
+            raise UserError(f"--bootstrap {args.bootstrap}: give a number of replicates of at least 1")
+        text, tables = report(args.root, args.manifest or args.root / MANIFEST, args.bootstrap)
+    except UserError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     print(text)
+    if not any(r["runs"] for r in tables["rows"]):
+        print(f"no finished training run (run_config.json and metrics.json) under {args.root}", file=sys.stderr)
+        return 1
     if args.out:
         write_outputs(args.out, text, tables)
         if args.wandb != "disabled":
             from seal.report.wandb_run import log_files_as_artifact
 
-            names = ("tables.md", "tables.csv", "table2.csv", "table3.csv", "differences.csv", "tables.png")
-            log_files_as_artifact([args.out / n for n in names], mode=args.wandb, project=args.project,
-                                  name="seal-tables", kind="tables", out_dir=args.out)
+            log_files_as_artifact([args.out / n for n in OUTPUTS if (args.out / n).exists()], mode=args.wandb,
+                                  project=args.project, name="seal-tables", kind="tables", out_dir=args.out)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -1,8 +1,12 @@
-"""Every training run behind the paper's Tables 1 and 3, submitted, then aggregated.
+"""Every training run behind the paper's Tables 1 and 3, submitted, then aggregated, at the paper's budget.
 
     python -m experiments.reproduce --dry-run                     # the job list and a GPU-hour bound
     python -m experiments.reproduce                               # submit what has not finished, wait, aggregate
-    python -m experiments.reproduce --launcher basic --backbones tiny-random --seeds 0 -- budget.rounds=1
+    python -m experiments.reproduce --launcher basic --backbones tiny-random --seeds 0 -- budget=smoke budget.rounds=1
+
+Every job runs at budget=paper (conf/budget/paper.yaml, the paper's Table 4) unless the overrides after
+`--` choose another budget (`budget=smoke`): a smaller budget is always an explicit choice, and the
+tables name each run's budget beside the paper's numbers.
 
 Table 1 is every backbone x {vanilla_rl, seal} x seed; Table 3 adds the three ablation arms on its
 backbone (seal is shared with Table 1). Each job is `run.py -m` with the launcher of your choice
@@ -32,9 +36,11 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from experiments.aggregate import ABLATIONS, MANIFEST
+from experiments.aggregate import ABLATIONS, MANIFEST, PAPER_BUDGET
+from seal.errors import UserError
 
 REPO = Path(__file__).resolve().parents[1]
+# the paper's three backbones (section 4.1)
 TABLE1_BACKBONES = ("qwen2.5-3b", "qwen2.5-7b", "toolace-2-8b")
 TABLE1_ARMS = ("vanilla_rl", "seal")
 TABLE3_BACKBONE = "qwen2.5-7b"
@@ -56,6 +62,30 @@ def plan(backbones=TABLE1_BACKBONES, seeds=(0, 1, 2), ablation_backbone: str | N
     if ablation_backbone:
         jobs += [Job(ablation_backbone, arm, s) for arm in (*ABLATIONS, "seal") for s in seeds]
     return list(dict.fromkeys(jobs))
+
+
+def with_budget(extra: tuple[str, ...]) -> tuple[str, ...]:
+    """The overrides every job gets: budget=paper first unless `extra` chooses a budget itself."""
+    chosen = [o.split("=", 1)[1] for o in extra if o.split("=", 1)[0].lstrip("+~") == "budget"]
+    for name in chosen:
+        if not (REPO / "conf" / "budget" / f"{name}.yaml").exists():
+            known = ", ".join(sorted(p.stem for p in (REPO / "conf" / "budget").glob("*.yaml")))
+            raise UserError(f"budget={name}: there is no conf/budget/{name}.yaml; choose one of {known}")
+    return extra if chosen else (f"budget={PAPER_BUDGET}", *extra)
+
+
+def parse_plan(backbones: str, seeds: str, ablation_backbone: str) -> list[Job]:
+    """The jobs of the command line's --backbones, --seeds and --ablation-backbone."""
+    names = [b for b in backbones.split(",") if b] + ([ablation_backbone] if ablation_backbone else [])
+    for name in names:
+        if not (REPO / "conf" / "backbone" / f"{name}.yaml").exists():
+            raise UserError(f"backbone {name}: there is no conf/backbone/{name}.yaml; the paper's are "
+                            f"{', '.join(TABLE1_BACKBONES)}")
+    try:
+        seed_list = tuple(int(s) for s in seeds.split(","))
+    except ValueError:
+        raise UserError(f"--seeds {seeds}: give whole numbers separated by commas, e.g. 0,1,2") from None
+    return plan(tuple(b for b in backbones.split(",") if b), seed_list, ablation_backbone or None)
 
 
 def run_dir(root: Path, job: Job, extra: tuple[str, ...] = ()) -> Path:
@@ -116,8 +146,10 @@ def submit(jobs: list[Job], root: Path, extra: tuple[str, ...], launcher: str) -
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("extra", nargs="*", help="overrides for every job, after --, e.g. budget=paper")
+    parser = argparse.ArgumentParser(prog="python -m experiments.reproduce", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("extra", nargs="*", help=f"overrides for every job, after --; budget={PAPER_BUDGET} unless "
+                                                 "one chooses another, e.g. -- budget=smoke")
     parser.add_argument("--root", type=Path, default=Path("multirun/reproduce"), help="where the run directories go")
     parser.add_argument("--backbones", default=",".join(TABLE1_BACKBONES), help="Table 1's backbones")
     parser.add_argument("--seeds", default="0,1,2")
@@ -127,13 +159,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gpu-tflops", type=float, default=312.0, help="peak bf16 TFLOPS per GPU (A100: 312)")
     parser.add_argument("--mfu", type=float, default=0.3, help="fraction of the peak reached (default 0.3)")
     args = parser.parse_args(argv)
-    extra = tuple(args.extra)
-    jobs = plan(tuple(b for b in args.backbones.split(",") if b), tuple(int(s) for s in args.seeds.split(",")),
-                args.ablation_backbone or None)
+    try:
+        extra = with_budget(tuple(args.extra))
+        jobs = parse_plan(args.backbones, args.seeds, args.ablation_backbone)
+    except UserError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     root = args.root.resolve()
     todo = [j for j in jobs if not finished(run_dir(root, j, extra))]
     total = 0.0
+    budget = next(o.split("=", 1)[1] for o in extra if o.split("=", 1)[0].lstrip("+~") == "budget")
     print(f"{len(jobs)} jobs, {len(jobs) - len(todo)} finished, {len(todo)} to run (under {root})")
+    print(f"budget={budget}" + (" (the paper's, conf/budget/paper.yaml)" if budget == PAPER_BUDGET else
+                                " (chosen; not the paper's budget: the tables say its runs are not comparable to the "
+                                "paper's numbers)"))
     for job in jobs:
         hours = gpu_hours_bound(job, extra, gpu_tflops=args.gpu_tflops, mfu=args.mfu)
         state = "to run" if job in todo else "finished"

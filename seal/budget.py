@@ -171,6 +171,13 @@ _STRICT = {"temperature", "rollout_memory_gb", "rollout_memory_fraction"}
 _MAXIMUM = {"rollout_memory_fraction": 1.0}
 
 
+def validated_after(round_: int, every: int | None, rounds: int | None) -> bool:
+    """Whether the model is validated after round `round_` (0-based) of `rounds` (None: not known): every
+    `every`-th round and the last, as the authors' trainer did (`global_steps % test_freq == 0` or the last
+    step); never when `every` is None."""
+    return every is not None and ((round_ + 1) % every == 0 or round_ + 1 == rounds)
+
+
 def _check(key: str, value: Any) -> None:
     types, minimum, nullable, meaning = _RULES[key]
     if value is None:

@@ -220,7 +220,12 @@ def test_the_paper_budget_selects_on_a_validation_part_carved_from_train():
     assert (len(split.val), len(split.train), len(split.test)) == (48, 352, 400)
     assert not set(split.val) & set(split.test)
     b = Budget.from_config(compose_with("budget=paper").budget)
-    # 352 // 32 = 11 rounds per epoch, 6 epochs; validated every 2 rounds (8 of the release's 10 steps)
-    assert (b.rounds_for(len(split.train)), b.val_every, b.plan.steps * b.val_every) == (66, 2, 8)
+    # 352 // 32 = 11 rounds per epoch, 6 epochs; validated every 10 rounds (the release's test_freq, which
+    # counts rounds: one batch of 32 prompts, 4 optimizer updates) and after the last: 7 times
+    from seal.budget import validated_after
+
+    rounds = b.rounds_for(len(split.train))
+    assert (rounds, b.val_every, b.plan.steps) == (66, 10, 4)
+    assert [r + 1 for r in range(rounds) if validated_after(r, b.val_every, rounds)] == [10, 20, 30, 40, 50, 60, 66]
     # the smoke budget keeps no validation part
     assert instantiate(compose_with("budget=smoke").split).val == []

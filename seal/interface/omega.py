@@ -1,6 +1,6 @@
 """Omega_t, the training-time learning interface, and its update rule Omega_{t+1} = Evolve(Omega_t, C_t).
 
-Omega has three components (paper section 3.2): phi_schema (tool-affordance cues in the schemas),
+Omega has three components (paper section 3.3, learning-interface evolution): phi_schema (tool-affordance cues in the schemas),
 phi_err (class-level recovery hints after failed calls) and phi_cap (a set of behavioural
 guidelines in the system prompt). `evolve` switches each one on or off from the *aggregate* failure
 profile of the round in the **cause** layer (paper Table 5 and the project's causes; the outcome

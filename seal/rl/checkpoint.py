@@ -110,6 +110,7 @@ def check_run_disk_space(backbone: Any, cfg: Any, budget: Any, out_dir: Path, nu
     """check_disk_space for task=train, before the model is loaded: `num_train` bounds the train entries
     (the rounds, hence the saves, cannot be more); models: final_model/, best_model/ when validating,
     and every validated one with eval_all_checkpoints_on_test."""
+    from seal.budget import validated_after
     from seal.policy.backbones import adapter_params
 
     config = backbone.model_config()
@@ -119,7 +120,7 @@ def check_run_disk_space(backbone: Any, cfg: Any, budget: Any, out_dir: Path, nu
     lora_params = adapter_params(backbone, config)
     rounds = budget.rounds_for(num_train)
     saves = rounds // tr.save_every if tr.save_every else 0
-    validated = rounds // budget.val_every if budget.val_every else 0
+    validated = sum(validated_after(r, budget.val_every, rounds) for r in range(rounds))
     models = 1 + min(validated, 1) + (validated if cfg.get("eval_all_checkpoints_on_test") else 0)
     need = disk_need(config, dtype=backbone.dtype, keep=tr.keep_checkpoints, saves=saves, models=models,
                      lora_params=lora_params, shards=shards)

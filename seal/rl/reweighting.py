@@ -1,4 +1,4 @@
-"""Diagnosis-guided advantage reweighting (paper section 3.3, Table 6) as pure functions.
+"""Diagnosis-guided advantage reweighting (paper section 3.4, Table 6) as pure functions.
 
     p_j(z)  = share of trajectory j's counted turns tagged z         (seal.diagnosis.trajectory_profile)
               in the layer `profile_layer` names: the outcome tags (default, as in the authors'
@@ -7,6 +7,8 @@
     A~_j    = w_j * A_j                                              (w_j > 0: the sign never changes)
 
 Closed loop (what the "w/o closed-loop update" ablation removes), as the authors' release runs it.
+Section 3.4 describes rho as fixed across runs; the release behind the paper's numbers (arm 04) updates
+it every round as below, and `seal` follows the release (`fixed` is the ablation's rho0 throughout).
 Each generation batch first enters a window of turn-tag statistics that is cumulative since the
 start of the current epoch (TagWindow); rho is then moved towards the window, and only then is the
 batch weighted, with the just-updated rho:

@@ -1,7 +1,8 @@
 """Model selection on a validation part carved from train, never on test.
 
-Every `budget.val_every` rounds the current model is evaluated (greedy, plain interface) on the
-validation part; the best one so far is kept in `best_model/` (`best.json` says which round and why).
+Every `budget.val_every` rounds, and after the last round, the current model is evaluated (greedy,
+plain interface) on the validation part, as the authors' trainer validated every `test_freq` rounds and
+at its last; the best one so far is kept in `best_model/` (`best.json` says which round and why).
 Before training the initial model, and after it the best-on-validation model and the final model, are
 evaluated on the test part, and reports show all three. The authors' release instead validated on the test set and kept the best
 checkpoint by it; `eval_all_checkpoints_on_test=true` reproduces that optimism as a diagnostic only:
@@ -15,6 +16,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from seal.budget import validated_after
 from seal.errors import UserError
 from seal.rl.checkpoint import save_final_model
 
@@ -25,7 +27,7 @@ RELEASE_AVG = "eval/bfcl_v3_release/avg"
 
 class ModelSelection:
     def __init__(self, *, every: int | None, val_entries: list[Any], out_dir: Path, dist: Any,
-                 keep_all: bool = False, evaluate: Any, dtype: str | None = None):
+                 keep_all: bool = False, evaluate: Any, dtype: str | None = None, rounds: int | None = None):
         if every is not None and int(every) < 1:
             raise UserError(f"budget.val_every={every}: give a number of rounds (at least 1) or null")
         if every is not None and not val_entries:
@@ -34,6 +36,8 @@ class ModelSelection:
         if keep_all and every is None:
             raise UserError("eval_all_checkpoints_on_test=true scores the validated models: set budget.val_every too")
         self.every = None if every is None else int(every)
+        # the planned number of rounds: the last is validated too (None: only every `every`-th)
+        self.rounds = rounds
         self.val_entries, self.out_dir, self.dist = val_entries, out_dir, dist
         self.keep_all, self.evaluate = keep_all, evaluate
         # kept models are written in the backbone's dtype, as the final one (None: the weights' own)
@@ -46,8 +50,8 @@ class ModelSelection:
         return self.every is not None
 
     def after_round(self, record: Any, model: Any) -> None:
-        """Validate after every `every`-th round; keep the model when it is the best so far."""
-        if not self.active or (record.round + 1) % self.every:
+        """Validate after every `every`-th round and the last; keep the model when it is the best so far."""
+        if not self.active or not validated_after(record.round, self.every, self.rounds):
             return
         metrics, _ = self.evaluate(self.val_entries, self.out_dir / "val" / f"round_{record.round:04d}")
         key = AVG if AVG in metrics else RELEASE_AVG
@@ -91,15 +95,17 @@ class ModelSelection:
             out["test_best_on_val"], _ = self.evaluate(test_entries, self.out_dir / "eval_test_best")
             out["test_best_on_val"]["selected"] = self.best
         if self.keep_all:
-            scores = {}
+            scores, key = {}, AVG
             for folder in sorted((self.out_dir / "validated").glob("round_*")):
                 _load(model, folder)
                 metrics, _ = self.evaluate(test_entries, None)
-                scores[folder.name] = metrics[AVG if AVG in metrics else RELEASE_AVG]
+                key = AVG if AVG in metrics else RELEASE_AVG
+                scores[folder.name] = metrics[key]
             best = max(scores, key=scores.get)
+            # the score under the key of the protocol that produced it
             out["test_selected_diagnostic"] = {
                 "note": "selected on TEST, as the authors' release did: optimistic, never use for a claim",
-                "by_round": scores, "round": best, AVG: scores[best]}
+                "by_round": scores, "round": best, key: scores[best]}
         return out
 
 

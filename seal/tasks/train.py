@@ -300,10 +300,11 @@ def start_logging(run: TrainingRun) -> None:
                             backbone=run.backbone.name, seed=cfg.seed, tags=logger_cfg.pop("tags"),
                             group=logger_cfg.pop("group", None), sweep_dir=_sweep_dir())
     wandb = run.wandb = WandbRun(out_dir=out_dir, config=run.run_config, **identity, **logger_cfg)
+    planned_rounds = run.budget.rounds_for(len(run.entries.train))
     selection = run.selection = ModelSelection(
         every=run.budget.val_every, val_entries=get_entries(run.split.val), out_dir=out_dir, dist=dist,
-        keep_all=bool(cfg.get("eval_all_checkpoints_on_test")), evaluate=run.evaluate, dtype=run.backbone.dtype)
-    planned_rounds = run.budget.rounds_for(len(run.entries.train))
+        keep_all=bool(cfg.get("eval_all_checkpoints_on_test")), evaluate=run.evaluate, dtype=run.backbone.dtype,
+        rounds=planned_rounds)
 
     def on_round_end(record) -> None:
         selection.after_round(record, run.engine.model)

@@ -1,3 +1,4 @@
+import csv
 import json
 import subprocess
 import sys
@@ -5,10 +6,12 @@ import sys
 import numpy as np
 import pytest
 
-from experiments.aggregate import differences, main_table, mean_ci, survey
+from experiments.aggregate import differences, expected_seeds, main_table, mean_ci, survey
 
 REPO = __import__("pathlib").Path(__file__).resolve().parents[2]
 KEYS = ("avg", "base", "miss_func", "miss_param", "long_context")
+# two-sided 95% Student t quantiles from a printed t-table, by degrees of freedom
+T1, T2, T10 = 12.7062, 4.3027, 2.2281
 
 
 def _metrics(avg, base=0, mf=0, mp=0, lc=0, release=None, entries=400):
@@ -19,11 +22,13 @@ def _metrics(avg, base=0, mf=0, mp=0, lc=0, release=None, entries=400):
     return {**out, "num_entries": entries}
 
 
-def _run(root, name, backbone, experiment, seed, part="test", **evals):
+def _run(root, name, backbone, experiment, seed, part="test", budget=None, overrides=(), **evals):
     d = root / name
     d.mkdir(parents=True)
-    (d / "run_config.json").write_text(json.dumps({"backbone": {"name": backbone}, "experiment_name": experiment,
-                                                   "seed": seed, "heldout_part": part}))
+    (d / "run_config.json").write_text(json.dumps({
+        "backbone": {"name": backbone}, "experiment_name": experiment, "seed": seed, "heldout_part": part,
+        "budget": budget or {"name": "paper", "val_every": 10 if part == "val" else None},
+        "overrides": [f"experiment={experiment}", *overrides]}))
     (d / "metrics.json").write_text(json.dumps(evals))
     return d
 
@@ -34,19 +39,26 @@ def _trajectories(root, name, valid, folder="eval_after", file="trajectories.jso
     (d / file).write_text("".join(json.dumps({"id": i, "valid": v}) + "\n" for i, v in valid.items()))
 
 
-def _aggregate(root, *args):
+def _aggregate(root, *args, rc=0):
     proc = subprocess.run([sys.executable, "-m", "experiments.aggregate", str(root), "--bootstrap", "200", *args],
                           cwd=REPO, capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr
+    assert proc.returncode == rc, proc.stderr
     return proc.stdout
+
+
+def _csv(path):
+    with path.open() as fh:
+        return list(csv.DictReader(fh))
 
 
 def test_mean_ci_by_hand():
     assert mean_ci([0.5]) == (0.5, None)  # one run: no interval
     mean, half = mean_ci([10.0, 20.0, 30.0])
-    # sd 10, n 3, t(2) = 4.303: 4.303 * 10 / sqrt(3)
-    assert mean == 20.0 and half == pytest.approx(4.303 * 10 / 3 ** 0.5)
+    # sd 10, n 3, t(2) = 4.3027: 4.3027 * 10 / sqrt(3)
+    assert mean == 20.0 and half == pytest.approx(T2 * 10 / 3 ** 0.5, rel=1e-4)
     assert mean_ci([7.0, 7.0]) == (7.0, 0.0)
+    # 11 runs 0..10: sample sd sqrt(11), so the half-width is t(10) * sqrt(11) / sqrt(11) = t(10), not 1.96
+    assert mean_ci([float(v) for v in range(11)]) == (5.0, pytest.approx(T10, rel=1e-4))
 
 
 def test_both_protocols_side_by_side_with_the_papers_numbers_beside_the_release_column(tmp_path):
@@ -66,44 +78,48 @@ def test_both_protocols_side_by_side_with_the_papers_numbers_beside_the_release_
         + [(n, "no trajectories: eval_after/trajectories_release.jsonl") for n in "abd"])
     rows = {(r["backbone"], r["arm"]): r for r in main_table(runs)}
     seal = rows[("qwen2.5-3b", "seal")]
-    assert seal["model"] == "final model" and seal["runs"] == 2
+    assert seal["model"] == "final model" and (seal["runs"], seal["expected"]) == (2, 2)
     # official {14, 16}: 15 ± t(1) sd/sqrt(2) = 12.706 * 1; release {20, 24}: 22 ± 12.706 * 2
-    assert (seal[("official", "avg")]["mean"], seal[("official", "avg")]["half"]) == (pytest.approx(15.0), pytest.approx(12.706))
-    assert (seal[("release", "avg")]["mean"], seal[("release", "avg")]["half"]) == (pytest.approx(22.0), pytest.approx(25.412))
+    assert (seal[("official", "avg")]["mean"], seal[("official", "avg")]["half"]) == (pytest.approx(15.0), pytest.approx(T1, rel=1e-4))
+    assert (seal[("release", "avg")]["mean"], seal[("release", "avg")]["half"]) == (pytest.approx(22.0), pytest.approx(2 * T1, rel=1e-4))
     # the base model once per seed: seeds 0 and 1 -> {10, 20}, whatever the arms
     base = rows[("qwen2.5-3b", "base model")]
     assert base["runs"] == 2 and base[("official", "avg")]["mean"] == pytest.approx(15.0)
     assert base[("release", "avg")] is None  # no run evaluated the initial model under the release protocol
     out = _aggregate(tmp_path)
-    # Avg of each model: release (paper's 14 beside it), then official
-    assert ("| qwen2.5-3b | seal | final model | 2 | 22.00 ± 25.41 | 14 | 15.00 ± 12.71 |") in out
+    # Avg of each model: runs of expected, budget, release (the paper's 14.00 beside it), then official
+    assert "| qwen2.5-3b | seal | final model | 2 of 2 | paper | 22.00 ± 25.41 | 14.00 | 15.00 ± 12.71 |" in out
     # vanilla_rl: one of its two runs has the release protocol: the cell says so; paper 9.25
-    assert "| qwen2.5-3b | vanilla_rl | final model | 2 | 12.00 (n=1 of 2) | 9.25 | 10.00 ± 12.71 |" in out
+    assert "| qwen2.5-3b | vanilla_rl | final model | 2 of 2 | paper | 12.00 (n=1 of 2) | 9.25 | 10.00 ± 12.71 |" in out
     # {10, 20}: 15 ± t(1) * 7.071 / sqrt(2) = 12.706 * 5
-    assert "| qwen2.5-3b | base model | base model (initial) | 2 | — | 5.75 | 15.00 ± 63.53 |" in out
+    assert "| qwen2.5-3b | base model | base model (initial) | 2 of 2 | paper | — | 5.75 | 15.00 ± 63.53 |" in out
     # every column, release protocol, paper's number in parentheses: seal base {30, 34} -> 32 ± 25.41 (19)
-    assert "| qwen2.5-3b | seal | 2 | 22.00 ± 25.41 (14) | 32.00 ± 25.41 (19) |" in out
+    assert "| qwen2.5-3b | seal | final model | 2 of 2 | paper | 22.00 ± 25.41 (14.00) | 32.00 ± 25.41 (19) |" in out
     # official protocol: no paper number (the paper's protocol is the release's); base {19, 21}
-    assert "| qwen2.5-3b | seal | 2 | 15.00 ± 12.71 | 20.00 ± 12.71 | 16.00 ± 12.71 |" in out
+    assert "| qwen2.5-3b | seal | final model | 2 of 2 | paper | 15.00 ± 12.71 | 20.00 ± 12.71 | 16.00 ± 12.71 |" in out
     assert "comparable to the paper (release protocol)" in out and "comparable to the BFCL leaderboard" in out
     _aggregate(tmp_path, "--out", str(tmp_path / "t"))
-    header, *lines = (tmp_path / "t" / "tables.csv").read_text().splitlines()
-    got = {(line.split(",")[1], line.split(",")[3]): dict(zip(header.split(","), line.split(","))) for line in lines}
+    got = {(r["arm"], r["protocol"]): r for r in _csv(tmp_path / "t" / "tables.csv")}
     assert (got[("seal", "release")]["avg_mean"], got[("seal", "release")]["avg_paper"]) == ("22.0", "14.0")
     assert (got[("seal", "official")]["avg_mean"], got[("seal", "official")]["avg_paper"]) == ("15.0", "")
-    assert len(lines) == 3 * 2  # base model, seal, vanilla_rl x two protocols
+    assert (got[("seal", "release")]["runs"], got[("seal", "release")]["expected"], got[("seal", "release")]["budget"]) == (
+        "2", "2", "paper")
+    assert len(got) == 3 * 2  # base model, seal, vanilla_rl x two protocols
 
 
 def test_a_run_with_a_validation_part_is_scored_on_its_test_evaluations(tmp_path):
     val = _metrics(0.9, entries=48)  # the before/after evaluation is on the validation part: never in a table
     _run(tmp_path, "s0", "qwen2.5-7b", "seal", 0, part="val", eval_before=val, eval_after=val,
-         test_before=_metrics(0.14), test_final=_metrics(0.38), test_best_on_val=_metrics(0.41),
+         test_before=_metrics(0.14), test_final=_metrics(0.38),
+         test_best_on_val={**_metrics(0.41), "selected": {"round": 59}},
          test_selected_diagnostic={"eval/bfcl_v3/avg": 0.45, "round": "round_0009"})
-    # validated on a part but never scored on test (budget.val_every off): named, in no table
-    _run(tmp_path, "s1", "qwen2.5-7b", "seal", 1, part="val", eval_before=val, eval_after=val)
+    # validated on a part, val_every null: never scored on test; named, in no cell
+    _run(tmp_path, "s1", "qwen2.5-7b", "seal", 1, part="val", budget={"name": "paper", "val_every": None},
+         eval_before=val, eval_after=val)
     runs, problems = survey(tmp_path)
     assert [(p["dir"], p["state"]) for p in problems] == [
-        ("s1", "finished, not evaluated on test (held-out part val and no test_final: budget.val_every was off)"),
+        ("s1", "finished, not evaluated on test: its before/after evaluation is on the validation part and "
+               "budget.val_every was null, so no model was scored on test"),
         ("s0", "no trajectories: eval_test_best/trajectories.jsonl")]
     rows = {(r["arm"], r["key"]): r for r in main_table(runs)}
     assert rows[("base model", "initial")][("official", "avg")]["mean"] == pytest.approx(14.0)
@@ -113,11 +129,49 @@ def test_a_run_with_a_validation_part_is_scored_on_its_test_evaluations(tmp_path
     assert rows[("seal", "best_on_val")][("official", "avg")]["mean"] == pytest.approx(41.0)
     assert rows[("seal", "test_selected")][("official", "avg")]["mean"] == pytest.approx(45.0)
     out = _aggregate(tmp_path)
-    assert "| qwen2.5-7b | seal | best on validation | 2 | — | 40.25 | 41.00 (n=1 of 2) |" in out
-    assert "| qwen2.5-7b | seal | test-selected (diagnostic: chosen on test, optimistic) | 2 | — | 40.25 | 45.00 (n=1 of 2) |" in out
-    # the per-column tables use the model chosen on validation
-    assert "## Table 1, every column: best on validation (trained arms)" in out
+    assert "| qwen2.5-7b | seal | best on validation | 2 of 2 | paper | — | 40.25 | 41.00 (n=1 of 2) |" in out
+    assert ("| qwen2.5-7b | seal | test-selected (diagnostic: chosen on test, optimistic) | 2 of 2 | paper | — | 40.25 | "
+            "45.00 (n=1 of 2) |") in out
+    # the per-column tables use each run's headline model, and the run list says which
+    assert "## Table 1, every column: headline model (best on validation where the run validated, else final)" in out
+    assert "- s0: qwen2.5-7b seal seed 0, budget paper, headline model: best on validation (round 59)" in out
+    assert "- s1: qwen2.5-7b seal seed 1, budget paper, headline model: none (not evaluated on test)" in out
     assert "- s1: finished, not evaluated on test" in out and "90.00" not in out
+
+
+def test_a_run_without_a_test_evaluation_is_blamed_on_what_its_config_says(tmp_path):
+    # no validation part and no before/after slice: val_every has nothing to do with it
+    _run(tmp_path, "t0", "qwen2.5-7b", "seal", 0, budget={"name": "smoke", "val_every": None,
+                                                         "heldout_entries_per_category": 0})
+    # a validation part and val_every set, yet no test_final (e.g. a metrics.json from an older seal)
+    _run(tmp_path, "v0", "qwen2.5-7b", "seal", 1, part="val", eval_after=_metrics(0.5, entries=48))
+    states = {p["dir"]: p["state"] for p in survey(tmp_path)[1]}
+    assert states == {
+        "t0": "finished, not evaluated on test: budget.heldout_entries_per_category was 0 (no before/after evaluation)",
+        "v0": "finished, not evaluated on test: budget.val_every=10 but metrics.json has no test_final"}
+
+
+def test_the_test_selected_score_is_kept_under_the_protocol_that_produced_it(tmp_path):
+    release_only = _metrics(0.3, release=(0.3, 0, 0, 0, 0))
+    release_only = {k: v for k, v in release_only.items() if not k.startswith("eval/bfcl_v3/")}
+    # seal.rl.selection now stores the release key when the release protocol played alone
+    _run(tmp_path, "new", "qwen2.5-7b", "seal", 0, part="val", test_final=release_only,
+         test_selected_diagnostic={"eval/bfcl_v3_release/avg": 0.35, "round": "round_0009"})
+    # an older run stored that same release score under the official key
+    _run(tmp_path, "old", "qwen2.5-7b", "seal", 1, part="val", test_final=release_only,
+         test_selected_diagnostic={"eval/bfcl_v3/avg": 0.45, "round": "round_0009"})
+    # both protocols evaluated: the selection used the official one, and that key stays
+    _run(tmp_path, "both", "qwen2.5-7b", "seal", 2, part="val", test_final=_metrics(0.2, release=(0.3, 0, 0, 0, 0)),
+         test_selected_diagnostic={"eval/bfcl_v3/avg": 0.25, "round": "round_0009"})
+    runs = {r["name"]: r for r in survey(tmp_path)[0]}
+    assert runs["new"]["evals"]["test_selected"]["eval/bfcl_v3_release/avg"] == 0.35
+    assert runs["old"]["evals"]["test_selected"]["eval/bfcl_v3_release/avg"] == 0.45
+    assert "eval/bfcl_v3/avg" not in runs["old"]["evals"]["test_selected"]
+    assert runs["both"]["evals"]["test_selected"] == {"eval/bfcl_v3/avg": 0.25, "round": "round_0009"}
+    (row,) = [r for r in main_table(list(runs.values())) if r["key"] == "test_selected"]
+    # release {35, 45}: 40 over 2 of 3 runs; official: the third run's 25
+    assert (row[("release", "avg")]["mean"], row[("release", "avg")]["n"]) == (pytest.approx(40.0), 2)
+    assert (row[("official", "avg")]["mean"], row[("official", "avg")]["n"]) == (pytest.approx(25.0), 1)
 
 
 def test_a_spread_of_exactly_zero_prints_as_zero(tmp_path):
@@ -127,7 +181,7 @@ def test_a_spread_of_exactly_zero_prints_as_zero(tmp_path):
         _trajectories(tmp_path, f"s{seed}", {"a": True, "b": True})
         _trajectories(tmp_path, f"v{seed}", {"a": False, "b": False})
     out = _aggregate(tmp_path)
-    assert "| qwen2.5-3b | seal | final model | 2 | — | 14 | 20.00 ± 0.00 |" in out
+    assert "| qwen2.5-3b | seal | final model | 2 of 2 | paper | — | 14.00 | 20.00 ± 0.00 |" in out
     # every replicate of a constant +100 difference is 100: the interval is [100, 100], p = 0
     assert "| qwen2.5-3b | seal - vanilla_rl | comparable to the BFCL leaderboard (official protocol) | +100.00 | [+100.00, +100.00] | 0.000 | 2 | 2 | - |" in out
     assert "nan" not in out
@@ -185,7 +239,8 @@ def test_a_deleted_trajectory_file_drops_that_seed_only_and_says_so(tmp_path):
     _two_arms_two_seeds(tmp_path)
     (tmp_path / "v1" / "eval_after" / "trajectories.jsonl").unlink()
     runs, problems = survey(tmp_path)
-    assert problems == [{"dir": "v1", "state": "no trajectories: eval_after/trajectories.jsonl"}]
+    assert [(p["dir"], p["kind"], p["state"]) for p in problems] == [
+        ("v1", "no trajectories", "no trajectories: eval_after/trajectories.jsonl")]
     rows = {(d["comparison"], d["protocol"]): d for d in differences(runs, problems, n=200)}
     official = rows[("seal - vanilla_rl", "official")]
     # seed 0 only: (1, 1, 0) - (1, 0, 0) = +33.3 points over 3 entries
@@ -200,7 +255,7 @@ def test_a_deleted_trajectory_file_drops_that_seed_only_and_says_so(tmp_path):
     assert "- v1: no trajectories: eval_after/trajectories.jsonl" in out
 
 
-def test_the_manifest_names_runs_never_created_failed_or_unfinished(tmp_path):
+def test_the_manifest_names_runs_never_created_failed_or_unfinished_and_every_row_counts_them(tmp_path):
     from experiments.reproduce import Job, plan, run_dir, write_manifest
 
     jobs = plan(("qwen2.5-7b",), (0, 1, 2), None)  # seal and vanilla_rl x 3 seeds
@@ -232,9 +287,106 @@ def test_the_manifest_names_runs_never_created_failed_or_unfinished(tmp_path):
     assert row["notes"] == ("seed 1 dropped: vanilla_rl run failed: RuntimeError: CUDA out of memory; "
                             "seed 2 dropped: seal run unfinished: 2 round(s) done; "
                             "seed 2 dropped: vanilla_rl run missing: the run directory was never created")
-    out = _aggregate(tmp_path)
-    assert "Expected runs: 6 from" in out and "## Runs missing, failed, unfinished or incomplete (3)" in out
+    # every row counts the runs the manifest expects: seal 2 of 3, vanilla_rl 1 of 3, the base model 2 of 3 seeds
+    expected = expected_seeds(runs, problems)
+    rows = {(r["arm"], r["key"]): r for r in main_table(runs, expected=expected)}
+    assert [(rows[k]["runs"], rows[k]["expected"]) for k in (("seal", "final"), ("vanilla_rl", "final"),
+                                                            ("base model", "initial"))] == [(2, 3), (1, 3), (2, 3)]
+    out = _aggregate(tmp_path, "--out", str(tmp_path / "t"))
+    assert "3 of 6 expected runs used" in out and "Expected runs: 6 from" in out
+    assert "| qwen2.5-7b | vanilla_rl | final model | 1 of 3 | paper | — | 30.75 | 0.00 (n=1 of 3) |" in out
+    assert "| qwen2.5-7b | seal | final model | 2 of 3 | paper | — | 40.25 | 0.00 ± 0.00 (n=2 of 3) |" in out
+    assert "## Runs not used, missing, failed, unfinished or incomplete (3)" in out
     assert f"- {name('vanilla_rl', 2)}: missing: the run directory was never created" in out
+    got = {(r["arm"], r["protocol"]): r for r in _csv(tmp_path / "t" / "tables.csv")}
+    assert (got[("vanilla_rl", "official")]["runs"], got[("vanilla_rl", "official")]["expected"],
+            got[("vanilla_rl", "official")]["avg_n"]) == ("1", "3", "1")
+
+
+def test_an_arm_the_manifest_expects_without_a_finished_run_keeps_its_row(tmp_path):
+    from experiments.reproduce import Job, run_dir, write_manifest
+
+    jobs = [Job("qwen2.5-7b", "seal", 0), Job("qwen2.5-7b", "vanilla_rl", 0)]
+    write_manifest(tmp_path, jobs, ())
+    _run(tmp_path, run_dir(tmp_path, Job("qwen2.5-7b", "seal", 0), ()).name, "qwen2.5-7b", "seal", 0,
+         eval_before=_metrics(0.1), eval_after=_metrics(0.4))
+    out = _aggregate(tmp_path)
+    # vanilla_rl never ran: a row of dashes over 0 of 1, beside the paper's 30.75
+    assert "| qwen2.5-7b | vanilla_rl | final model | 0 of 1 | — | — | 30.75 | — |" in out
+
+
+def test_a_run_directory_the_manifest_does_not_list_is_named_and_used_nowhere(tmp_path):
+    from experiments.reproduce import Job, run_dir, write_manifest
+
+    write_manifest(tmp_path, [Job("qwen2.5-7b", "seal", 0)], ())
+    _run(tmp_path, run_dir(tmp_path, Job("qwen2.5-7b", "seal", 0), ()).name, "qwen2.5-7b", "seal", 0,
+         eval_before=_metrics(0.1), eval_after=_metrics(0.4))
+    # left from another sweep: same backbone and arm, another seed, a very different score
+    _run(tmp_path, "stray", "qwen2.5-7b", "seal", 7, eval_before=_metrics(0.1), eval_after=_metrics(0.9))
+    runs, problems = survey(tmp_path, json.loads((tmp_path / "manifest.json").read_text())["runs"])
+    assert [r["seed"] for r in runs] == [0]
+    assert [(p["dir"], p["state"]) for p in problems if p["kind"] != "no trajectories"] == [
+        ("stray", "not in the manifest (qwen2.5-7b seal seed 7): used in no table")]
+    assert expected_seeds(runs, problems)[("qwen2.5-7b", "seal")] == {0}
+    out = _aggregate(tmp_path)
+    assert "| qwen2.5-7b | seal | final model | 1 of 1 | paper | — | 40.25 | 40.00 |" in out and "90.00" not in out
+    assert "- stray: not in the manifest (qwen2.5-7b seal seed 7): used in no table" in out
+
+
+def test_two_runs_with_the_same_backbone_arm_and_seed_are_both_named_and_neither_is_used(tmp_path):
+    _two_arms_two_seeds(tmp_path)
+    # a rerun of seal seed 0 in another folder, scoring otherwise
+    _run(tmp_path, "s0_again", "qwen2.5-7b", "seal", 0, eval_before=_metrics(0), eval_after=_metrics(0.9))
+    _trajectories(tmp_path, "s0_again", {"a": False, "b": False, "c": False})
+    runs, problems = survey(tmp_path)
+    assert sorted(r["name"] for r in runs) == ["s1", "v0", "v1"]
+    duplicate = "duplicate: qwen2.5-7b seal seed 0 is also {}; neither is used (remove one, or aggregate with a " \
+                "manifest that lists one)"
+    assert [(p["dir"], p["state"]) for p in problems] == [("s0", duplicate.format("s0_again")),
+                                                          ("s0_again", duplicate.format("s0"))]
+    (row,) = [d for d in differences(runs, problems, n=100) if d["protocol"] == "official"]
+    # seed 1 only: (1, 0, 0) - (0, 0, 0) = +33.3; seed 0 dropped with the reason
+    assert row["diff"] == pytest.approx(100 / 3) and row["seeds"] == 1
+    assert row["notes"] == "seed 0 dropped: seal run " + duplicate.format("s0_again")
+    rows = {(r["arm"], r["key"]): r for r in main_table(runs, expected=expected_seeds(runs, problems))}
+    # seal seed 0 is expected but unused: 1 of 2, and the mean is seed 1's 30, not (30 + 90) / 2
+    assert (rows[("seal", "final")]["runs"], rows[("seal", "final")]["expected"]) == (1, 2)
+    assert rows[("seal", "final")][("official", "avg")]["mean"] == pytest.approx(30.0)
+
+
+def test_each_run_has_its_own_headline_model_and_no_arm_is_dropped(tmp_path):
+    # seal validated (best on validation 41, final 38); vanilla_rl did not (final 30)
+    _run(tmp_path, "s0", "qwen2.5-7b", "seal", 0, part="val", test_before=_metrics(0.14), test_final=_metrics(0.38),
+         test_best_on_val={**_metrics(0.41), "selected": {"round": 9}})
+    _trajectories(tmp_path, "s0", {"a": True, "b": True}, folder="eval_test_best")
+    _run(tmp_path, "v0", "qwen2.5-7b", "vanilla_rl", 0, eval_before=_metrics(0.14), eval_after=_metrics(0.30))
+    _trajectories(tmp_path, "v0", {"a": True, "b": False})
+    runs, problems = survey(tmp_path)
+    assert problems == []
+    rows = {r["arm"]: r for r in main_table(runs, ("initial", "headline"))}
+    assert (rows["seal"]["model"], rows["seal"][("official", "avg")]["mean"]) == ("best on validation", pytest.approx(41.0))
+    assert (rows["vanilla_rl"]["model"], rows["vanilla_rl"][("official", "avg")]["mean"]) == ("final model", pytest.approx(30.0))
+    (diff,) = [d for d in differences(runs, problems, n=100) if d["protocol"] == "official"]
+    # (1, 1) - (1, 0) = +50, and the row says the two arms' models differ
+    assert diff["diff"] == pytest.approx(50.0)
+    assert diff["notes"] == "seed 0 pairs seal's best on validation with vanilla_rl's final model"
+    out = _aggregate(tmp_path, "--out", str(tmp_path / "t"))
+    assert "| qwen2.5-7b | vanilla_rl | final model | 1 of 1 | paper | — (30.75) |" in out
+    assert "| qwen2.5-7b | seal | best on validation | 1 of 1 | paper | — (40.25) |" in out
+    assert "- v0: qwen2.5-7b vanilla_rl seed 0, budget paper, headline model: final model" in out
+
+
+def test_every_row_names_its_runs_budget_and_other_budgets_are_said_not_comparable(tmp_path):
+    _run(tmp_path, "p0", "qwen2.5-7b", "seal", 0, eval_before=_metrics(0.1), eval_after=_metrics(0.4))
+    _run(tmp_path, "s1", "qwen2.5-7b", "seal", 1, budget={"name": "smoke"}, overrides=("budget.rounds=2",),
+         eval_before=_metrics(0.1, entries=4), eval_after=_metrics(0.2, entries=4))
+    out = _aggregate(tmp_path)
+    assert "| qwen2.5-7b | seal | final model | 2 of 2 | paper (1), smoke with budget.rounds=2 (1) |" in out
+    assert ("Budgets: paper (1 run), smoke with budget.rounds=2 (1 run). The paper's numbers come from its own budget "
+            "(budget=paper); rows under smoke with budget.rounds=2 are not comparable to them") in out
+    # the truncated evaluation names its run
+    assert ("Evaluated on: 4 test entries (run s1: not the 400-entry test part of the paper's tables, so not "
+            "comparable to them); 400 test entries (1 run)") in out
 
 
 def test_without_a_manifest_the_output_says_runs_never_created_cannot_be_named(tmp_path):
@@ -242,59 +394,126 @@ def test_without_a_manifest_the_output_says_runs_never_created_cannot_be_named(t
     assert "no manifest (runs never created cannot be named" in _aggregate(tmp_path)
 
 
-def test_ablation_table_has_both_protocols_and_the_papers_avg(tmp_path):
+def test_without_a_manifest_a_failed_run_is_counted_from_the_config_hydra_wrote(tmp_path):
+    _run(tmp_path, "s0", "qwen2.5-7b", "seal", 0, eval_before=_metrics(0), eval_after=_metrics(0.4))
+    failed = tmp_path / "s1"
+    (failed / ".hydra").mkdir(parents=True)
+    (failed / ".hydra" / "config.yaml").write_text("seed: 1\nexperiment_name: seal\nbackbone:\n  name: qwen2.5-7b\n")
+    (failed / "error.txt").write_text("ValueError: boom\n")
+    runs, problems = survey(tmp_path)
+    assert [(p["dir"], p["backbone"], p["experiment"], p["seed"]) for p in problems if p["kind"] == "absent"] == [
+        ("s1", "qwen2.5-7b", "seal", 1)]
+    assert "| qwen2.5-7b | seal | final model | 1 of 2 | paper | — | 40.25 | 40.00 (n=1 of 2) |" in _aggregate(tmp_path)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["{root}/missing"], "error: {root}/missing is not a directory: give the folder that holds the run directories\n"),
+    (["{root}", "--manifest", "{root}/nope.json"], "error: --manifest {root}/nope.json does not exist; give the "
+                                                   "manifest.json experiments.reproduce wrote\n"),
+    (["{root}", "--manifest", "{root}/bad.json"], "error: {root}/bad.json is not a manifest experiments.reproduce "
+                                                  "wrote (JSON with a list \"runs\" of run directories): give that "
+                                                  "file with --manifest, or move it away\n"),
+    (["{root}", "--bootstrap", "0"], "error: --bootstrap 0: give a number of replicates of at least 1\n"),
+])
+def test_bad_input_is_one_sentence_and_exit_2(tmp_path, args, message):
+    (tmp_path / "bad.json").write_text('{"runs": 3}')
+    args = [a.format(root=tmp_path) for a in args]
+    proc = subprocess.run([sys.executable, "-m", "experiments.aggregate", *args], cwd=REPO, capture_output=True,
+                          text=True)
+    assert (proc.returncode, proc.stderr, proc.stdout) == (2, message.format(root=tmp_path), "")
+
+
+def test_ablation_table_has_every_column_under_both_protocols_and_the_papers(tmp_path):
     from experiments.aggregate import ablation_table
 
     zero = _metrics(0)
-    _run(tmp_path, "s0", "qwen2.5-7b", "seal", 0, eval_before=zero, eval_after=_metrics(0.40, release=(0.5, 0, 0, 0, 0)))
-    _run(tmp_path, "s1", "qwen2.5-7b", "seal", 1, eval_before=zero, eval_after=_metrics(0.42, release=(0.5, 0, 0, 0, 0)))
-    _run(tmp_path, "r0", "qwen2.5-7b", "wo_reweighting", 0, eval_before=zero, eval_after=_metrics(0.33))
+    _run(tmp_path, "s0", "qwen2.5-7b", "seal", 0, eval_before=zero, eval_after=_metrics(0.40, release=(0.5, 0.6, 0, 0, 0)))
+    _run(tmp_path, "s1", "qwen2.5-7b", "seal", 1, eval_before=zero, eval_after=_metrics(0.42, release=(0.5, 0.6, 0, 0, 0)))
+    _run(tmp_path, "r0", "qwen2.5-7b", "wo_reweighting", 0, eval_before=zero,
+         eval_after=_metrics(0.33, release=(0.3, 0.44, 0.28, 0.30, 0.18)))
     runs, _ = survey(tmp_path)
     rows = {r["arm"]: r for r in ablation_table(runs)}
     assert list(rows) == ["wo_reweighting", "seal"]  # arms without runs are left out, seal last
-    assert (rows["seal"]["official"]["mean"], rows["seal"]["official"]["half"]) == (pytest.approx(41.0), pytest.approx(12.706))
-    assert (rows["seal"]["release"]["mean"], rows["seal"]["release"]["half"]) == (50.0, 0.0)
-    assert rows["wo_reweighting"]["release"] is None
-    assert (rows["seal"]["paper_avg"], rows["wo_reweighting"]["paper_avg"]) == (40.25, 32.75)
+    assert (rows["seal"][("official", "avg")]["mean"], rows["seal"][("official", "avg")]["half"]) == (
+        pytest.approx(41.0), pytest.approx(T1, rel=1e-4))
+    assert (rows["seal"][("release", "avg")]["mean"], rows["seal"][("release", "avg")]["half"]) == (50.0, 0.0)
+    assert rows["wo_reweighting"][("release", "miss_func")]["mean"] == pytest.approx(28.0)
+    # the paper's Table 3: w/o reweighting 32.75 / 48 / 27 / 31 / 25; full 40.25 / 58 / 36 / 34 / 33
+    assert [rows["wo_reweighting"]["paper"][c] for c in KEYS] == [32.75, 48, 27, 31, 25]
+    assert rows["seal"]["paper"]["miss_param"] == 34
     out = tmp_path / "tables"
     text = _aggregate(tmp_path, "--out", str(out))
-    assert "| qwen2.5-7b | seal | 2 | 50.00 ± 0.00 | 40.25 | 41.00 ± 12.71 |" in text
-    assert "| qwen2.5-7b | wo_reweighting | 1 | — | 32.75 | 33.00 |" in text
-    assert (out / "table3.csv").read_text().count("\n") == 1 + 2
+    # Table 1's rows of an ablation arm carry the paper's Table 3 numbers
+    assert "| qwen2.5-7b | wo_reweighting | final model | 1 of 1 | paper | 30.00 | 32.75 | 33.00 |" in text
+    assert "## Table 3: ablations, headline model (best on validation where the run validated, else final), comparable to the paper" in text
+    assert ("| qwen2.5-7b | wo_reweighting | final model | 1 of 1 | paper | 30.00 (32.75) | 44.00 (48) | 28.00 (27) | "
+            "30.00 (31) | 18.00 (25) |") in text
+    assert "| qwen2.5-7b | seal | final model | 2 of 2 | paper | 50.00 ± 0.00 (40.25) | 60.00 ± 0.00 (58) |" in text
+    assert "| qwen2.5-7b | seal | final model | 2 of 2 | paper | 41.00 ± 12.71 | 0.00 ± 0.00 |" in text
+    table3 = {(r["arm"], r["protocol"]): r for r in _csv(out / "table3.csv")}
+    assert len(table3) == 2 * 2
+    found = table3[("wo_reweighting", "release")]
+    assert (float(found["miss_func_mean"]), float(found["miss_func_paper"])) == (pytest.approx(28.0), 27.0)
     assert (out / "tables.png").read_bytes()[:4] == b"\x89PNG"
 
 
-def test_the_figure_groups_bars_by_backbone_with_the_papers_marks_and_uncut_error_bars(tmp_path):
+def test_the_figure_centres_each_group_and_marks_the_paper_apart_from_the_error_bars(tmp_path):
     from matplotlib.container import BarContainer
 
-    from experiments.aggregate import figure
+    from experiments.tables_figure import figure
 
-    for seed, (s, v) in enumerate([(0.01, 0.30), (0.09, 0.32)]):
+    for seed, (s, v, w) in enumerate([(0.01, 0.30, 0.20), (0.09, 0.32, 0.24)]):
         _run(tmp_path, f"s{seed}", "qwen2.5-3b", "seal", seed, eval_before=_metrics(0),
              eval_after=_metrics(0, release=(s, 0, 0, 0, 0)))
         _run(tmp_path, f"v{seed}", "qwen2.5-7b", "vanilla_rl", seed, eval_before=_metrics(0),
              eval_after=_metrics(0, release=(v, 0, 0, 0, 0)))
-    runs, _ = survey(tmp_path)
-    rows = [r for r in main_table(runs) if r["key"] == "final"]
+    _run(tmp_path, "v3b", "qwen2.5-3b", "vanilla_rl", 0, eval_before=_metrics(0), eval_after=_metrics(0, release=(0.10, 0, 0, 0, 0)))
+    for seed, w in enumerate((0.20, 0.24)):
+        _run(tmp_path, f"c{seed}", "qwen2.5-7b", "wo_closed_loop", seed, eval_before=_metrics(0),
+             eval_after=_metrics(0, release=(w, 0, 0, 0, 0)))
+    runs, problems = survey(tmp_path)
+    rows = [r for r in main_table(runs, expected=expected_seeds(runs, problems)) if r["key"] == "final"]
     ax = figure(rows, "release", "final model").axes[0]
     bars = {c.get_label(): c for c in ax.containers if isinstance(c, BarContainer)}
-    assert sorted(bars) == ["seal", "vanilla_rl"]
+    assert sorted(bars) == ["seal", "vanilla_rl", "wo_closed_loop"]
+    centres = {(label, round(p.get_x() + p.get_width() / 2, 6)) for label, c in bars.items() for p in c.patches}
+    # 3B has vanilla_rl and seal: at -0.2 and +0.2 around its tick 0; 7B has vanilla_rl and wo_closed_loop
+    # around its tick 1, at 0.8 and 1.2 (width 0.8 / 2 arms)
+    assert centres == {("vanilla_rl", -0.2), ("seal", 0.2), ("vanilla_rl", 0.8), ("wo_closed_loop", 1.2)}
     # seal on 3B: {1, 9} -> 5 ± 12.706 * sd 5.657 / sqrt 2 = 5 ± 50.82; the lower end is -45.82, not 0
     (seal_bar,) = bars["seal"].patches
     assert seal_bar.get_height() == pytest.approx(5.0)
     (segment,) = bars["seal"].errorbar.lines[2][0].get_segments()
-    assert [y for _, y in segment] == [pytest.approx(5 - 50.824), pytest.approx(5 + 50.824)]
-    assert ax.get_ylim()[0] < 5 - 50.824
-    # vanilla_rl on 7B: {30, 32} -> 31 ± 12.706
-    (segment,) = bars["vanilla_rl"].errorbar.lines[2][0].get_segments()
-    assert [y for _, y in segment] == [pytest.approx(31 - 12.706), pytest.approx(31 + 12.706)]
-    # bars grouped by backbone: seal's bar left of the 3B tick (x=0), vanilla_rl's right of the 7B tick (x=1)
-    assert seal_bar.get_x() + seal_bar.get_width() / 2 == pytest.approx(-0.2)
+    assert [y for _, y in segment] == [pytest.approx(5 - 4 * T1, rel=1e-4), pytest.approx(5 + 4 * T1, rel=1e-4)]
+    assert ax.get_ylim()[0] < 5 - 4 * T1
+    # the paper's numbers as diamonds: Table 1 (3B vanilla_rl 9.25, seal 14.00; 7B vanilla_rl 30.75) and Table 3
+    # (7B w/o closed-loop update 33.00); the error bars' caps are another marker
+    marks = [line for line in ax.get_lines() if line.get_gid() == "paper"]
+    assert sorted(y for line in marks for y in line.get_ydata()) == [9.25, 14.0, 30.75, 33.0]
+    caps = [line for c in bars.values() for line in c.errorbar.lines[1]]
+    assert {line.get_marker() for line in marks} == {"D"} and "D" not in {line.get_marker() for line in caps}
+    # run counts above the error bar and the paper's mark, never on them: 3B seal's top is 5 + 50.82
+    counts = {(t.get_text(), round(t.xy[0], 6)): t.xy[1] for t in ax.texts if t.get_gid() == "runs"}
+    assert set(counts) == {("2 of 2", 0.2), ("1 of 1", -0.2), ("2 of 2", 0.8), ("2 of 2", 1.2)}
+    assert counts[("2 of 2", 0.2)] == pytest.approx(5 + 4 * T1, rel=1e-4)
+    # 3B vanilla_rl, one run at 10 without an interval, the paper's 9.25 below it: the count sits at 10
+    assert counts[("1 of 1", -0.2)] == pytest.approx(10.0)
+    # 7B wo_closed_loop {20, 24}: 22 ± 12.706 * 2 = 47.41 is above the paper's 33
+    assert counts[("2 of 2", 1.2)] == pytest.approx(22 + 2 * T1, rel=1e-4)
     assert [t.get_text() for t in ax.get_xticklabels()] == ["qwen2.5-3b", "qwen2.5-7b"]
-    # the paper's numbers (Table 1: 3B seal 14.00, 7B vanilla_rl 30.75) marked at their height
-    marks = sorted(y for line in ax.get_lines() if line.get_gid() == "paper" for y in line.get_ydata())
-    assert marks == [14.0, 30.75]
-    assert sorted(t.get_text() for t in ax.texts) == ["n=2", "n=2"]
+
+
+def test_the_figure_shows_a_missing_run_in_its_count(tmp_path):
+    from experiments.tables_figure import figure
+
+    _run(tmp_path, "s0", "qwen2.5-7b", "seal", 0, eval_before=_metrics(0), eval_after=_metrics(0, release=(0.5, 0, 0, 0, 0)))
+    runs, _ = survey(tmp_path)
+    rows = [r for r in main_table(runs, expected={("qwen2.5-7b", "seal"): {0, 1, 2}, ("qwen2.5-7b", "vanilla_rl"): {0}})
+            if r["key"] == "final"]
+    ax = figure(rows, "release", "final model").axes[0]
+    counts = {t.get_text(): t.xy[1] for t in ax.texts if t.get_gid() == "runs"}
+    # seal: 1 of 3 above its bar at 50; vanilla_rl never ran: its count sits on the paper's 30.75
+    assert counts == {"1 of 3": pytest.approx(50.0), "0 of 1, no value": pytest.approx(30.75)}
 
 
 def test_the_tables_go_to_wandb_as_one_artifact(tmp_path):
@@ -309,7 +528,11 @@ def test_the_tables_go_to_wandb_as_one_artifact(tmp_path):
 
 
 def _ood(memory=None, web=None, tau2=None):
-    out = {} if tau2 is None else {"tau2": {"eval/tau2/avg": tau2}}
+    """ood_before/ood_after as metrics.json holds them; tau2 = (avg, retail, airline, telecom) or avg alone."""
+    out = {}
+    if tau2 is not None:
+        avg, *domains = tau2 if isinstance(tau2, tuple) else (tau2,)
+        out["tau2"] = {"eval/tau2/avg": avg, **{f"eval/tau2/{d}": v for d, v in zip(("retail", "airline", "telecom"), domains)}}
     if memory is not None:
         out["bfcl_v4_memory"] = {"eval/bfcl_v4_memory/avg": memory}
     if web is not None:
@@ -317,28 +540,58 @@ def _ood(memory=None, web=None, tau2=None):
     return out
 
 
-def test_table_2_takes_the_out_of_domain_evaluations_with_the_papers_numbers(tmp_path):
+def test_table_2_sets_every_row_and_column_beside_the_papers(tmp_path):
     from experiments.aggregate import ood_table
 
     zero = _metrics(0)
     for name, arm, seed, before, after in [
-        ("s0", "seal", 0, _ood(0.02, 0.04), _ood(0.08, 0.10, tau2=0.15)),
-        ("s1", "seal", 1, _ood(0.04, 0.06), _ood(0.10, 0.12, tau2=0.25)),
+        ("s0", "seal", 0, _ood(0.02, 0.04), _ood(0.08, 0.10, tau2=(0.15, 0.10, 0.20, 0.15))),
+        ("s1", "seal", 1, _ood(0.04, 0.06), _ood(0.10, 0.12, tau2=(0.25, 0.20, 0.30, 0.25))),
         # web search not evaluated; tau2's solo mode is another benchmark and never fills the paper's tau2 column
         ("v0", "vanilla_rl", 0, _ood(0.02, 0.04), _ood(0.05, None) | {"tau2_solo": {"eval/tau2_solo/avg": 0.5}}),
     ]:
         _run(tmp_path, name, "qwen2.5-3b", arm, seed, eval_before=zero, eval_after=zero, ood_before=before, ood_after=after)
-    rows = {r["arm"]: r for r in ood_table(survey(tmp_path)[0])}
+    # ToolACE-2-8B: the paper has its base row only
+    _run(tmp_path, "t0", "toolace-2-8b", "seal", 0, eval_before=zero, eval_after=zero, ood_before=_ood(0.2, 0.1),
+         ood_after=_ood(0.3, 0.1))
+    # Qwen2.5-7B: seal only; the paper's Vanilla RL row is shown beside no run
+    _run(tmp_path, "q0", "qwen2.5-7b", "seal", 0, eval_before=zero, eval_after=zero, ood_before=_ood(0.1),
+         ood_after=_ood(0.2))
+    rows = {(r["backbone"], r["arm"]): r for r in ood_table(survey(tmp_path)[0])}
+    seal = rows[("qwen2.5-3b", "seal")]
     # seal: memory {8, 10} -> 9, web {10, 12} -> 11, their per-run means {9, 11} -> 10, half-width 12.706 * 1
-    assert (rows["seal"]["bfcl_v4_memory"]["mean"], rows["seal"]["bfcl_v4_memory"]["half"]) == (pytest.approx(9.0), pytest.approx(12.706))
-    assert rows["seal"]["bfcl_v4"]["mean"] == pytest.approx(10.0)
-    assert (rows["seal"]["paper_bfcl_v4"], rows["seal"]["paper_tau2"]) == (8.63, 11.76)
-    assert rows["vanilla_rl"]["bfcl_v4_web_search"] is None and rows["vanilla_rl"]["bfcl_v4"] is None
-    assert rows["base model"]["runs"] == 2 and rows["base model"]["bfcl_v4_memory"]["mean"] == pytest.approx(3.0)
+    assert (seal["bfcl_v4_memory"]["mean"], seal["bfcl_v4_memory"]["half"]) == (pytest.approx(9.0), pytest.approx(T1, rel=1e-4))
+    assert (seal["bfcl_v4"]["mean"], seal["bfcl_v4_web_search"]["mean"]) == (pytest.approx(10.0), pytest.approx(11.0))
+    # tau2 {15, 25} -> 20 ± 12.706 * 5; retail {10, 20} -> 15; airline {20, 30} -> 25; telecom {15, 25} -> 20
+    assert (seal["tau2"]["mean"], seal["tau2"]["half"]) == (pytest.approx(20.0), pytest.approx(5 * T1, rel=1e-4))
+    assert [seal[c]["mean"] for c in ("tau2_retail", "tau2_airline", "tau2_telecom")] == [
+        pytest.approx(15.0), pytest.approx(25.0), pytest.approx(20.0)]
+    # every row carries the paper's whole Table 2 row: the Vanilla RL rows are not the base model's
+    assert [seal["paper"][c] for c in ("bfcl_v4", "bfcl_v4_web_search", "bfcl_v4_memory", "tau2", "tau2_retail",
+                                       "tau2_airline", "tau2_telecom")] == [8.63, 2.00, 15.26, 11.76, 8.77, 16.00, 10.52]
+    vanilla, base = rows[("qwen2.5-3b", "vanilla_rl")], rows[("qwen2.5-3b", "base model")]
+    assert (vanilla["paper"]["bfcl_v4"], vanilla["paper"]["tau2"]) == (5.98, 10.60)
+    assert (base["paper"]["bfcl_v4"], base["paper"]["tau2"], base["paper"]["tau2_airline"]) == (4.69, 9.64, 14.00)
+    assert vanilla["bfcl_v4_web_search"] is None and vanilla["bfcl_v4"] is None and vanilla["tau2"] is None
+    # the base model once per seed: memory {2, 4} -> 3
+    assert base["runs"] == 2 and base["bfcl_v4_memory"]["mean"] == pytest.approx(3.0)
+    assert rows[("toolace-2-8b", "base model")]["paper"]["bfcl_v4"] == 15.90
+    # the paper has no trained ToolACE rows; its 7B Vanilla RL row stands beside no run
+    assert rows[("toolace-2-8b", "seal")]["paper"] is None and ("toolace-2-8b", "vanilla_rl") not in rows
+    assert (rows[("qwen2.5-7b", "vanilla_rl")]["runs"], rows[("qwen2.5-7b", "vanilla_rl")]["paper"]["bfcl_v4"]) == (0, 10.26)
     out = _aggregate(tmp_path, "--out", str(tmp_path / "t"))
-    # tau2 {15, 25} -> 20, half-width 12.706 * 5 = 63.53; it never enters the BFCL V4 mean
-    assert (rows["seal"]["tau2"]["mean"], rows["seal"]["tau2"]["half"]) == (pytest.approx(20.0), pytest.approx(63.53))
-    assert rows["vanilla_rl"]["tau2"] is None
-    assert "| qwen2.5-3b | seal | 2 | 9.00 ± 12.71 | 11.00 ± 12.71 | 10.00 ± 12.71 | 8.63 | 20.00 ± 63.53 | 11.76 |" in out
-    assert "| qwen2.5-3b | vanilla_rl | 1 | 5.00 | — | — | 4.69 | — | 9.64 |" in out
-    assert (tmp_path / "t" / "table2.csv").read_text().count("\n") == 1 + 3
+    assert ("| qwen2.5-3b | seal | final model | 2 of 2 | paper | 10.00 ± 12.71 (8.63) | 11.00 ± 12.71 (2.00) | "
+            "9.00 ± 12.71 (15.26) | 20.00 ± 63.53 (11.76) | 15.00 ± 63.53 (8.77) | 25.00 ± 63.53 (16.00) | "
+            "20.00 ± 63.53 (10.52) |") in out
+    assert ("| qwen2.5-3b | vanilla_rl | final model | 1 of 1 | paper | — (5.98*) | — (0.50) | 5.00 (11.26) | — (10.60) | "
+            "— (6.14) | — (16.00) | — (9.65) |") in out
+    assert "\\* qwen2.5-3b vanilla_rl, bfcl_v4: the paper prints 5.98, though the mean of its Web Search 0.50 and Memory 11.26 is 5.88" in out
+    assert "| toolace-2-8b | seal | final model | 1 of 1 | paper | 20.00 | 10.00 | 30.00 | — | — | — | — |" in out
+    assert ("| qwen2.5-7b | vanilla_rl | final model | no run | — | — (10.26) | — (7.50) | — (13.02) | — (17.19) | "
+            "— (19.30) | — (20.00) | — (12.28) |") in out
+    table2 = {(r["backbone"], r["arm"]): r for r in _csv(tmp_path / "t" / "table2.csv")}
+    # 3B: base, vanilla_rl, seal; 7B: base, vanilla_rl (the paper's), seal; ToolACE: base, seal
+    assert len(table2) == 3 + 3 + 2
+    seal_csv = table2[("qwen2.5-3b", "seal")]
+    assert (seal_csv["tau2_airline_mean"], seal_csv["tau2_airline_n"], seal_csv["tau2_airline_paper"]) == ("25.0", "2", "16.0")
+    assert (tmp_path / "t" / "table2.png").read_bytes()[:4] == b"\x89PNG"

@@ -44,6 +44,47 @@ def test_a_dry_run_lists_the_jobs_and_skips_finished_ones(tmp_path):
     assert not list(tmp_path.glob(".reproduce"))  # nothing submitted
 
 
+def test_the_dry_run_plans_the_papers_budget_without_being_told(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "experiments.reproduce", "--dry-run", "--root", str(tmp_path)],
+                          cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[:2] == [f"27 jobs, 0 finished, 27 to run (under {tmp_path})",
+                         "budget=paper (the paper's, conf/budget/paper.yaml)"]
+    jobs = [line for line in lines if line.startswith("  to run")]
+    assert len(jobs) == 27 and all(" budget=paper " in line for line in jobs)
+    # 72 rounds x 256 episodes x 16,384 tokens x 10 FLOPs per parameter and token at 30% of 312 TFLOPS:
+    # 8.962 GPU-hours per billion parameters; Qwen2.5-7B has 7.62B (68.3), and the 27 jobs hold
+    # 6 x 3.09B (Qwen2.5-3B) + 15 x 7.62B (Qwen2.5-7B) + 6 x 8.03B (ToolACE-2-8B) = 181.02B
+    per_billion = 72 * 256 * 16384 * 10 * 1e9 / (312e12 * 0.3) / 3600
+    assert "backbone=qwen2.5-7b experiment=seal seed=0 budget=paper  <= 68.3 GPU-h" in proc.stdout
+    assert lines[-1] == (f"GPU-hours to run, upper bound: {181.02 * per_billion:.1f} (context-filling episodes, 30% "
+                         "of 312 TFLOPS)") == "GPU-hours to run, upper bound: 1622.3 (context-filling episodes, 30% of 312 TFLOPS)"
+
+
+def test_a_smaller_budget_is_an_explicit_choice_and_says_so(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "experiments.reproduce", "--dry-run", "--root", str(tmp_path),
+                           "--backbones", "qwen2.5-3b", "--seeds", "0", "--ablation-backbone", "", "--", "budget=smoke"],
+                          cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[1] == ("budget=smoke (chosen; not the paper's budget: the tables say its runs are "
+                                           "not comparable to the paper's numbers)")
+    assert "  to run   backbone=qwen2.5-3b experiment=seal seed=0 budget=smoke  <= " in proc.stdout
+    assert "budget=paper" not in proc.stdout
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--", "budget=tiny"], "error: budget=tiny: there is no conf/budget/tiny.yaml; choose one of paper, smoke\n"),
+    (["--seeds", "0,x"], "error: --seeds 0,x: give whole numbers separated by commas, e.g. 0,1,2\n"),
+    (["--backbones", "qwen9"], "error: backbone qwen9: there is no conf/backbone/qwen9.yaml; the paper's are "
+                               "qwen2.5-3b, qwen2.5-7b, toolace-2-8b\n"),
+])
+def test_bad_input_is_one_sentence_and_exit_2(tmp_path, args, message):
+    proc = subprocess.run([sys.executable, "-m", "experiments.reproduce", "--dry-run", "--root", str(tmp_path), *args],
+                          cwd=REPO, capture_output=True, text=True)
+    assert (proc.returncode, proc.stderr, proc.stdout) == (2, message, "")
+
+
 def test_the_run_directory_is_the_one_hydra_names_with_launch_overrides():
     from hydra import compose, initialize_config_dir
 
@@ -65,8 +106,9 @@ def test_submission_writes_the_manifest_of_every_planned_run_first(tmp_path, mon
     monkeypatch.setattr(reproduce, "submit", submit)
     monkeypatch.setattr(reproduce, "gpu_hours_bound", lambda *a, **k: 0.0)
     monkeypatch.setattr(reproduce.subprocess, "run", lambda *a, **k: SimpleNamespace(returncode=0))
+    # no budget given: the paper's, in every run directory's name and in the manifest
     assert reproduce.main(["--root", str(tmp_path), "--backbones", "qwen2.5-3b", "--seeds", "0,1",
-                           "--ablation-backbone", "", "--launcher", "basic", "--", "budget=paper"]) == 0
+                           "--ablation-backbone", "", "--launcher", "basic"]) == 0
     # 1 backbone x {vanilla_rl, seal} x seeds {0, 1}, each named as Hydra names its folder
     assert seen["manifest"]["overrides"] == ["budget=paper"]
     assert seen["manifest"]["runs"] == [

@@ -74,9 +74,9 @@ def test_a_sweep_of_two_arms_and_two_seeds_runs_as_slurm_jobs_and_aggregates(clu
     agg = subprocess.run([sys.executable, "-m", "experiments.aggregate", str(sweep_dir), "--out", str(tables)],
                          cwd=REPO, capture_output=True, text=True)
     assert agg.returncode == 0, agg.stderr
-    # one row per arm and one for the base model, each over the two seeds
-    for arm in ("base model", "seal", "vanilla_rl"):
-        assert f"| tiny-random | {arm} | 2 |" in agg.stdout
+    # one row per arm and one for the base model, each over the two seeds of two expected
+    for arm, model in (("base model", "base model (initial)"), ("seal", "final model"), ("vanilla_rl", "final model")):
+        assert f"| tiny-random | {arm} | {model} | 2 of 2 |" in agg.stdout
     assert "Missing" not in agg.stdout
     assert (tables / "tables.md").exists() and (tables / "tables.csv").read_text().count("\n") == 1 + 3 * 2  # x two protocols
 
@@ -136,14 +136,14 @@ def test_reproduce_submits_every_arm_skips_finished_runs_and_aggregates(cluster,
     and Table 3's three ablations (seal shared) for one seed, as five SLURM jobs."""
     root = tmp_path / "reproduce"
     args = [sys.executable, "-m", "experiments.reproduce", "--root", str(root), "--backbones", "tiny-random",
-            "--seeds", "0", "--ablation-backbone", "tiny-random", "--", *TINY[1:], *LAUNCHER[1:]]
+            "--seeds", "0", "--ablation-backbone", "tiny-random", "--", "budget=smoke", *TINY[1:], *LAUNCHER[1:]]
     proc = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=2400)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert proc.stdout.startswith("5 jobs, 0 finished, 5 to run")
     assert len(list(root.glob("*/metrics.json"))) == 5
     table = (root / "tables" / "tables.md").read_text()
     for arm in ("vanilla_rl", "seal", "wo_env_adaptation", "wo_reweighting", "wo_closed_loop"):
-        assert f"| tiny-random | {arm} | 1 |" in table
+        assert f"| tiny-random | {arm} | final model | 1 of 1 |" in table
     assert "seal - vanilla_rl" in table and "seal - wo_closed_loop" in table
     # again: everything is finished, nothing is submitted
     again = subprocess.run([*args[:3], "--dry-run", *args[3:]], cwd=REPO, capture_output=True, text=True, timeout=300)

@@ -49,6 +49,51 @@ def test_the_best_validated_model_is_kept_and_scored_on_test_after_the_final_one
     assert "TEST" in out["test_selected_diagnostic"]["note"]
 
 
+@pytest.mark.parametrize("every, rounds, validated", [
+    # the release: test_freq 10 over 72 rounds validates after rounds 10, 20, ..., 70 and the last, 72
+    (10, 72, [10, 20, 30, 40, 50, 60, 70, 72]),
+    # budget=paper: 66 rounds (a validation part carved from train): 10, ..., 60 and the last, 66
+    (10, 66, [10, 20, 30, 40, 50, 60, 66]),
+    # the last round is a multiple: validated once
+    (2, 8, [2, 4, 6, 8]),
+    # the number of rounds unknown: only the multiples
+    (3, None, [3, 6]),
+])
+def test_the_model_is_validated_every_val_every_rounds_and_after_the_last(tmp_path, monkeypatch, every, rounds, validated):
+    import seal.rl.selection as selection_module
+
+    monkeypatch.setattr(selection_module, "save_final_model", lambda model, folder, dtype: None)
+    seen = []
+
+    def evaluate(entries, folder):
+        seen.append(int(folder.name.removeprefix("round_")) + 1)  # 1-based, as the release counts its steps
+        return {AVG: 0.0}, []
+
+    selection = ModelSelection(every=every, val_entries="val", out_dir=tmp_path, dist=Dist(), evaluate=evaluate,
+                               rounds=rounds)
+    for round_ in range(rounds or 7):
+        selection.after_round(SimpleNamespace(round=round_, global_step=4 * (round_ + 1), metrics={}), None)
+    assert seen == validated
+
+
+def test_the_test_selected_score_is_stored_under_the_protocol_that_produced_it(tmp_path, monkeypatch):
+    import seal.rl.selection as selection_module
+    from seal.rl.selection import RELEASE_AVG
+
+    monkeypatch.setattr(selection_module, "save_final_model", lambda model, folder, dtype: folder.mkdir(parents=True, exist_ok=True))
+    monkeypatch.setattr(selection_module, "_load", lambda model, folder: None)
+    # the release protocol played alone: its key is the only one the evaluations have
+    scores = iter([0.2, 0.4, 0.1, 0.3, 0.35, 0.25])
+    selection = ModelSelection(every=1, val_entries="val", out_dir=tmp_path, dist=Dist(), keep_all=True, rounds=2,
+                               evaluate=lambda entries, folder: ({RELEASE_AVG: next(scores)}, []))
+    for round_ in range(2):  # validated 0.2 and 0.4
+        selection.after_round(SimpleNamespace(round=round_, global_step=round_ + 1, metrics={}), None)
+    # final 0.1, best on validation (round 1) 0.3, then the validated ones on test: 0.35, 0.25
+    out = selection.test_evaluations(None, "test")
+    diagnostic = out["test_selected_diagnostic"]
+    assert (diagnostic["round"], diagnostic[RELEASE_AVG]) == ("round_0000", 0.35) and AVG not in diagnostic
+
+
 def test_selection_needs_a_validation_part_and_a_schedule(tmp_path):
     with pytest.raises(UserError, match="split.val_scenarios"):
         ModelSelection(every=1, val_entries=[], out_dir=tmp_path, dist=Dist(), evaluate=None)
