@@ -6,7 +6,9 @@
 
 Every job runs at budget=paper (conf/budget/paper.yaml, the paper's Table 4) unless the overrides after
 `--` choose another budget (`budget=smoke`): a smaller budget is always an explicit choice, and the
-tables name each run's budget beside the paper's numbers.
+tables name each run's budget beside the paper's numbers. At the paper's budget every job also gets the
+authors' launch, launch=paper (conf/launch/paper.yaml: 4 GPUs, FSDP2, vLLM colocated at 0.4 of each GPU),
+unless the overrides choose another (`launch=default`, or keys such as `launch.processes=8`).
 
 Table 1 is every backbone x {vanilla_rl, seal} x seed; Table 3 adds the three ablation arms on its
 backbone (seal is shared with Table 1). Each job is `run.py -m` with the launcher of your choice
@@ -64,14 +66,25 @@ def plan(backbones=TABLE1_BACKBONES, seeds=(0, 1, 2), ablation_backbone: str | N
     return list(dict.fromkeys(jobs))
 
 
-def with_budget(extra: tuple[str, ...]) -> tuple[str, ...]:
-    """The overrides every job gets: budget=paper first unless `extra` chooses a budget itself."""
-    chosen = [o.split("=", 1)[1] for o in extra if o.split("=", 1)[0].lstrip("+~") == "budget"]
+def _chosen(extra: tuple[str, ...], group: str) -> list[str]:
+    """The values `extra` gives the config group `group` (budget=..., launch=...), each checked to exist."""
+    chosen = [o.split("=", 1)[1] for o in extra if o.split("=", 1)[0].lstrip("+~") == group]
     for name in chosen:
-        if not (REPO / "conf" / "budget" / f"{name}.yaml").exists():
-            known = ", ".join(sorted(p.stem for p in (REPO / "conf" / "budget").glob("*.yaml")))
-            raise UserError(f"budget={name}: there is no conf/budget/{name}.yaml; choose one of {known}")
-    return extra if chosen else (f"budget={PAPER_BUDGET}", *extra)
+        if not (REPO / "conf" / group / f"{name}.yaml").exists():
+            known = ", ".join(sorted(p.stem for p in (REPO / "conf" / group).glob("*.yaml")))
+            raise UserError(f"{group}={name}: there is no conf/{group}/{name}.yaml; choose one of {known}")
+    return chosen
+
+
+def with_budget(extra: tuple[str, ...]) -> tuple[str, ...]:
+    """The overrides every job gets: budget=paper first unless `extra` chooses a budget itself, and with the
+    paper's budget the authors' launch (conf/launch/paper.yaml: 4 GPUs, fsdp2, vLLM at 0.4) unless `extra`
+    chooses a launch."""
+    budgets, launches = _chosen(extra, "budget"), _chosen(extra, "launch")
+    budget = budgets[-1] if budgets else PAPER_BUDGET
+    ours = ([] if budgets else [f"budget={PAPER_BUDGET}"]) + (
+        [f"launch={PAPER_BUDGET}"] if budget == PAPER_BUDGET and not launches else [])
+    return (*ours, *extra)
 
 
 def parse_plan(backbones: str, seeds: str, ablation_backbone: str) -> list[Job]:
