@@ -37,39 +37,56 @@ def _train_prompt_lengths() -> list[int]:
 
 def memory() -> None:
     from seal.policy.generation_hf import PREFILL_CHUNK
-    from seal.policy.memory import GiB, kv_bytes_per_token, lora_param_count, param_count, training_memory
+    from seal.policy.memory import GiB, kv_bytes_per_token, param_count
 
     prompts = sorted(_train_prompt_lengths())
-    usable = GPU_GIB * 10**9 - 2 * GiB  # an 80 GB GPU less the CUDA context and allocator reserve
     print(f"\n## memory: paper budget (32 prompts x 8 rollouts, max new tokens 4096, context 16384), per rank, "
           f"from configs")
     print(f"train prompts (SmolLM2 tokens, a proxy): median {prompts[len(prompts) // 2]}, max {prompts[-1]}")
-    print(f"rollouts with vLLM colocated at {ENGINE_SHARE} of each GPU (the authors'), asleep while the optimizer runs; "
-          f"fits = total under {usable / GiB:.1f} GiB")
+    print(f"rollouts with vLLM colocated at {ENGINE_SHARE} of each GPU (the authors'), asleep while the optimizer runs, "
+          f"or (hf) the transformers engine, its KV cache at least one {PREFILL_CHUNK}-token-prefilled episode of the "
+          f"context; fits = total under {USABLE / GiB:.1f} GiB")
     for name in BACKBONES:
         cfg = _compose("budget=paper", f"backbone={name}")
-        arch, budget, ctx = dict(cfg.backbone.arch), cfg.budget, cfg.backbone.context_length
-        kvb = kv_bytes_per_token(arch, cfg.backbone.dtype)
-        episodes = budget.prompts_per_round * budget.rollouts_per_prompt
-        columns = {}
-        for label, sharding, world, lora in LAUNCHES:
-            columns[label] = training_memory(
-                arch, compute_dtype=cfg.backbone.dtype, episode_tokens=ctx, sharding=sharding, shards=world,
-                lora_params=lora_param_count(arch, 16, "all-linear") if lora else 0,
-                rollout_engine_bytes=int(ENGINE_SHARE * GPU_GIB * 10**9),
-                prefill_rows=min(budget.batch_size, episodes // world), prefill_tokens=PREFILL_CHUNK,
-            )
-        print(f"\n### {name}: {param_count(arch) / 1e9:.2f}B parameters, KV cache {kvb / 1024:.0f} KiB per token "
-              f"({cfg.backbone.dtype})")
-        print(f"{'GiB per rank':22}" + "".join(f"{label:>15}" for label in columns))
+        arch = dict(cfg.backbone.arch)
+        columns = paper_plans(name)
+        print(f"\n### {name}: {param_count(arch) / 1e9:.2f}B parameters, KV cache "
+              f"{kv_bytes_per_token(arch, cfg.backbone.dtype) / 1024:.0f} KiB per token ({cfg.backbone.dtype})")
+        print(f"{'GiB per rank':22}" + "".join(f"{label:>13}" for label in columns))
         rows = [part for part, _ in next(iter(columns.values())).table()]
         for i, part in enumerate(rows):
-            print(f"{part:22}" + "".join(f"{m.table()[i][1]:15.1f}" for m in columns.values()))
-        print(f"{'fits 80 GB':22}" + "".join(f"{'yes' if m.total <= usable else 'no':>15}" for m in columns.values()))
+            print(f"{part:22}" + "".join(f"{m.table()[i][1]:13.1f}" for m in columns.values()))
+        print(f"{'fits 80 GB':22}" + "".join(f"{'yes' if m.total <= USABLE else 'no':>13}" for m in columns.values()))
 
 
-# (column label, sharding, ranks, LoRA r=16 all-linear)
-LAUNCHES = [("ddp x1", "ddp", 1, False), ("ddp x4", "ddp", 4, False), ("fsdp2 x2", "fsdp2", 2, False),
-            ("fsdp2 x4", "fsdp2", 4, False), ("fsdp2 x8", "fsdp2", 8, False), ("LoRA ddp", "ddp", 1, True)]
+def paper_plans(name: str) -> dict:
+    """The plan (seal.policy.memory.TrainingMemory) of backbone `name` at budget=paper for every launch of
+    LAUNCHES, as check_training_fits makes it on an 80 GB GPU."""
+    from seal.policy.generation_hf import PREFILL_CHUNK
+    from seal.policy.memory import kv_bytes_per_token, lora_param_count, training_memory
+
+    cfg = _compose("budget=paper", f"backbone={name}")
+    arch, budget, ctx = dict(cfg.backbone.arch), cfg.budget, cfg.backbone.context_length
+    episodes = budget.prompts_per_round * budget.rollouts_per_prompt
+    columns = {}
+    for label, sharding, world, lora, engine in LAUNCHES:
+        columns[label] = training_memory(
+            arch, compute_dtype=cfg.backbone.dtype, episode_tokens=ctx, sharding=sharding, ranks=world,
+            lora_params=lora_param_count(arch, 16, "all-linear") if lora else 0,
+            gradient_checkpointing=cfg.trainer.gradient_checkpointing, reference=cfg.trainer.beta != 0,
+            rollout_engine_bytes=int(ENGINE_SHARE * GPU_GIB * 10**9) if engine == "vllm" else None,
+            prefill_rows=min(budget.batch_size, episodes // world), prefill_tokens=PREFILL_CHUNK,
+            rollout_kv_bytes=2 * ctx * kv_bytes_per_token(arch, cfg.backbone.dtype),
+        )
+    return columns
+
+
+# (column label, sharding, ranks, LoRA r=16 all-linear, rollout engine)
+LAUNCHES = [("ddp x1 hf", "ddp", 1, False, "hf"), ("ddp x1", "ddp", 1, False, "vllm"),
+            ("ddp x4", "ddp", 4, False, "vllm"), ("fsdp2 x2", "fsdp2", 2, False, "vllm"),
+            ("fsdp2 x4", "fsdp2", 4, False, "vllm"), ("fsdp2 x4 hf", "fsdp2", 4, False, "hf"),
+            ("fsdp2 x8", "fsdp2", 8, False, "vllm"), ("LoRA ddp", "ddp", 1, True, "vllm")]
 # the authors' vLLM share of each GPU
 ENGINE_SHARE = 0.4
+# an 80 GB GPU less the CUDA context and allocator reserve
+USABLE = GPU_GIB * 10**9 - 2 * 2**30
