@@ -131,7 +131,8 @@ class TrainingMemory:
 
     def parts(self) -> list[tuple[str, float]]:
         """(name, GiB) of every term."""
-        return [(n.replace("_", " "), getattr(self, n) / GiB) for n in (*self.RESIDENT, *self.TRAINING, *self.ROLLOUT)]
+        names = (*self.RESIDENT, *self.TRAINING, *self.ROLLOUT)
+        return [(n.replace("_", " "), getattr(self, n) / GiB) for n in names]
 
     def table(self) -> list[tuple[str, float]]:
         """Every term, the two phases and the total, in GiB."""
