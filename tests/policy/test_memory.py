@@ -1,7 +1,11 @@
 """The per-rank memory plan (seal.policy.memory), term by term, worked out by hand from the published configs
 (Qwen2.5-3B: hidden 2048, 36 layers, 16 heads / 2 KV heads of 128, MLP 11008, vocabulary 151936, tied head;
 Qwen2.5-7B: hidden 3584, 28 layers, 28 / 4 heads of 128, MLP 18944, vocabulary 152064, untied), and the
-facts of TRL, transformers and torch each term rests on."""
+facts of TRL, transformers and torch each term rests on. tests/policy/test_memory_measured.py measures the
+terms on small models on the CPU."""
+
+import re
+from pathlib import Path
 
 import pytest
 from hydra.utils import instantiate
@@ -10,6 +14,7 @@ from seal.errors import UserError
 from seal.policy.memory import GiB, kv_bytes_per_token, layer_param_count, param_count, training_memory
 from tests.config_values import backbone_cfg
 
+ROOT = Path(__file__).resolve().parents[2]
 CTX = 16384
 # Qwen2.5-3B's decoder layer: q (with bias), k and v (2 KV heads x 128, with biases), o, the MLP's three, two norms
 LAYER_3B = 2048 * 2048 + 2048 + 2 * (2048 * 256 + 256) + 2048 * 2048 + 3 * 2048 * 11008 + 2 * 2048
@@ -45,7 +50,8 @@ def test_the_resident_state_per_sharding():
     assert plan("qwen2.5-3b", reference=False).reference == 0  # beta 0: TRL builds no reference
     fsdp = plan("qwen2.5-7b", sharding="fsdp2", ranks=4)
     # divided over four ranks; the reference sits in host memory (seal.rl.sharding.shard_reference)
-    assert (fsdp.weights, fsdp.optimizer, fsdp.gradients, fsdp.reference) == (N_7B, N_7B // 4 * 8, N_7B // 4 * 4, 0)
+    assert (fsdp.weights, fsdp.optimizer, fsdp.gradients) == (N_7B, N_7B // 4 * 8, N_7B // 4 * 4)
+    assert fsdp.reference == 0
 
 
 def test_ddp_buckets_are_a_second_copy_of_the_gradients_on_more_than_one_rank():
@@ -74,7 +80,8 @@ def test_the_fused_lm_head_holds_tiles_not_the_logits():
     ddp = plan("qwen2.5-3b")
     # the final norm's fp32 input and fp32 normalized output, the scored hidden states saved (fp32 stream),
     # a 4096 x 32768 bf16 tile, a 32768-row slice of the fp32 head cast to bf16, a 4096-token bf16 hidden tile
-    assert ddp.lm_head == CTX * 2048 * (4 + 4) + CTX * 2048 * 4 + 4096 * 32768 * 2 + 32768 * 2048 * 2 + 4096 * 2048 * 2
+    tiles = 4096 * 32768 * 2 + 32768 * 2048 * 2 + 4096 * 2048 * 2
+    assert ddp.lm_head == CTX * 2048 * (4 + 4) + CTX * 2048 * 4 + tiles
     # the backward: the fp32 gradient of the hidden states and of the whole (tied) head, already fp32
     assert ddp.lm_head_grads == CTX * 2048 * 4 + 151936 * 2048 * 4
     fsdp = plan("qwen2.5-7b", sharding="fsdp2", ranks=4)
@@ -137,7 +144,8 @@ def test_qwen25_3b_full_fine_tuning_on_one_80_gb_gpu_by_hand():
     forward = m.activations + 36 * (LAYER_3B - 4096) * 2 + max(m.recomputed_layer, m.lm_head)
     assert m.moments()["forward"] == forward == max(m.moments().values())
     training = 4 * N_3B + forward
-    rollout = (36 * (LAYER_3B - 4096) + 151936 * 2048) * 2 + 256 * 1024 * (6 * 2048 + 3 * 11008) * 2 + 2 * CTX * 36864
+    cached = (36 * (LAYER_3B - 4096) + 151936 * 2048) * 2
+    rollout = cached + 256 * 1024 * (6 * 2048 + 3 * 11008) * 2 + 2 * CTX * 36864
     assert m.total == resident + max(training, rollout)
     assert round(m.total / GiB, 1) == 69.2 and round((resident + training) / GiB, 1) == 64.4
     assert m.total < USABLE
@@ -173,7 +181,8 @@ def test_the_transformers_engine_is_planned_with_one_context_of_kv_cache_and_its
     m = check_training_fits(backbone, prefill_rows=256, available=USABLE, **kwargs)
     # an elastic budget must hold at least one context-long episode: its cache and its batched copy
     assert m.rollout_kv == 2 * CTX * 36864
-    assert check_training_fits(backbone, available=USABLE, rollout_kv_bytes=5 * GiB, **kwargs).rollout_kv == 5 * GiB
+    given = check_training_fits(backbone, available=USABLE, rollout_kv_bytes=5 * GiB, **kwargs)
+    assert given.rollout_kv == 5 * GiB
     # with 66 GiB the rollout phase (256 episodes prefilled at once) is what does not fit
     with pytest.raises(UserError, match=r"needs about 69 GiB .*the rollout phase is the peak.* or lower "
                                         r"budget.batch_size$"):
@@ -181,7 +190,8 @@ def test_the_transformers_engine_is_planned_with_one_context_of_kv_cache_and_its
 
 
 def test_the_facts_the_plan_rests_on(tmp_path):
-    """TRL's head tiles, and what seal's GRPOConfig and accelerate hand the trainer: the plan is wrong if these move."""
+    """TRL's head tiles, and what seal's GRPOConfig and accelerate hand the trainer: the plan is wrong if these
+    move."""
     from accelerate.utils import DistributedDataParallelKwargs
     from trl.kernels.chunked_logprob import TOKEN_CHUNK_SIZE
     from trl.trainer.utils import _CHUNKED_LOGPROB_CHUNK_SIZE
@@ -198,3 +208,22 @@ def test_the_facts_the_plan_rests_on(tmp_path):
     # transformers' Trainer passes DistributedDataParallelKwargs(find_unused_parameters=...) only
     assert DistributedDataParallelKwargs(find_unused_parameters=False).to_kwargs() == {}
     assert DistributedDataParallelKwargs().gradient_as_bucket_view is False
+
+
+def test_the_readme_figures_are_the_plans():
+    from experiments.bench_memory import USABLE as bench_usable
+    from experiments.bench_memory import paper_plans
+
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("- **Memory.**"):text.index("- **Checkpoints.**")]
+    plans = {name: paper_plans(name) for name in ("qwen2.5-3b", "qwen2.5-7b", "llama-3.1-8b")}
+    figures = [float(x) for x in re.findall(r"(\d+\.\d) GiB", section)]
+    expected = [plans["qwen2.5-3b"]["ddp x1 hf"].training + plans["qwen2.5-3b"]["ddp x1 hf"].resident,
+                plans["qwen2.5-3b"]["ddp x1 hf"].total, plans["qwen2.5-3b"]["ddp x1"].total, bench_usable,
+                plans["qwen2.5-7b"]["fsdp2 x4"].total, plans["qwen2.5-7b"]["fsdp2 x4 hf"].total,
+                plans["qwen2.5-7b"]["ddp x4"].total, plans["llama-3.1-8b"]["fsdp2 x4"].total,
+                plans["llama-3.1-8b"]["fsdp2 x2"].total]
+    assert figures == [round(x / GiB, 1) for x in expected]
+    # and what the README says of them
+    assert bench_usable == USABLE and plans["qwen2.5-3b"]["ddp x4"].total > USABLE
+    assert plans["llama-3.1-8b"]["fsdp2 x2"].total > USABLE
