@@ -37,40 +37,212 @@ def _train_prompt_lengths() -> list[int]:
 
 def memory() -> None:
     from seal.policy.generation_hf import PREFILL_CHUNK
-    from seal.policy.memory import GiB, kv_bytes_per_token, lora_param_count, param_count, training_memory
+    from seal.policy.memory import GiB, kv_bytes_per_token, param_count
 
     prompts = sorted(_train_prompt_lengths())
-    usable = GPU_GIB * 10**9 - 2 * GiB  # an 80 GB GPU less the CUDA context and allocator reserve
     print(f"\n## memory: paper budget (32 prompts x 8 rollouts, max new tokens 4096, context 16384), per rank, "
           f"from configs")
     print(f"train prompts (SmolLM2 tokens, a proxy): median {prompts[len(prompts) // 2]}, max {prompts[-1]}")
-    print(f"rollouts with vLLM colocated at {ENGINE_SHARE} of each GPU (the authors'), asleep while the optimizer runs; "
-          f"fits = total under {usable / GiB:.1f} GiB")
+    print(f"rollouts with vLLM colocated at {ENGINE_SHARE} of each GPU (the authors'), asleep while the optimizer "
+          f"runs, or (hf) the transformers engine, prefilling {PREFILL_CHUNK} tokens of a round's episodes at a time, "
+          f"its KV cache at least one context long; fits = total under {USABLE / GiB:.1f} GiB")
     for name in BACKBONES:
         cfg = _compose("budget=paper", f"backbone={name}")
-        arch, budget, ctx = dict(cfg.backbone.arch), cfg.budget, cfg.backbone.context_length
-        kvb = kv_bytes_per_token(arch, cfg.backbone.dtype)
-        episodes = budget.prompts_per_round * budget.rollouts_per_prompt
-        columns = {}
-        for label, sharding, world, lora in LAUNCHES:
-            columns[label] = training_memory(
-                arch, compute_dtype=cfg.backbone.dtype, episode_tokens=ctx, sharding=sharding, shards=world,
-                lora_params=lora_param_count(arch, 16, "all-linear") if lora else 0,
-                rollout_engine_bytes=int(ENGINE_SHARE * GPU_GIB * 10**9),
-                prefill_rows=min(budget.batch_size, episodes // world), prefill_tokens=PREFILL_CHUNK,
-            )
-        print(f"\n### {name}: {param_count(arch) / 1e9:.2f}B parameters, KV cache {kvb / 1024:.0f} KiB per token "
-              f"({cfg.backbone.dtype})")
-        print(f"{'GiB per rank':22}" + "".join(f"{label:>15}" for label in columns))
+        arch = dict(cfg.backbone.arch)
+        columns = paper_plans(name)
+        print(f"\n### {name}: {param_count(arch) / 1e9:.2f}B parameters, KV cache "
+              f"{kv_bytes_per_token(arch, cfg.backbone.dtype) / 1024:.0f} KiB per token ({cfg.backbone.dtype})")
+        print(f"{'GiB per rank':22}" + "".join(f"{label:>13}" for label in columns))
         rows = [part for part, _ in next(iter(columns.values())).table()]
         for i, part in enumerate(rows):
-            print(f"{part:22}" + "".join(f"{m.table()[i][1]:15.1f}" for m in columns.values()))
-        print(f"{'fits 80 GB':22}" + "".join(f"{'yes' if m.total <= usable else 'no':>15}" for m in columns.values()))
+            print(f"{part:22}" + "".join(f"{m.table()[i][1]:13.1f}" for m in columns.values()))
+        fits = "".join(f"{'yes' if m.total <= USABLE else 'no':>13}" for m in columns.values())
+        print(f"{'fits 80 GB':22}" + fits)
+    measured_against_plan()
 
 
-# (column label, sharding, ranks, LoRA r=16 all-linear)
-LAUNCHES = [("ddp x1", "ddp", 1, False), ("ddp x4", "ddp", 4, False), ("fsdp2 x2", "fsdp2", 2, False),
-            ("fsdp2 x4", "fsdp2", 4, False), ("fsdp2 x8", "fsdp2", 8, False), ("LoRA ddp", "ddp", 1, True)]
+def paper_plans(name: str) -> dict:
+    """The plan (seal.policy.memory.TrainingMemory) of backbone `name` at budget=paper for every launch of
+    LAUNCHES, as check_training_fits makes it on an 80 GB GPU."""
+    from seal.policy.generation_hf import PREFILL_CHUNK
+    from seal.policy.memory import kv_bytes_per_token, lora_param_count, training_memory
+
+    cfg = _compose("budget=paper", f"backbone={name}")
+    arch, budget, ctx = dict(cfg.backbone.arch), cfg.budget, cfg.backbone.context_length
+    episodes = budget.prompts_per_round * budget.rollouts_per_prompt
+    columns = {}
+    for label, sharding, world, lora, engine in LAUNCHES:
+        columns[label] = training_memory(
+            arch, compute_dtype=cfg.backbone.dtype, episode_tokens=ctx, sharding=sharding, ranks=world,
+            lora_params=lora_param_count(arch, 16, "all-linear") if lora else 0,
+            gradient_checkpointing=cfg.trainer.gradient_checkpointing, reference=cfg.trainer.beta != 0,
+            rollout_engine_bytes=int(ENGINE_SHARE * GPU_GIB * 10**9) if engine == "vllm" else None,
+            prefill_rows=min(budget.batch_size, episodes // world), prefill_tokens=PREFILL_CHUNK,
+            rollout_kv_bytes=2 * ctx * kv_bytes_per_token(arch, cfg.backbone.dtype),
+        )
+    return columns
+
+
+def measured_against_plan(tokens: int = 2048) -> None:
+    """The plan against a training step measured on the CPU (measure_training_step) for SMALL_QWEN2."""
+    from seal.policy.memory import HEAD_TOKEN_TILE, HEAD_VOCAB_TILE, training_memory
+
+    measured = measure_training_step(SMALL_QWEN2, tokens) | {"ddp buckets": measure_ddp_buckets(SMALL_QWEN2)}
+    plan = training_memory(SMALL_QWEN2, compute_dtype="bfloat16", episode_tokens=tokens)
+    planned = plan.moments() | {k: getattr(plan, k) for k in ("weights", "optimizer", "reference", "gradients")}
+    planned["ddp buckets"] = training_memory(SMALL_QWEN2, compute_dtype="bfloat16", episode_tokens=tokens,
+                                             ranks=2).ddp_buckets
+    shape = ", ".join(f"{k.removesuffix('_size').removeprefix('num_')} {v}" for k, v in SMALL_QWEN2.items()
+                      if isinstance(v, int) and not isinstance(v, bool))
+    print(f"\n### plan against a measured training step: Qwen2 ({shape}), {tokens} tokens, CPU")
+    print("tensors alive counted op by op (a TorchDispatchMode); the three moments of a micro-batch are peaks "
+          "above the weights and gradients (seal.policy.memory.TrainingMemory.moments); DDP's buckets from its "
+          "logging data on one gloo rank")
+    print(f"{'MiB':22}{'plan':>10}{'measured':>10}{'plan/measured':>15}")
+    for name, value in measured.items():
+        print(f"{name:22}{planned[name] / 2**20:10.2f}{value / 2**20:10.2f}{planned[name] / value:15.3f}")
+    print(f"(the LM head's moments: TRL folds the logit tiles with fp32 torch ops on a CPU where CUDA runs a "
+          f"Triton kernel; the vocabulary of {SMALL_QWEN2['vocab_size']} keeps those temporaries small beside the "
+          f"{min(tokens, HEAD_TOKEN_TILE)} x {HEAD_VOCAB_TILE} buffer of one tile)")
+
+
+# (column label, sharding, ranks, LoRA r=16 all-linear, rollout engine)
+LAUNCHES = [("ddp x1 hf", "ddp", 1, False, "hf"), ("ddp x1", "ddp", 1, False, "vllm"),
+            ("ddp x4", "ddp", 4, False, "vllm"), ("fsdp2 x2", "fsdp2", 2, False, "vllm"),
+            ("fsdp2 x4", "fsdp2", 4, False, "vllm"), ("fsdp2 x4 hf", "fsdp2", 4, False, "hf"),
+            ("fsdp2 x8", "fsdp2", 8, False, "vllm"), ("LoRA ddp", "ddp", 1, True, "vllm")]
 # the vLLM share of each GPU the authors ran with (release config: gpu_memory_utilization 0.4; the
-# paper's Table 4 says 0.6): the release's, as the one behind the paper's numbers
+# paper's Table 4 says 0.6): the release's, as the one behind the paper's numbers (conf/launch/paper.yaml)
 ENGINE_SHARE = 0.4
+# an 80 GB GPU less the CUDA context and allocator reserve
+USABLE = GPU_GIB * 10**9 - 2 * 2**30
+
+
+# a Qwen2 decoder small enough for the CPU, with Qwen2.5-3B's proportions (MLP 5.375 x hidden, GQA, tied head)
+SMALL_QWEN2 = dict(model_type="qwen2", hidden_size=256, num_hidden_layers=4, num_attention_heads=4,
+                   num_key_value_heads=2, intermediate_size=1376, vocab_size=64, tie_word_embeddings=True)
+
+
+class LiveTensors:
+    """Bytes of the tensors alive, and the peak of each named phase, counted from what every torch op returns
+    (a TorchDispatchMode) and what is registered before; a storage counts once and until it is freed. The
+    CPU allocator keeps no statistics of its own."""
+
+    def __init__(self) -> None:
+        self.live: dict[int, int] = {}
+        self.now = 0
+        self.peaks: dict[str, int] = {}
+        self.phase = ""
+
+    def register(self, tensor) -> None:
+        import weakref
+
+        if tensor is None:
+            return
+        storage = tensor.untyped_storage()
+        key = storage._cdata
+        if key not in self.live:
+            self.live[key] = storage.nbytes()
+            self.now += storage.nbytes()
+            weakref.finalize(storage, self._freed, key)
+            if self.phase:
+                self.peaks[self.phase] = max(self.peaks.get(self.phase, 0), self.now)
+
+    def _freed(self, key: int) -> None:
+        self.now -= self.live.pop(key, 0)
+
+    def mode(self):
+        import torch
+        from torch.utils._python_dispatch import TorchDispatchMode
+        from torch.utils._pytree import tree_map_only
+
+        tracker = self
+
+        class Mode(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                out = func(*args, **(kwargs or {}))
+                tree_map_only(torch.Tensor, tracker.register, out)
+                return out
+
+        return Mode()
+
+
+def _small_model(arch: dict, dtype):
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.for_model(**arch, attn_implementation="sdpa")
+    torch.manual_seed(0)
+    return AutoModelForCausalLM.from_config(config, dtype=dtype)
+
+
+def measure_training_step(arch: dict, tokens: int) -> dict[str, int]:
+    """Bytes held by a training step of `arch` on the CPU as TRL 1.16 runs one under ddp on one process: fp32
+    masters, bf16 autocast, gradient checkpointing (non-reentrant), TRL's fused LM head (add_fused_lm_head,
+    `model(..., labels=..., fused_lm_head=True)` as _get_per_token_logps_and_entropies calls it), a bf16
+    reference, transformers' default fused AdamW. The resident terms are the sizes of the tensors; the three
+    moments of a micro-batch (seal.policy.memory.TrainingMemory.moments) are the peaks of the tensors alive
+    above the weights and gradients while the second micro-batch of an accumulation runs."""
+    import torch
+    from trl.trainer.utils import add_fused_lm_head
+
+    model = _small_model(arch, torch.float32)
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model.config.use_cache = False
+    model.train()
+    add_fused_lm_head(model, temperature=1.0, outputs=("log_probs", "entropy"))
+    reference = _small_model(arch, torch.bfloat16)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-6, fused=True)
+    ids = torch.randint(0, arch["vocab_size"], (1, tokens), generator=torch.Generator().manual_seed(0))
+
+    def micro_batch(tracker: LiveTensors | None = None) -> None:
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            out = model(input_ids=ids, attention_mask=torch.ones_like(ids), labels=ids, fused_lm_head=True)
+        if tracker is not None:
+            tracker.phase = "head backward"
+        (out.log_probs.sum() + out.entropy.sum() * 0).backward()
+
+    micro_batch()
+    optimizer.step()  # AdamW's state exists from the first step on
+    micro_batch()  # the gradients of an accumulation exist from its second micro-batch on
+    sizes = {
+        "weights": sum(p.nbytes for p in model.parameters()),
+        "optimizer": sum(t.nbytes for s in optimizer.state.values() for t in s.values() if t.dim()),
+        "reference": sum(p.nbytes for p in reference.parameters()),
+        "gradients": sum(p.grad.nbytes for p in model.parameters()),
+    }
+    tracker = LiveTensors()
+    for p in model.parameters():
+        tracker.register(p)
+        tracker.register(p.grad)
+    base = tracker.now
+    # the final norm's backward starts once the head's has ended
+    hook = model.model.norm.register_full_backward_pre_hook(lambda *_: setattr(tracker, "phase", "layer backward"))
+    tracker.phase = "forward"
+    with tracker.mode():
+        micro_batch(tracker)
+    hook.remove()
+    return sizes | {phase: peak - base for phase, peak in tracker.peaks.items()}
+
+
+def measure_ddp_buckets(arch: dict) -> int:
+    """Bytes of the gradient buckets torch's DDP allocates for `arch` with accelerate's arguments (transformers'
+    Trainer passes find_unused_parameters only; bucket_cap_mb and gradient_as_bucket_view keep torch's
+    defaults), on a one-rank gloo group: the sizes its logging data reports."""
+    import os
+    import tempfile
+
+    import torch
+    import torch.distributed as dist
+    from accelerate.utils import DistributedDataParallelKwargs
+
+    model = _small_model(arch, torch.float32)
+    kwargs = DistributedDataParallelKwargs(find_unused_parameters=False).to_kwargs()
+    with tempfile.TemporaryDirectory() as tmp:
+        dist.init_process_group("gloo", init_method=f"file://{os.path.join(tmp, 'store')}", rank=0, world_size=1)
+        try:
+            ddp = torch.nn.parallel.DistributedDataParallel(model, **kwargs)
+            sizes = str(ddp._get_ddp_logging_data()["bucket_sizes"])
+        finally:
+            dist.destroy_process_group()
+    return sum(int(size) for size in sizes.split(","))

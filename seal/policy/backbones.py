@@ -168,14 +168,18 @@ def adapter_params(backbone: Any, config: Any) -> int:
 def check_training_fits(backbone: Any, *, episode_tokens: int, micro_batch: int, reference: bool,
                         gradient_checkpointing: bool, sharding: str = "ddp", world: int = 1,
                         rollout_engine_fraction: float | None = None, prefill_rows: int = 1,
-                        available: int | None = None, where: str = "host") -> Any:
+                        rollout_kv_bytes: int | None = None, available: int | None = None,
+                        where: str = "host") -> Any:
     """Refuse, in one sentence and before loading, a training run whose per-rank memory (seal.policy.memory:
-    weights, optimizer state, reference, and the larger of the training and the rollout parts) cannot
-    fit one device under the launch's sharding over `world` ranks. A vLLM engine colocated on a GPU takes
-    `rollout_engine_fraction` of the device. The refusal names a launch that would fit when there is one.
+    the resident state, and the larger of the training and the rollout phases) cannot fit one device under
+    the launch's sharding over `world` ranks. A vLLM engine colocated on a GPU takes
+    `rollout_engine_fraction` of the device; the transformers engine's KV cache takes `rollout_kv_bytes`
+    (budget.rollout_memory_gb), or when that is elastic (None: a fraction of what is free at each play) at
+    least what one episode of `episode_tokens` needs (seal.policy.generation_hf: its cache kept and its
+    batched copy). The refusal names a launch that would fit when there is one.
     Returns the estimate (seal.policy.memory.TrainingMemory), or None when the architecture is unknown."""
     from seal.policy.generation_hf import PREFILL_CHUNK
-    from seal.policy.memory import GiB, training_memory
+    from seal.policy.memory import GiB, kv_bytes_per_token, training_memory
 
     config = backbone.model_config()
     if not config:
@@ -188,29 +192,36 @@ def check_training_fits(backbone: Any, *, episode_tokens: int, micro_batch: int,
     else:
         total = available
     engine = int(rollout_engine_fraction * total) if rollout_engine_fraction is not None else None
+    if rollout_kv_bytes is None:
+        rollout_kv_bytes = 2 * episode_tokens * kv_bytes_per_token(config, backbone.dtype)
 
-    def plan(sharding: str, shards: int):
+    def plan(sharding: str, ranks: int):
         return training_memory(
             config, compute_dtype=backbone.dtype, reference=reference, episode_tokens=episode_tokens,
             micro_batch=micro_batch, gradient_checkpointing=gradient_checkpointing, lora_params=lora_params,
-            sharding=sharding, shards=shards, rollout_engine_bytes=engine, prefill_rows=prefill_rows,
-            prefill_tokens=PREFILL_CHUNK,
+            sharding=sharding, ranks=ranks, rollout_engine_bytes=engine, prefill_rows=prefill_rows,
+            prefill_tokens=PREFILL_CHUNK, rollout_kv_bytes=rollout_kv_bytes,
         )
 
     need = plan(sharding, world)
     if need.total > available:
-        parts = ", ".join(f"{name} {gib:.0f}" for name, gib in need.table()[:-1] if gib >= 0.5)
+        parts = ", ".join(f"{name} {gib:.0f}" for name, gib in need.parts() if gib >= 0.5)
         launch = f"{world} rank(s) with {sharding}"
+        phase = "rollout" if need.rollout > need.training else "training"
+        # the rollout phase's prefill grows with the episodes generated together, the training phase with the
+        # micro-batch
+        smaller = ("budget.batch_size" if phase == "rollout" and engine is None else "budget.micro_batch_size")
         if lora:
-            fixes = "lower budget.micro_batch_size, or use a larger device"
+            fixes = f"lower {smaller}, or use a larger device"
         else:
             fits = [k for k in (2, 4, 8) if plan("fsdp2", k).total <= available]
             fixes = (f"shard it over {fits[0]} GPUs (`accelerate launch --config_file experiments/cluster/accelerate/"
                      f"fsdp2.yaml --num_processes {fits[0]} run.py ...`), " if fits and (sharding, world) != ("fsdp2", fits[0])
-                     else "") + "train LoRA adapters (backbone.lora='{r: 16, alpha: 32}'), or lower budget.micro_batch_size"
+                     else "") + f"train LoRA adapters (backbone.lora='{{r: 16, alpha: 32}}'), or lower {smaller}"
         raise UserError(
             f"training backbone {backbone.name} on {launch} needs about {need.total / GiB:.0f} GiB per device "
-            f"({parts} GiB) but only {available / GiB:.0f} GiB of {where} memory is free: {fixes}"
+            f"({parts} GiB; the {phase} phase is the peak) but only {available / GiB:.0f} GiB of {where} memory "
+            f"is free: {fixes}"
         )
     return need
 

@@ -2,9 +2,11 @@
 
 Used to refuse, before anything is loaded, a model that cannot fit, and by `make bench` to print the
 plan for the paper's backbones at the paper budget (their architectures are in conf/backbone/*.yaml,
-so no weights are needed), per rank under the launch's sharding (seal.rl.sharding). The figures are
-estimates of the large tensors only (weights, gradients, optimizer state, reference model, weight copies,
-activations, logits, the rollouts' weights, prefill and KV cache); allocator slack comes on top.
+so no weights are needed), per rank under the launch's sharding (seal.rl.sharding). Each term is the
+size of the tensors that the code which trains (TRL 1.16's GRPOTrainer, transformers 5.17's decoder
+layers, accelerate 1.15, torch's DDP and FSDP2) allocates, worked out from the model's config; vectors of
+one number per token and allocator slack come on top. `make bench` also measures a small model's
+training step on the CPU against the plan (experiments/bench_memory.py).
 """
 
 from __future__ import annotations
@@ -52,16 +54,29 @@ def param_count(config: Any) -> int:
 # on every rank; fsdp2 divides weights, gradients and optimizer state over the ranks
 SHARDINGS = ("ddp", "fsdp2")
 
+# TRL 1.16's fused LM head (trl/trainer/utils.py add_fused_lm_head, trl/kernels/chunked_logprob.py
+# ChunkedLogProbFunction) projects the hidden states through the head in tiles of this many tokens
+# (TOKEN_CHUNK_SIZE) by this many vocabulary rows (_CHUNKED_LOGPROB_CHUNK_SIZE); the full logits are never held
+HEAD_TOKEN_TILE = 4096
+HEAD_VOCAB_TILE = 32768
+
 
 @dataclass
 class TrainingMemory:
     """Bytes per device for one rank, in three groups.
 
-    resident (held for the whole run): weights, optimizer state, the reference model;
-    training (only while the optimizer steps run): gradients, weight copies in the compute dtype
-        (autocast's cache of every weight, or FSDP2's gathered layers), activations, logits;
-    rollout (only while episodes are played): the generation weights (an unsharded copy when the trained
-        model is sharded, or the vLLM engine's share of the GPU), the prefill's activations, the KV cache.
+    resident (held for the whole run): the weights, the optimizer state, the reference model, DDP's
+        gradient buckets (more than one rank: a second copy of the gradients, torch's default
+        gradient_as_bucket_view=False), and under fsdp2 the transformers engine's unsharded copy of the
+        policy (seal.rl.sharding.RolloutCopy, built at the first play and kept);
+    training (while the optimizer steps run): the gradients (all of them from the second micro-batch of an
+        accumulation on) and the checkpointed activations, plus the largest of three moments of a micro-batch:
+        the forward (autocast's cache of every weight or FSDP2's gathered units, with a layer's forward or
+        the final norm and LM head's working set), the LM head's backward (its working set and its fp32
+        gradients) and a recomputed layer's backward;
+    rollout (while episodes are played): the generation weights (autocast's cache when the transformers
+        engine generates with fp32 masters, or the vLLM engine's share of the GPU), the prefill's
+        activations, the KV cache.
     The peak is the resident part plus the larger of the other two: the rollout KV cache is freed (the
     vLLM engine sleeps) while the optimizer runs, and gradients and activations are freed before a play."""
 
@@ -69,15 +84,21 @@ class TrainingMemory:
     optimizer: int
     reference: int
     gradients: int
-    weight_copies: int
     activations: int
-    logits: int
+    recomputed_layer: int
+    forward_copies: int
+    backward_copies: int
+    lm_head: int
+    lm_head_grads: int
+    ddp_buckets: int = 0
+    rollout_copy: int = 0
     rollout_weights: int = 0
     rollout_prefill: int = 0
     rollout_kv: int = 0
 
-    RESIDENT = ("weights", "optimizer", "reference")
-    TRAINING = ("gradients", "weight_copies", "activations", "logits")
+    RESIDENT = ("weights", "optimizer", "reference", "ddp_buckets", "rollout_copy")
+    TRAINING = ("gradients", "activations", "recomputed_layer", "forward_copies", "backward_copies", "lm_head",
+                "lm_head_grads")
     ROLLOUT = ("rollout_weights", "rollout_prefill", "rollout_kv")
 
     def _sum(self, names: tuple[str, ...]) -> int:
@@ -87,9 +108,18 @@ class TrainingMemory:
     def resident(self) -> int:
         return self._sum(self.RESIDENT)
 
+    def moments(self) -> dict[str, int]:
+        """A micro-batch's three peaks above the gradients: its forward (a layer's forward is bounded by what
+        its recompute holds), the LM head's backward, a recomputed layer's backward."""
+        return {
+            "forward": self.activations + self.forward_copies + max(self.recomputed_layer, self.lm_head),
+            "head backward": self.activations + self.backward_copies + self.lm_head + self.lm_head_grads,
+            "layer backward": self.activations + self.backward_copies + self.recomputed_layer,
+        }
+
     @property
     def training(self) -> int:
-        return self._sum(self.TRAINING)
+        return self.gradients + max(self.moments().values())
 
     @property
     def rollout(self) -> int:
@@ -99,9 +129,15 @@ class TrainingMemory:
     def total(self) -> int:
         return self.resident + max(self.training, self.rollout)
 
+    def parts(self) -> list[tuple[str, float]]:
+        """(name, GiB) of every term."""
+        names = (*self.RESIDENT, *self.TRAINING, *self.ROLLOUT)
+        return [(n.replace("_", " "), getattr(self, n) / GiB) for n in names]
+
     def table(self) -> list[tuple[str, float]]:
-        parts = [(n.replace("_", " "), getattr(self, n) / GiB) for n in (*self.RESIDENT, *self.TRAINING, *self.ROLLOUT)]
-        return parts + [("total", self.total / GiB)]
+        """Every term, the two phases and the total, in GiB."""
+        return self.parts() + [("training phase", self.training / GiB), ("rollout phase", self.rollout / GiB),
+                               ("total", self.total / GiB)]
 
 
 def layer_param_count(config: Any) -> int:
@@ -109,6 +145,91 @@ def layer_param_count(config: Any) -> int:
     h, layers, vocab = _get(config, "hidden_size"), _get(config, "num_hidden_layers"), _get(config, "vocab_size")
     head = 0 if _get(config, "tie_word_embeddings", False) else vocab * h
     return (param_count(config) - vocab * h - head - h) // layers
+
+
+def projection_param_count(config: Any) -> int:
+    """Parameters of one decoder layer's projections (weights and biases; its two norms left out): what autocast
+    casts, since F.linear is on its list and the norms' multiplications and the embedding lookup are not."""
+    return layer_param_count(config) - 2 * _get(config, "hidden_size")
+
+
+def layer_saved_bytes_per_token(config: Any, stream: int, compute: int) -> int:
+    """What one decoder layer (transformers' Qwen2/Llama) saves for its backward per token, beyond its input,
+    when the residual stream is `stream` bytes per value and the matmuls run in `compute` bytes.
+
+    Each RMSNorm upcasts its input to fp32 and saves it (the stream tensor itself when it is fp32: the
+    layer's input, already held, and the attention's residual sum) and saves its normalized output in the
+    stream dtype; every projection saves its input in the compute dtype (with an fp32 stream under autocast,
+    q/k/v and gate/up each cast the norm's output again: five copies; otherwise the two norm outputs are
+    shared); SDPA saves q, k, v, its output (also o_proj's input) and one fp32 log-sum-exp per head; the MLP
+    saves gate, up, silu(gate) and their product. Rotary cos/sin are shared by every layer."""
+    h, inter = _get(config, "hidden_size"), _get(config, "intermediate_size")
+    heads = _get(config, "num_attention_heads")
+    kv_heads = _get(config, "num_key_value_heads") or heads
+    d = head_dim(config)
+    norm_inputs = (0 if stream == 4 else 4 * h) + 4 * h
+    normalized = 2 * stream * h
+    projection_inputs = (5 if stream > compute else 2) * compute * h
+    attention = 2 * heads * d * compute + 2 * kv_heads * d * compute + 4 * heads
+    mlp = 4 * inter * compute
+    return norm_inputs + normalized + projection_inputs + attention + mlp
+
+
+def activation_bytes(config: Any, tokens: int, stream: int, compute: int, checkpointing: bool) -> tuple[int, int]:
+    """(what a micro-batch of `tokens` keeps from its forward to its backward, what a recomputed layer's
+    backward adds). With gradient checkpointing (transformers' non-reentrant torch.utils.checkpoint around
+    every decoder layer) each layer keeps only its input (the last layer's output is the final norm's, see
+    lm_head_bytes); the backward
+    recomputes one layer at a time (layer_saved_bytes_per_token) and holds two MLP-sized gradients and the
+    stream's gradient while it runs. Without it every layer keeps its saved set (and its fp32 input, which
+    its first norm saves). The rotary cos/sin (in the stream dtype) are shared by every layer."""
+    h, layers = _get(config, "hidden_size"), _get(config, "num_hidden_layers")
+    inter = _get(config, "intermediate_size")
+    layer = layer_saved_bytes_per_token(config, stream, compute)
+    rotary = 2 * head_dim(config) * stream
+    backward = 2 * inter * compute + stream * h
+    if checkpointing:
+        return tokens * (layers * stream * h + rotary), tokens * (layer + backward)
+    kept = layers * (layer + (stream * h if stream == 4 else 0))
+    return tokens * (kept + rotary), tokens * backward
+
+
+def lm_head_bytes(config: Any, tokens: int, *, stream: int, compute: int, head_bytes: int,
+                  trainable: bool) -> tuple[int, int]:
+    """The final norm and TRL's fused LM head (HEAD_TOKEN_TILE, HEAD_VOCAB_TILE) over `tokens` scored positions:
+    (what the head's forward and backward both hold, what its backward adds). Both hold what the final norm
+    saves (its fp32 input and its normalized output), the scored hidden states the head saves (a copy in
+    the stream dtype), one tile of logits in the compute dtype (a buffer HEAD_VOCAB_TILE wide whatever the
+    vocabulary), one vocabulary slice of the head cast to the compute dtype (when the head is stored in
+    another: fp32 masters) and one tile of hidden states cast to it (when the stream is another dtype). The
+    backward adds the fp32 gradient of the hidden states and, when the head trains, the fp32 gradient of
+    the whole head, each also cast back to its tensor's dtype when that differs."""
+    h, vocab = _get(config, "hidden_size"), _get(config, "vocab_size")
+    rows = min(tokens, HEAD_TOKEN_TILE)
+    # the final norm's fp32 input (the last layer's output itself when the stream is fp32) and normalized output
+    final_norm = tokens * h * (4 + stream)
+    tile = rows * HEAD_VOCAB_TILE * compute
+    head_slice = min(vocab, HEAD_VOCAB_TILE) * h * compute if head_bytes != compute else 0
+    hidden_tile = rows * h * compute if stream != compute else 0
+    both = final_norm + tokens * h * stream + tile + head_slice + hidden_tile
+    grads = tokens * h * (4 + (stream if stream != 4 else 0))
+    if trainable:
+        grads += vocab * h * (4 + (head_bytes if head_bytes != 4 else 0))
+    return both, grads
+
+
+def _rollout(n: int, c: int, *, sharded: bool, cached: int, engine_bytes: int | None, prefill: int,
+             kv: int) -> dict[str, int]:
+    """The rollout terms and the resident rollout copy (see TrainingMemory)."""
+    if engine_bytes is not None:
+        # a vLLM engine's share holds its weights, its prefill and its KV cache; it sleeps while training
+        return {"rollout_weights": engine_bytes, "rollout_prefill": 0, "rollout_kv": 0}
+    if sharded:
+        # seal.rl.sharding.RolloutCopy: an unsharded compute-dtype copy, kept between plays
+        return {"rollout_copy": n * c, "rollout_prefill": prefill, "rollout_kv": kv}
+    # the trained model generates under autocast (seal.policy.generation_hf), which caches a compute-dtype copy
+    # of the fp32 weights it casts for the whole generate call (`cached`: with masters; the adapters with LoRA)
+    return {"rollout_weights": cached, "rollout_prefill": prefill, "rollout_kv": kv}
 
 
 def training_memory(
@@ -121,74 +242,70 @@ def training_memory(
     micro_batch: int = 1,
     gradient_checkpointing: bool = True,
     sharding: str = "ddp",
-    shards: int = 1,
+    ranks: int = 1,
     rollout_engine_bytes: int | None = None,
     prefill_rows: int = 1,
     prefill_tokens: int = 1024,
     rollout_kv_bytes: int = 0,
 ) -> TrainingMemory:
-    """What GRPO training of this model needs per device (see TrainingMemory for the three groups).
+    """What GRPO training of this model needs per device, on one of `ranks` ranks (see TrainingMemory).
 
-    Full fine-tuning keeps fp32 master weights (4 B), fp32 gradients (4 B) and AdamW's two moments
-    (8 B) per parameter. Under data parallelism (`ddp`) every rank holds all of it; forward passes run
-    under autocast, which caches a compute-dtype copy of every weight while a pass is alive, and the
-    reference model (KL term) is a compute-dtype copy. Under `fsdp2` over `shards` ranks the masters,
-    gradients and optimizer state are divided over the ranks, FSDP2 gathers two layers at a time in the
-    compute dtype (one computing, one prefetched) plus the embedding and the head, and the reference is
-    sharded per layer with its parameters offloaded to host memory, as the authors ran it. With LoRA the
-    frozen base stays in the compute dtype, the adapters train in fp32, and the reference is the base
-    with adapters disabled (no copy).
-
-    Activations: with checkpointing, each layer's input for every token of a micro-batch plus one layer
-    recomputed in full (attention projections and the MLP's three intermediate tensors); without it,
-    every layer's. Under autocast with fp32 masters the residual stream stays fp32 (the embedding
-    lookup is not autocast), so the saved layer inputs are 4 bytes each; under FSDP2 the gathered
-    weights are already in the compute dtype. Logits: every token of a micro-batch over the vocabulary,
-    in the compute dtype, divided by the temperature (a second tensor), and one fp32 copy while the
-    log-softmax is taken.
+    Full fine-tuning keeps fp32 master weights (4 B), fp32 gradients (4 B) and AdamW's two fp32 moments
+    (8 B; transformers' default adamw_torch_fused keeps no other full-size buffer) per parameter. Under
+    `ddp` every rank holds all of it; forward passes run under autocast, whose cache holds a compute-dtype
+    copy of every projection until the forward's autocast context exits (the backward recomputes one layer
+    at a time and re-casts only its projections), and the residual stream stays fp32 (the embedding lookup
+    is not autocast); the reference model (TRL builds it with model_init_kwargs' dtype) is a compute-dtype copy.
+    Under `fsdp2` the masters, gradients and optimizer state are divided over the ranks and accelerate
+    gathers units in the compute dtype: two decoder layers (one computing, one prefetched) and the unit
+    holding the LM head (with the tied embedding), kept through the head's backward; the reference is
+    sharded per layer with its parameters in host memory (seal.rl.sharding.shard_reference), so it holds no
+    GPU memory outside its scoring pass. With LoRA the frozen base stays in the compute dtype, the adapters
+    train in fp32, and the reference is the base with adapters disabled (no copy).
 
     Rollouts: the transformers engine generates with the trained model itself, except under fsdp2, where
-    it uses an unsharded compute-dtype copy refreshed from the shards at every play; a vLLM engine
-    (`rollout_engine_bytes`: its share of the GPU, its own prefill included) replaces that copy. Prefill: `prefill_rows` episodes
-    forward `prefill_tokens` new tokens at a time (seal.policy.generation_hf.PREFILL_CHUNK) with their
-    projections and MLP intermediates alive (attention scores are not materialised by CUDA's SDPA kernels)."""
+    it uses the resident unsharded copy; a vLLM engine (`rollout_engine_bytes`: its share of the GPU, its
+    own prefill and KV cache included) replaces both. Prefill: `prefill_rows` episodes forward
+    `prefill_tokens` new tokens at a time (seal.policy.generation_hf.PREFILL_CHUNK) with their projections and
+    MLP intermediates alive. `rollout_kv_bytes`: the transformers engine's KV-cache budget."""
     if sharding not in SHARDINGS:
         raise ValueError(f"sharding {sharding!r}: choose one of {', '.join(SHARDINGS)}")
     if sharding == "fsdp2" and lora_params:
         raise ValueError("LoRA adapters are trained with ddp only")
-    shards = shards if sharding == "fsdp2" else 1
-    n = param_count(config)
-    c = _BYTES[compute_dtype]
-    h, layers = _get(config, "hidden_size"), _get(config, "num_hidden_layers")
-    inter, vocab = _get(config, "intermediate_size"), _get(config, "vocab_size")
-    tokens = episode_tokens * micro_batch
-    one_layer = tokens * (6 * h + 3 * inter) * c
+    sharded = sharding == "fsdp2"
+    shards = ranks if sharded else 1
+    n, c = param_count(config), _BYTES[compute_dtype]
+    h, vocab, layers = _get(config, "hidden_size"), _get(config, "vocab_size"), _get(config, "num_hidden_layers")
     masters = not lora_params and c < 4
+    trainable = lora_params or n // shards
     if lora_params:
-        weights, trainable, ref, copies = n * c + 4 * lora_params, lora_params, 0, 0
-    elif sharding == "fsdp2":
-        weights, trainable = n * 4 // shards, n // shards
-        ref = 0
-        embeddings = vocab * h * (1 if _get(config, "tie_word_embeddings", False) else 2)
-        copies = (2 * layer_param_count(config) + embeddings) * c
+        weights, ref, forward, backward, head = n * c + 4 * lora_params, 0, lora_params * c, 0, c
+    elif sharded:
+        weights, ref, head = n * 4 // shards, 0, c
+        forward = backward = (2 * layer_param_count(config) + vocab * h) * c
     else:
-        weights, trainable = n * 4, n
-        ref = n * c if reference else 0
-        copies = n * c if masters else 0
+        weights, ref, head = n * 4, n * c if reference else 0, 4
+        # autocast's cache: every layer's projections in the forward, one recomputed layer's in the backward
+        # (the fused head casts its own slices, see lm_head_bytes)
+        projections = projection_param_count(config)
+        forward, backward = (layers * projections * c, projections * c) if masters else (0, 0)
     # the residual stream is fp32 under autocast over fp32 masters (ddp); in the compute dtype otherwise
-    stream = 4 if masters and sharding == "ddp" else c
-    saved = tokens * h * layers * stream + one_layer if gradient_checkpointing else layers * one_layer
-    logits = tokens * vocab * (2 * c + 4)
+    stream = 4 if masters and not sharded else c
+    tokens = episode_tokens * micro_batch
+    both, grads = lm_head_bytes(config, tokens, stream=stream, compute=c, head_bytes=head,
+                                trainable=not lora_params)
+    kept, recomputed = activation_bytes(config, tokens, stream, c, gradient_checkpointing)
+    inter = _get(config, "intermediate_size")
     prefill = prefill_rows * prefill_tokens * (6 * h + 3 * inter) * c
-    if rollout_engine_bytes is not None:
-        # a vLLM engine's share holds its weights, its prefill and its KV cache
-        generation, prefill = rollout_engine_bytes, 0
-    else:
-        generation = n * c if sharding == "fsdp2" else 0
+    # generating under autocast caches the layers' projections and the head (the embedding lookup is not cast)
+    cached = (layers * projection_param_count(config) + vocab * h) * c if masters else lora_params * c
+    rollout = _rollout(n, c, sharded=sharded, cached=cached, engine_bytes=rollout_engine_bytes, prefill=prefill,
+                       kv=rollout_kv_bytes)
     return TrainingMemory(
-        weights=weights, optimizer=trainable * 8, reference=ref, gradients=trainable * 4, weight_copies=copies,
-        activations=saved, logits=logits, rollout_weights=generation, rollout_prefill=prefill,
-        rollout_kv=rollout_kv_bytes,
+        weights=weights, optimizer=trainable * 8, reference=ref, gradients=trainable * 4,
+        activations=kept, recomputed_layer=recomputed, forward_copies=forward, backward_copies=backward,
+        lm_head=both, lm_head_grads=grads,
+        ddp_buckets=trainable * 4 if sharding == "ddp" and ranks > 1 else 0, **rollout,
     )
 
 

@@ -1,0 +1,229 @@
+"""The per-rank memory plan (seal.policy.memory), term by term, worked out by hand from the published configs
+(Qwen2.5-3B: hidden 2048, 36 layers, 16 heads / 2 KV heads of 128, MLP 11008, vocabulary 151936, tied head;
+Qwen2.5-7B: hidden 3584, 28 layers, 28 / 4 heads of 128, MLP 18944, vocabulary 152064, untied), and the
+facts of TRL, transformers and torch each term rests on. tests/policy/test_memory_measured.py measures the
+terms on small models on the CPU."""
+
+import re
+from pathlib import Path
+
+import pytest
+from hydra.utils import instantiate
+
+from seal.errors import UserError
+from seal.policy.memory import GiB, kv_bytes_per_token, layer_param_count, param_count, training_memory
+from tests.config_values import backbone_cfg
+
+ROOT = Path(__file__).resolve().parents[2]
+CTX = 16384
+# Qwen2.5-3B's decoder layer: q (with bias), k and v (2 KV heads x 128, with biases), o, the MLP's three, two norms
+LAYER_3B = 2048 * 2048 + 2048 + 2 * (2048 * 256 + 256) + 2048 * 2048 + 3 * 2048 * 11008 + 2 * 2048
+N_3B = 36 * LAYER_3B + 151936 * 2048 + 2048  # tied embedding, final norm
+LAYER_7B = 3584 * 3584 + 3584 + 2 * (3584 * 512 + 512) + 3584 * 3584 + 3 * 3584 * 18944 + 2 * 3584
+N_7B = 28 * LAYER_7B + 2 * 152064 * 3584 + 3584  # untied head
+# an 80 GB GPU less the CUDA context and the allocator's reserve (experiments/bench_memory.py)
+USABLE = 80 * 10**9 - 2 * GiB
+
+
+def arch(name):
+    return backbone_cfg(name).arch
+
+
+def plan(name, **kwargs):
+    return training_memory(arch(name), compute_dtype="bfloat16", episode_tokens=CTX, **kwargs)
+
+
+def test_the_parameter_counts_by_hand():
+    assert param_count(arch("qwen2.5-3b")) == N_3B == 3_085_938_688
+    assert layer_param_count(arch("qwen2.5-3b")) == LAYER_3B
+    assert param_count(arch("qwen2.5-7b")) == N_7B and layer_param_count(arch("qwen2.5-7b")) == LAYER_7B
+    # 36 layers x 2 KV heads x 128 dims x (k, v) x 2 bytes
+    assert kv_bytes_per_token(arch("qwen2.5-3b"), "bfloat16") == 36864
+
+
+def test_the_resident_state_per_sharding():
+    ddp = plan("qwen2.5-3b")
+    # fp32 masters, two fp32 AdamW moments, fp32 gradients, a bf16 reference
+    assert (ddp.weights, ddp.optimizer, ddp.gradients, ddp.reference) == (4 * N_3B, 8 * N_3B, 4 * N_3B, 2 * N_3B)
+    # the measured 35 GB checkpoints hold the masters and AdamW: 12 bytes per parameter
+    assert 34 < (ddp.weights + ddp.optimizer) / GiB < 35
+    assert plan("qwen2.5-3b", reference=False).reference == 0  # beta 0: TRL builds no reference
+    fsdp = plan("qwen2.5-7b", sharding="fsdp2", ranks=4)
+    # divided over four ranks; the reference sits in host memory (seal.rl.sharding.shard_reference)
+    assert (fsdp.weights, fsdp.optimizer, fsdp.gradients) == (N_7B, N_7B // 4 * 8, N_7B // 4 * 4)
+    assert fsdp.reference == 0
+
+
+def test_ddp_buckets_are_a_second_copy_of_the_gradients_on_more_than_one_rank():
+    # torch's DDP: buckets as large as the gradients, kept all run; gradient_as_bucket_view=False (accelerate's
+    # and torch's default) keeps param.grad apart from them
+    assert plan("qwen2.5-3b", ranks=4).ddp_buckets == 4 * N_3B
+    assert plan("qwen2.5-3b", ranks=4).resident == (4 + 8 + 2 + 4) * N_3B
+    # one process is not wrapped in DDP; FSDP2 reduce-scatters without buckets
+    assert plan("qwen2.5-3b").ddp_buckets == 0 and plan("qwen2.5-3b", sharding="fsdp2", ranks=4).ddp_buckets == 0
+    # LoRA: only the fp32 adapters have gradients
+    assert plan("qwen2.5-3b", ranks=2, lora_params=1000).ddp_buckets == 4 * 1000
+
+
+def test_fsdp2_with_the_transformers_engine_keeps_its_rollout_copy_all_run():
+    hf = plan("qwen2.5-7b", sharding="fsdp2", ranks=4)
+    # seal.rl.sharding.RolloutCopy: an unsharded bf16 copy built at the first play and kept
+    assert hf.rollout_copy == 2 * N_7B and hf.rollout_weights == 0
+    assert hf.resident == N_7B + N_7B // 4 * 8 + 2 * N_7B
+    assert hf.total == hf.resident + max(hf.training, hf.rollout)
+    # with vLLM the engine holds the weights, the copy is never built
+    vllm = plan("qwen2.5-7b", sharding="fsdp2", ranks=4, rollout_engine_bytes=10 * GiB)
+    assert vllm.rollout_copy == 0 and vllm.rollout_weights == 10 * GiB
+
+
+def test_the_fused_lm_head_holds_tiles_not_the_logits():
+    ddp = plan("qwen2.5-3b")
+    # the final norm's fp32 input and fp32 normalized output, the scored hidden states saved (fp32 stream),
+    # a 4096 x 32768 bf16 tile, a 32768-row slice of the fp32 head cast to bf16, a 4096-token bf16 hidden tile
+    tiles = 4096 * 32768 * 2 + 32768 * 2048 * 2 + 4096 * 2048 * 2
+    assert ddp.lm_head == CTX * 2048 * (4 + 4) + CTX * 2048 * 4 + tiles
+    # the backward: the fp32 gradient of the hidden states and of the whole (tied) head, already fp32
+    assert ddp.lm_head_grads == CTX * 2048 * 4 + 151936 * 2048 * 4
+    fsdp = plan("qwen2.5-7b", sharding="fsdp2", ranks=4)
+    # bf16 stream and gathered bf16 head: no casts on the way in; both gradients cast back to bf16
+    assert fsdp.lm_head == CTX * 3584 * (4 + 2) + CTX * 3584 * 2 + 4096 * 32768 * 2
+    assert fsdp.lm_head_grads == CTX * 3584 * (4 + 2) + 152064 * 3584 * (4 + 2)
+    # LoRA: the head is frozen, only the hidden states' gradient
+    assert plan("qwen2.5-3b", lora_params=1000).lm_head_grads == CTX * 2048 * (4 + 2)
+
+
+def test_checkpointed_activations_and_the_recomputed_layer_by_hand():
+    ddp = plan("qwen2.5-3b")
+    # every layer's fp32 input, the rotary cos/sin (128 each, fp32)
+    assert ddp.activations == CTX * (36 * 2048 * 4 + 2 * 128 * 4)
+    # one layer recomputed under autocast over an fp32 stream: the second norm's fp32 input (the residual sum),
+    # both norms' fp32 normalized outputs, five bf16 casts (q, k, v, gate, up inputs), SDPA's q and output
+    # (16 heads x 128), k and v (2 x 128) in bf16 and a fp32 log-sum-exp per head, the MLP's four 11008-wide
+    # bf16 tensors; then its backward's two MLP-wide bf16 gradients and the fp32 gradient of the stream
+    saved = 4 * 2048 + 2 * 4 * 2048 + 5 * 2 * 2048 + (2 * 2048 * 2 + 2 * 256 * 2 + 4 * 16) + 4 * 11008 * 2
+    assert ddp.recomputed_layer == CTX * (saved + 2 * 11008 * 2 + 4 * 2048)
+    fsdp = plan("qwen2.5-7b", sharding="fsdp2", ranks=4)
+    # bf16 stream: each norm saves an fp32 upcast and a bf16 normalized output, the two norm outputs are shared
+    saved = 2 * 4 * 3584 + 2 * 2 * 3584 + 2 * 2 * 3584 + (2 * 3584 * 2 + 2 * 512 * 2 + 4 * 28) + 4 * 18944 * 2
+    assert fsdp.activations == CTX * (28 * 3584 * 2 + 2 * 128 * 2)
+    assert fsdp.recomputed_layer == CTX * (saved + 2 * 18944 * 2 + 2 * 3584)
+    # without checkpointing every layer keeps its saved set and its fp32 input
+    full = plan("qwen2.5-3b", gradient_checkpointing=False)
+    saved = 4 * 2048 + 2 * 4 * 2048 + 5 * 2 * 2048 + (2 * 2048 * 2 + 2 * 256 * 2 + 4 * 16) + 4 * 11008 * 2
+    assert full.activations == CTX * (36 * (saved + 4 * 2048) + 2 * 128 * 4)
+    assert full.recomputed_layer == CTX * (2 * 11008 * 2 + 4 * 2048)
+
+
+def test_weight_copies_are_autocasts_projections_or_fsdp2s_gathered_units():
+    projections = LAYER_3B - 2 * 2048  # the norms are not cast, nor is the embedding (the head casts its slices)
+    ddp = plan("qwen2.5-3b")
+    assert (ddp.forward_copies, ddp.backward_copies) == (36 * projections * 2, projections * 2)
+    fsdp = plan("qwen2.5-7b", sharding="fsdp2", ranks=4)
+    # two decoder layers (computing, prefetched) and the unit with the untied head, in bf16, in both passes
+    assert fsdp.forward_copies == fsdp.backward_copies == (2 * LAYER_7B + 152064 * 3584) * 2
+    # LoRA: only the fp32 adapters are cast
+    assert plan("qwen2.5-3b", lora_params=1000).forward_copies == 1000 * 2
+
+
+def test_the_rollout_terms():
+    hf = plan("qwen2.5-3b", prefill_rows=8, prefill_tokens=1024, rollout_kv_bytes=3 * GiB)
+    # generating with fp32 masters under autocast caches the projections and the head in bf16
+    assert hf.rollout_weights == (36 * (LAYER_3B - 2 * 2048) + 151936 * 2048) * 2
+    assert hf.rollout_prefill == 8 * 1024 * (6 * 2048 + 3 * 11008) * 2 and hf.rollout_kv == 3 * GiB
+    # a vLLM engine's share replaces all three
+    vllm = plan("qwen2.5-3b", rollout_engine_bytes=32 * 10**9, prefill_rows=8, rollout_kv_bytes=3 * GiB)
+    assert (vllm.rollout_weights, vllm.rollout_prefill, vllm.rollout_kv) == (32 * 10**9, 0, 0)
+
+
+def test_qwen25_3b_full_fine_tuning_on_one_80_gb_gpu_by_hand():
+    """bf16 with fp32 masters, AdamW, checkpointing, context 16384, micro-batch 1, ddp on one process, the
+    transformers engine as budget=paper runs it (256 episodes of the round prefilled 1024 tokens at a time)."""
+    m = plan("qwen2.5-3b", prefill_rows=256, prefill_tokens=1024, rollout_kv_bytes=2 * CTX * 36864)
+    resident = 4 * N_3B + 8 * N_3B + 2 * N_3B
+    # the forward's peak: checkpoints, autocast's cache of the projections and the recomputed layer's bound
+    forward = m.activations + 36 * (LAYER_3B - 4096) * 2 + max(m.recomputed_layer, m.lm_head)
+    assert m.moments()["forward"] == forward == max(m.moments().values())
+    training = 4 * N_3B + forward
+    cached = (36 * (LAYER_3B - 4096) + 151936 * 2048) * 2
+    rollout = cached + 256 * 1024 * (6 * 2048 + 3 * 11008) * 2 + 2 * CTX * 36864
+    assert m.total == resident + max(training, rollout)
+    assert round(m.total / GiB, 1) == 69.2 and round((resident + training) / GiB, 1) == 64.4
+    assert m.total < USABLE
+
+
+def test_qwen25_7b_fsdp2_on_four_80_gb_gpus_with_vllm_at_04_by_hand():
+    engine = int(0.4 * 80 * 10**9)
+    m = plan("qwen2.5-7b", sharding="fsdp2", ranks=4, rollout_engine_bytes=engine)
+    resident = N_7B + N_7B // 4 * 8
+    assert m.total == resident + max(m.training, engine) == resident + engine
+    assert round(m.total / GiB, 1) == 51.1 and m.total < USABLE
+
+
+@pytest.mark.parametrize("name", ["qwen2.5-7b", "llama-3.1-8b"])
+def test_paper_backbones_fit_four_80_gb_gpus_with_fsdp2_and_not_with_ddp(name):
+    from seal.policy.backbones import check_training_fits
+
+    backbone = instantiate(backbone_cfg(name))
+    kwargs = dict(episode_tokens=CTX, micro_batch=1, reference=True, gradient_checkpointing=True,
+                  rollout_engine_fraction=0.4, available=USABLE, where="GPU")
+    assert check_training_fits(backbone, sharding="fsdp2", world=4, **kwargs).total < USABLE
+    # data parallelism replicates the state; the refusal names the smallest sharded launch that fits
+    smallest = {"qwen2.5-7b": 2, "llama-3.1-8b": 4}[name]
+    with pytest.raises(UserError, match=f"on 4 rank.s. with ddp needs .*fsdp2.yaml --num_processes {smallest} "):
+        check_training_fits(backbone, sharding="ddp", world=4, **kwargs)
+
+
+def test_the_transformers_engine_is_planned_with_one_context_of_kv_cache_and_its_prefill_named():
+    from seal.policy.backbones import check_training_fits
+
+    backbone = instantiate(backbone_cfg("qwen2.5-3b"))
+    kwargs = dict(episode_tokens=CTX, micro_batch=1, reference=True, gradient_checkpointing=True, where="GPU")
+    m = check_training_fits(backbone, prefill_rows=256, available=USABLE, **kwargs)
+    # an elastic budget must hold at least one context-long episode: its cache and its batched copy
+    assert m.rollout_kv == 2 * CTX * 36864
+    given = check_training_fits(backbone, available=USABLE, rollout_kv_bytes=5 * GiB, **kwargs)
+    assert given.rollout_kv == 5 * GiB
+    # with 66 GiB the rollout phase (256 episodes prefilled at once) is what does not fit
+    with pytest.raises(UserError, match=r"needs about 69 GiB .*the rollout phase is the peak.* or lower "
+                                        r"budget.batch_size$"):
+        check_training_fits(backbone, prefill_rows=256, available=66 * GiB, **kwargs)
+
+
+def test_the_facts_the_plan_rests_on(tmp_path):
+    """TRL's head tiles, and what seal's GRPOConfig and accelerate hand the trainer: the plan is wrong if these
+    move."""
+    from accelerate.utils import DistributedDataParallelKwargs
+    from trl.kernels.chunked_logprob import TOKEN_CHUNK_SIZE
+    from trl.trainer.utils import _CHUNKED_LOGPROB_CHUNK_SIZE
+
+    from seal.policy.memory import HEAD_TOKEN_TILE, HEAD_VOCAB_TILE
+    from tests.rl.test_config import args_of
+    from tests.test_configs import compose_with
+
+    assert (HEAD_TOKEN_TILE, HEAD_VOCAB_TILE) == (TOKEN_CHUNK_SIZE, _CHUNKED_LOGPROB_CHUNK_SIZE) == (4096, 32768)
+    args = args_of(compose_with("budget=paper"), tmp_path, 352, "bfloat16")
+    # the head in the compute dtype (no fp32 upcast), checkpointing on, fused AdamW, DDP's bucket size untouched
+    assert args.cast_lm_head_to_fp32 is False and args.gradient_checkpointing is True
+    assert args.optim == "adamw_torch_fused" and args.ddp_bucket_cap_mb is None
+    # transformers' Trainer passes DistributedDataParallelKwargs(find_unused_parameters=...) only
+    assert DistributedDataParallelKwargs(find_unused_parameters=False).to_kwargs() == {}
+    assert DistributedDataParallelKwargs().gradient_as_bucket_view is False
+
+
+def test_the_readme_figures_are_the_plans():
+    from experiments.bench_memory import USABLE as bench_usable
+    from experiments.bench_memory import paper_plans
+
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("- **Memory.**"):text.index("- **Checkpoints.**")]
+    plans = {name: paper_plans(name) for name in ("qwen2.5-3b", "qwen2.5-7b", "llama-3.1-8b")}
+    figures = [float(x) for x in re.findall(r"(\d+\.\d) GiB", section)]
+    expected = [plans["qwen2.5-3b"]["ddp x1 hf"].training + plans["qwen2.5-3b"]["ddp x1 hf"].resident,
+                plans["qwen2.5-3b"]["ddp x1 hf"].total, plans["qwen2.5-3b"]["ddp x1"].total, bench_usable,
+                plans["qwen2.5-7b"]["fsdp2 x4"].total, plans["qwen2.5-7b"]["fsdp2 x4 hf"].total,
+                plans["qwen2.5-7b"]["ddp x4"].total, plans["llama-3.1-8b"]["fsdp2 x4"].total,
+                plans["llama-3.1-8b"]["fsdp2 x2"].total]
+    assert figures == [round(x / GiB, 1) for x in expected]
+    # and what the README says of them
+    assert bench_usable == USABLE and plans["qwen2.5-3b"]["ddp x4"].total > USABLE
+    assert plans["llama-3.1-8b"]["fsdp2 x2"].total > USABLE
