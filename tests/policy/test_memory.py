@@ -215,7 +215,7 @@ def test_the_readme_figures_are_the_plans():
     from experiments.bench_memory import paper_plans
 
     text = (ROOT / "README.md").read_text()
-    section = text[text.index("- **Memory.**"):text.index("- **Checkpoints.**")]
+    section = text[text.index("- **Memory.**"):text.index("- **Host memory**")]
     plans = {name: paper_plans(name) for name in ("qwen2.5-3b", "qwen2.5-7b", "llama-3.1-8b")}
     figures = [float(x) for x in re.findall(r"(\d+\.\d) GiB", section)]
     expected = [plans["qwen2.5-3b"]["ddp x1 hf"].training + plans["qwen2.5-3b"]["ddp x1 hf"].resident,
