@@ -34,7 +34,7 @@ def preflight_cli(*args):
 # -- the model ---------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("name", ["qwen2.5-3b", "llama-3.1-8b", "qwen3-4b"])
-def test_the_published_shape_is_the_backbone_configs_with_the_tokenizers_vocabulary(tmp_path, name):
+def test_the_published_shape_is_the_backbone_configs_vocabulary_included(tmp_path, name):
     bb = gpu_check.published_backbone(name, [])
     gpu_check.model_config(bb["arch"], embedded_tokenizer(), 16384, tiny=False).save_pretrained(tmp_path)
     saved = json.loads((tmp_path / "config.json").read_text())
@@ -43,7 +43,8 @@ def test_the_published_shape_is_the_backbone_configs_with_the_tokenizers_vocabul
     if "head_dim" in arch:  # Qwen3-4B: 32 heads of 128 on a 2560-wide model, not 2560 / 32
         assert saved["head_dim"] == arch["head_dim"] == 128
     assert (saved["model_type"], saved["tie_word_embeddings"]) == (arch["model_type"], arch["tie_word_embeddings"])
-    assert saved["vocab_size"] == SMOLLM2_VOCAB != arch["vocab_size"]
+    # the published vocabulary (the logits every step computes are the published model's), not the tokenizer's
+    assert saved["vocab_size"] == arch["vocab_size"] != SMOLLM2_VOCAB
     assert saved["max_position_embeddings"] == 16384
 
 
@@ -53,28 +54,29 @@ def test_the_tiny_shape_scales_only_the_sizes_and_is_built_once(tmp_path):
     again = gpu_check.build_model(bb["arch"], 16384, True, "bfloat16", str(tmp_path))
     assert first["built"] and not again["built"] and again["path"] == first["path"]
     saved = json.loads((Path(first["path"]) / "config.json").read_text())
-    assert {k: saved[k] for k in SHAPE_KEYS} == {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
-                                                 "num_key_value_heads": 2, "intermediate_size": 128}
-    assert (saved["model_type"], saved["tie_word_embeddings"], saved["vocab_size"]) == ("qwen2", True, SMOLLM2_VOCAB)
-    # by hand: tied embedding 49152 x 64; per layer q and o 64x64, k and v 64x32 (2 kv heads of 16), Qwen2's
-    # q/k/v biases 64+32+32, the MLP 3 x 64x128, two norms of 64; the final norm
-    per_layer = 2 * 64 * 64 + 2 * 64 * 32 + (64 + 32 + 32) + 3 * 64 * 128 + 2 * 64
-    assert first["parameters"] == SMOLLM2_VOCAB * 64 + 2 * per_layer + 64
+    assert {k: saved[k] for k in SHAPE_KEYS} == {"hidden_size": 128, "num_hidden_layers": 2, "num_attention_heads": 2,
+                                                 "num_key_value_heads": 1, "intermediate_size": 256}
+    # Qwen2.5-3B's published vocabulary, 151,936
+    assert (saved["model_type"], saved["tie_word_embeddings"], saved["vocab_size"]) == ("qwen2", True, 151936)
+    # by hand: tied embedding 151936 x 128; per layer q and o 128x128, k and v 128x64 (one kv head of 64),
+    # Qwen2's q/k/v biases 128+64+64, the MLP 3 x 128x256, two norms of 128; the final norm
+    per_layer = 2 * 128 * 128 + 2 * 128 * 64 + (128 + 64 + 64) + 3 * 128 * 256 + 2 * 128
+    assert first["parameters"] == 151936 * 128 + 2 * per_layer + 128
+    assert first["tokenizer_size"] == SMOLLM2_VOCAB
     assert (Path(first["path"]) / "tokenizer.json").is_file()
 
 
 def test_a_tiny_qwen3_derives_its_head_size_from_the_tiny_width():
     config = gpu_check.model_config(published_arch("qwen3-4b"), embedded_tokenizer(), 16384, tiny=True)
-    assert (config.model_type, config.hidden_size, config.num_attention_heads, config.head_dim) == ("qwen3", 64, 4, 16)
+    assert (config.model_type, config.hidden_size, config.num_attention_heads, config.head_dim) == ("qwen3", 128, 2, 64)
 
 
-def test_the_embedding_note_says_how_much_smaller_the_embedding_is():
-    qwen = gpu_check.embedding_note(published_arch("qwen2.5-3b"), SMOLLM2_VOCAB, tiny=False)
-    # 151,936 - 49,152 = 102,784 rows of 2,048, one tied matrix: 210,501,632 parameters
-    assert "102,784 rows smaller, 210.5M fewer parameters" in qwen and "one tied matrix" in qwen
-    # Llama-3.1-8B unties them: 128,256 - 49,152 = 79,104 rows, twice 4,096 wide: 648,019,968
-    llama = gpu_check.embedding_note(published_arch("llama-3.1-8b"), SMOLLM2_VOCAB, tiny=False)
-    assert "79,104 rows smaller, 648.0M fewer parameters" in llama and "embedding and LM head" in llama
+def test_the_embedding_note_names_the_published_vocabulary_and_what_the_tokenizer_covers():
+    qwen = gpu_check.embedding_note(published_arch("qwen2.5-3b"), 151936, SMOLLM2_VOCAB, tiny=False)
+    assert qwen == ("published qwen2 shape, vocabulary 151,936 as published (one tied matrix); the embedded SmolLM2 "
+                    "tokenizer's ids cover its first 49,152 rows")
+    llama = gpu_check.embedding_note(published_arch("llama-3.1-8b"), 128256, SMOLLM2_VOCAB, tiny=True)
+    assert llama.startswith("tiny llama shape {'hidden_size': 128") and "128,256 as published (embedding and LM head)" in llama
 
 
 @pytest.mark.slow
@@ -88,9 +90,9 @@ def test_a_model_built_for_qwen2_5_3b_has_its_published_shape_in_bf16(tmp_path):
     saved = json.loads((folder / "config.json").read_text())
     arch = published_arch("qwen2.5-3b")
     assert {k: saved[k] for k in SHAPE_KEYS} == {k: arch[k] for k in SHAPE_KEYS}
-    assert saved["vocab_size"] == SMOLLM2_VOCAB
-    # torch's count of the built model against the architecture formula with the tokenizer's vocabulary
-    assert built["parameters"] == param_count(arch | {"vocab_size": SMOLLM2_VOCAB})
+    assert saved["vocab_size"] == arch["vocab_size"] == 151936
+    # torch's count of the built model against the architecture formula: the published 3.09B
+    assert built["parameters"] == param_count(arch)
     dtypes = set()
     for shard in folder.glob("*.safetensors"):
         with shard.open("rb") as fh:  # a safetensors file opens with its header's length, then the JSON header
@@ -156,7 +158,7 @@ def test_a_sanity_run_that_crashed_fails_with_its_reason(tmp_path):
         gpu_check.check_sanity(1, tmp_path / "empty", log, mechanics_only=True)
 
 
-def test_the_train_step_needs_its_files_and_one_round(tmp_path):
+def test_the_train_step_needs_what_the_paper_run_leaves(tmp_path):
     log = tmp_path / "train.log"
     log.write_text("")
     run = tmp_path / "train"
@@ -168,27 +170,74 @@ def test_the_train_step_needs_its_files_and_one_round(tmp_path):
         gpu_check.check_train(-9, run, log)
     with pytest.raises(Failure, match=r"^step train exited 0 but wrote no metrics.json"):
         gpu_check.check_train(0, run, log)
-    (run / "metrics.json").write_text(json.dumps({"rounds": 2, "round_time_split": {}}))
-    with pytest.raises(Failure, match=r"ran 2 rounds instead of 1"):
-        gpu_check.check_train(0, run, log)
-    split = {"generation": 4.2, "optimisation": 35.0, "diagnosis": 0.01}
-    (run / "metrics.json").write_text(json.dumps({"rounds": 1, "round_time_split": split,
-                                                  "eval_before": {"num_entries": 4}}))
-    assert gpu_check.check_train(0, run, log) == (
-        plan, "1 round (generation 4 s, optimisation 35 s), 4 held-out entries evaluated before and after")
+    metrics = {"rounds": 1, "planned_rounds": 2, "world_size": 2, "round_time_split": {}}
+    (run / "metrics.json").write_text(json.dumps(metrics))
+    with pytest.raises(Failure, match=r"^step train exited 0 but wrote no best.json"):
+        gpu_check.check_train(0, run, log, 2)
+    (run / "best.json").write_text(json.dumps({"round": 1, "entries": 4}))
+    with pytest.raises(Failure, match=r"ran 1 of its 2 rounds"):
+        gpu_check.check_train(0, run, log, 2)
+    metrics["rounds"] = 2
+    (run / "metrics.json").write_text(json.dumps(metrics))
+    with pytest.raises(Failure, match=r"ran on 2 rank\(s\) instead of 4"):
+        gpu_check.check_train(0, run, log, 4)
+    with pytest.raises(Failure, match=r"wrote no ood_before"):
+        gpu_check.check_train(0, run, log, 2)
+    metrics |= {"ood_before": {"bfcl_v4_memory": {}}, "ood_after": {"bfcl_v4_memory": {}}, "test_final": {"x": 0},
+                "test_best_on_val": {"x": 0},
+                "round_time_split": {"generation": 4.2, "optimisation": 35.0, "diagnosis": 0.01}}
+    (run / "metrics.json").write_text(json.dumps(metrics))
+    with pytest.raises(Failure, match=r"kept no best model"):
+        gpu_check.check_train(0, run, log, 2)
+    (run / "best_model").mkdir()
+    (run / "best_model" / "config.json").write_text("{}")
+    assert gpu_check.check_train(0, run, log, 2) == (
+        plan, "2 rounds on 2 rank(s) (per round: generation 4 s, optimisation 35 s); best model of round 1 on 4 "
+              "validation entries; bfcl_v4_memory before and after")
 
 
-def test_a_checkpoint_counts_once_seal_state_json_is_in_it(tmp_path):
-    folder = tmp_path / "checkpoints" / "checkpoint-1"
+def test_a_checkpoint_counts_once_complete_with_every_round_in_its_shardings_layout(tmp_path):
+    (tmp_path / "metrics.json").write_text(json.dumps({"planned_rounds": 2}))
+    folder = tmp_path / "checkpoints" / "checkpoint-4"
     folder.mkdir(parents=True)
     (folder / "model.safetensors").write_bytes(b"")
     with pytest.raises(Failure, match=r"^step checkpoint: no complete checkpoint"):
         gpu_check.check_checkpoint(tmp_path)
     (folder / "seal_state.json").write_text(json.dumps({"history": [{"round": 0}]}))
+    with pytest.raises(Failure, match=r"records 1 rounds instead of 2"):
+        gpu_check.check_checkpoint(tmp_path)
+    (folder / "seal_state.json").write_text(json.dumps({"history": [{"round": 0}, {"round": 1}]}))
     assert gpu_check.check_checkpoint(tmp_path) == folder
+    # fsdp2: accelerate's sharded folder, not a safetensors file
+    with pytest.raises(Failure, match=r"holds no sharded model \(pytorch_model_fsdp_0/\)"):
+        gpu_check.check_checkpoint(tmp_path, "fsdp2")
+    (folder / "pytorch_model_fsdp_0").mkdir()
+    assert gpu_check.check_checkpoint(tmp_path, "fsdp2") == folder
     (folder / "model.safetensors").unlink()
     with pytest.raises(Failure, match=r"holds no model weights"):
         gpu_check.check_checkpoint(tmp_path)
+
+
+def test_several_processes_are_an_accelerate_launch_of_the_wrapped_run(tmp_path):
+    args = ["task=train", "launch.sharding=fsdp2"]
+    one = gpu_check.run_command(args, gpu_check.Launch(), tmp_path / "train", gpus=0)
+    assert one[:2] == [sys.executable, "-c"] and one[3:] == [str(REPO / "run.py"), *args, f"hydra.run.dir={tmp_path / 'train'}"]
+    two = gpu_check.run_command(args, gpu_check.Launch(2, "fsdp2"), tmp_path / "train", gpus=0)
+    at = two.index("--module")
+    # accelerate's launcher with the sharding's config and 2 processes, each running run.py under the wrapper
+    assert two[:3] == [sys.executable, "-m", "accelerate.commands.launch"]
+    assert two[two.index("--config_file") + 1] == str(REPO / "experiments" / "cluster" / "accelerate" / "fsdp2.yaml")
+    assert two[two.index("--num_processes") + 1] == "2"
+    assert two[at:at + 4] == ["--module", "experiments.gpu_check", "--child", str(REPO / "run.py")]
+    assert two[at + 4:] == [*args, "launch.processes=null", f"hydra.run.dir={tmp_path / 'train'}"]
+
+
+def test_the_steps_peak_is_the_largest_ranks(tmp_path):
+    (tmp_path / "train.peak.json.rank0").write_text(json.dumps({"max_rss_gib": 3.0}))
+    (tmp_path / "train.peak.json.rank1").write_text(json.dumps({"max_rss_gib": 5.0}))
+    peak = gpu_check._largest_peak(tmp_path, "train")
+    assert peak["max_rss_gib"] == 5.0 and len(peak["ranks"]) == 2
+    assert gpu_check._largest_peak(tmp_path, "sanity") == {}
 
 
 def test_out_is_claimed_and_only_its_step_folders_are_cleared(tmp_path):
@@ -206,6 +255,9 @@ def test_out_is_claimed_and_only_its_step_folders_are_cleared(tmp_path):
 
 @pytest.mark.parametrize("args, message", [
     (["--backbone", "tiny-random"], "--backbone tiny-random: choose a backbone with a published architecture"),
+    (["--processes", "0"], "--processes 0: give a number of processes"),
+    (["--sharding", "fsdp2"], "--sharding fsdp2 divides the model over several processes"),
+    (["--", "launch.sharding=ddp"], "the preflight sets launch.sharding=ddp itself"),
     (["--", "task=eval"], "the preflight sets task=eval itself"),
     (["--", "backbone.dtype=float8"], "backbone.dtype"),
 ])
