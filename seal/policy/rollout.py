@@ -335,7 +335,7 @@ class RolloutEngine:
         # (a bare end-of-text), is closed the way the template closes it
         env = "" if out.stop in self.closing else fmt.chat.end_of_turn
         env += fmt.after_assistant()
-        parsed = fmt.parse(content)
+        parsed = fmt.parse_for(content, episode.protocol.strict_parse)
         visible = run.entry.visible_function_names(episode.turn)
         # a training interface's recovery feedback follows an output whose call blocks all failed
         feedback = view.parse_error_feedback(parsed.failures, visible) if parsed.failures else None
