@@ -18,11 +18,15 @@ an output with none ends the turn, any method of the involved classes executes. 
 - an environment message over 4,096 tokens is cut to its first characters in proportion to
   (4096 - 100) / its tokens, then "... truncate ..." (cmt_base.py:206-212, max_env_len: 4096 in
   config/agentevolver.yaml:55, applied to every env output by cmt_linear.py:376-382);
+- the context is full when the conversation with every environment message unclipped, plus the
+  generation prompt, reaches max_model_len - response_length tokens (cmt_linear.py:109-123, :48; checked
+  before each model call, agent_flow.py:94-99): the episode stops there, at equality too;
 - a training prompt over 8,192 tokens stops the run (trajectory.py:90-95, max_prompt_length: 8192 in
   exp/SEAL.yaml:20);
 - PPO mini-batches are taken in order (het_actor.py:93-97, actor.shuffle: false in
   external/config_fallback/ppo_trainer.yaml:205), where TRL shuffles them.
-The episode takes the per-call decisions (`refusal`), the rollout engine the rendering ones.
+The episode takes the per-call decisions (`refusal`), the rollout engine the rendering ones and the
+context check (`context_full`).
 """
 
 from __future__ import annotations
@@ -51,6 +55,9 @@ class Protocol:
     tool_response_newline: bool = False
     # None: no limit
     max_observation_tokens: int | None = None
+    # whether the context is full when the unclipped conversation reaches the window less one output (the
+    # release), or only when the clipped one plus one output would pass the window (seal's own rule)
+    raw_context_limit: bool = False
     max_prompt_tokens: int | None = None
     # what a train prompt over max_prompt_tokens does: skip (left out, counted) | error (the run stops)
     over_long_prompt: str = "skip"
@@ -90,6 +97,15 @@ class Protocol:
                     return INVALID_FORMAT + reason
         return None
 
+    def context_full(self, length: int, raw_length: int, max_new_tokens: int, context_length: int) -> bool:
+        """Whether an episode stops before its next output, its context full. `length` counts the tokens the
+        model reads, `raw_length` the same with every environment message unclipped. The release stops when
+        the unclipped count reaches max_model_len - response_length (cmt_linear.py:123: safe only while
+        below); seal's own rule stops only when the next output of `max_new_tokens` could pass the window."""
+        if self.raw_context_limit:
+            return raw_length + max_new_tokens >= context_length
+        return length + max_new_tokens > context_length
+
     def clip(self, text: str, count_tokens: Callable[[str], int]) -> str:
         """An environment message as the model reads it: cut as the release cuts one over the limit."""
         if self.max_observation_tokens is None:
@@ -122,6 +138,6 @@ def name_refusal(name: Any, visible: frozenset[str]) -> str | None:
 
 BFCL = Protocol()
 RELEASE = Protocol("release", strict_parse=True, refuse_unavailable_tools=True, tool_response_newline=True,
-                   max_observation_tokens=4096, max_prompt_tokens=8192,
+                   max_observation_tokens=4096, raw_context_limit=True, max_prompt_tokens=8192,
                    over_long_prompt="error", shuffle_minibatches=False)
 BY_NAME = {"bfcl": BFCL, "release": RELEASE}

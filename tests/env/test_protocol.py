@@ -110,6 +110,16 @@ def test_the_release_clips_an_observation_over_4096_tokens():
     assert BFCL.clip(text, len) == text
 
 
+def test_the_release_decides_a_full_context_from_the_unclipped_conversation_at_the_limit():
+    # exp/SEAL.yaml:50-51: max_model_len 16384, response_length 4096, so cmt_linear.py:48 makes the limit
+    # 12288 and :123 is safe only below it, counted over the raw messages (:122, mod="raw")
+    assert RELEASE.context_full(length=5000, raw_length=12288, max_new_tokens=4096, context_length=16384)
+    assert not RELEASE.context_full(length=5000, raw_length=12287, max_new_tokens=4096, context_length=16384)
+    # seal's own rule (bfcl): what the model reads, and only past the window
+    assert not BFCL.context_full(length=12288, raw_length=10**6, max_new_tokens=4096, context_length=16384)
+    assert BFCL.context_full(length=12289, raw_length=12289, max_new_tokens=4096, context_length=16384)
+
+
 def test_an_over_long_train_prompt_stops_a_release_run_and_is_skipped_under_bfcl():
     # trajectory.py:90-95 raises when the prompt exceeds data.max_prompt_length (8192, exp/SEAL.yaml:20)
     assert RELEASE.prompt_fits(8192) and not RELEASE.prompt_fits(8193) and BFCL.prompt_fits(10**6)
