@@ -300,6 +300,25 @@ def test_context_overflow_is_a_clean_failure(oracle_policy, short_entries):
     assert len(r.prompt_ids) + len(r.completion_ids) + 8 > n + 8
 
 
+def test_an_output_both_malformed_and_calling_a_held_out_tool_reads_the_parse_error(oracle_policy, bench):
+    # miss_func_0 holds `sort` out until turn 3. The output runs cd, calls sort, then writes a malformed
+    # block. The release's answer to the same text (its parser and env_handler run in a scratch folder):
+    # the parse error, because bfcl_env.py:1150 refuses before env_handler.py:357-362 looks at names;
+    # nothing runs and the turn stays open for the next output
+    text = ('<tool_call>\n{"name": "cd", "arguments": {"folder": "document"}}\n</tool_call>\n'
+            '<tool_call>\n{"name": "sort", "arguments": {"file_name": "final_report.pdf"}}\n</tool_call>\n'
+            '<tool_call>\n{"name": "cd", "arguments": {folder}}\n</tool_call>')
+    error = ("[ERROR] Invalid tool call format: Invalid tool call JSON: Expecting property name enclosed in double "
+             "quotes: line 1 column 30 (char 29)")
+    (r,) = Scripted(oracle_policy, "qwen_xml", [text], protocol=RELEASE).play([bench["multi_turn_miss_func_0"]],
+                                                                             temperature=0.0)
+    first = r.episode.steps[0]
+    assert first[0].error == error and first[0].calls == [] and r.episode.result[0] == []
+    assert r.transcript[2].text == f"\n<|im_start|>user\n{error}<|im_end|>\n<|im_start|>assistant\n"
+    # the turn went on: the next output ("Done.") closed it
+    assert len(first) == 2 and first[1].raw == "Done."
+
+
 class Flood(PlainView):
     """Every tool answers 6,000 words: 6,001 tokens of the oracle's tokenizer, over the release's 4,096."""
 
