@@ -148,6 +148,13 @@ def execute(backends: Backends, call: ToolCall | str) -> CallRecord:
             return CallRecord(text, ERROR_PREFIX + str(exc), None, "unsafe")
     else:
         text = call.to_string()
+        try:
+            parse_call(text)
+        except UnsafeCall as exc:
+            # a call handed over as data whose text does not parse back (the release's strict parser passes any
+            # argument name and JSON value; the release ran the text, env_handler.py:380-381): it fails as its
+            # text does, the text the episode records and the verifier replays
+            return CallRecord(text, ERROR_PREFIX + str(exc), None, "unsafe")
     name = call.name
     if name in OFFICIAL_BLOCKED_NAMES:
         return CallRecord(text, f"{ERROR_PREFIX}Function call {name} is not allowed.", call, "blocked")

@@ -18,6 +18,9 @@ Two tool renderings (`tools=`, chosen by conf/rendering/*.yaml), the same in tra
 Formats only produce text; the rollout engine tokenises each piece once and appends the ids.
 Every decoded call must survive `parse_call(call.to_string())`, because the episode records and the
 verifier re-executes the call text: a call that could not be replayed is a parse failure instead.
+
+Under a strict protocol (protocol=release) `parse_for` reads <tool_call> blocks as the release's strict
+`xml_json` parser did instead (`QwenXML.parse_release`); the formats without such blocks keep their own parser.
 """
 
 from __future__ import annotations
@@ -236,6 +239,12 @@ class ToolFormat:
     def parse(self, text: str) -> Parsed:
         raise NotImplementedError
 
+    def parse_for(self, text: str, strict: bool) -> Parsed:
+        """The calls in `text` as a protocol reads them: `parse`, or under a strict protocol (protocol=release)
+        the release's strict parser where the format has one. The release read <tool_call> blocks only
+        (bfcl_env.py:216-341, its xml_json mode), so a format without them keeps its own parser."""
+        return self.parse(text)
+
     # --- whole pieces of a conversation
     def prompt(self, docs: list[dict[str, Any]], extra: str, messages: list[dict[str, str]]) -> str:
         """System prompt, the first turn's messages and the assistant header."""
@@ -314,6 +323,40 @@ class _JSONFormat(ToolFormat):
         return [json.dumps({"type": "function", "function": as_json_schema(d)}, indent=indent) for d in docs]
 
 
+# The release's strict xml_json parser (bfcl_env.py:216-341, strict_tool_parser: true in exp/SEAL.yaml:104;
+# its other switches are off there). A block is a JSON object right between the tags, whitespace around it
+# (:254); the object ends at the first "}" that whitespace and a closing tag follow, so an unclosed block
+# runs on into the next block's body.
+_RELEASE_BLOCK = re.compile(r"<tool_call>\s*(\{.*?\})\s*</tool_call>", re.DOTALL)
+# its texts, word for word (:267, :285; the others below carry the name or the JSON error)
+RELEASE_TAG_TEXT = "Found tool_call tag text, but no valid <tool_call>{...}</tool_call> block."
+RELEASE_NAME_AND_ARGUMENTS = "Tool call JSON must contain both 'name' and 'arguments'."
+
+
+def _release_call(body: str) -> tuple[ToolCall | None, str | None]:
+    """One block's call, or the release's reason for refusing it (bfcl_env.py:272-322)."""
+    try:
+        obj = json.loads(body)
+    except json.JSONDecodeError as exc:
+        return None, f"Invalid tool call JSON: {exc}"  # :314-321
+    except RecursionError as exc:  # the release's step fails here (its parser catches JSON errors only)
+        return None, f"Invalid tool call JSON: {exc}"
+    # a block's body starts with "{", so valid JSON there is an object: :276's skip of other values never fires
+    if "name" not in obj or "arguments" not in obj:  # :284-286; "parameters" does not count (:278-283 is off)
+        return None, RELEASE_NAME_AND_ARGUMENTS
+    name, arguments = obj["name"], obj["arguments"]
+    if isinstance(arguments, str):  # :291-298
+        try:
+            arguments = json.loads(arguments)
+        except (json.JSONDecodeError, RecursionError):
+            return None, f"Tool '{name}' has non-JSON string arguments."
+    if not isinstance(arguments, dict):  # :299-303
+        return None, f"Tool '{name}' arguments must be a JSON object."
+    # the name as written (any JSON value): the protocol's tool-list check refuses anything but a shown
+    # tool's name in the release's words (seal.env.protocol.name_refusal)
+    return ToolCall(name, (), arguments), None
+
+
 class QwenXML(_JSONFormat):
     """Qwen2.5 / Hermes: tools as JSON inside <tools></tools>, calls in <tool_call></tool_call> blocks."""
 
@@ -354,6 +397,28 @@ class QwenXML(_JSONFormat):
             out.failures += [(match.group(0), reason) for _, reason in one.failures]
         if not out.calls and not out.failures and "</tool_call>" in text:
             out.failures.append((text, "</tool_call> without an opening <tool_call>"))
+        return out
+
+    def parse_for(self, text: str, strict: bool) -> Parsed:
+        return self.parse_release(text) if strict else self.parse(text)
+
+    def parse_release(self, text: str) -> Parsed:
+        """`text` as the release's strict parser reads it: each well-formed block in order gives a call or a
+        reason; with no such block, any tag text is one failure (`<tool_call` or `</tool_call>`,
+        bfcl_env.py:257-269); text after the last block is never looked at. The reasons are the release's
+        own, which the protocol joins with "; " (:339)."""
+        out = Parsed()
+        blocks = list(_RELEASE_BLOCK.finditer(text))
+        if not blocks:
+            if "<tool_call" in text or "</tool_call>" in text:
+                out.failures.append((text, RELEASE_TAG_TEXT))
+            return out
+        for block in blocks:
+            call, reason = _release_call(block.group(1))
+            if call is not None:
+                out.calls.append(call)
+            else:
+                out.failures.append((block.group(0), reason))
         return out
 
 

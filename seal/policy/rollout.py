@@ -79,11 +79,18 @@ class _Run:
         self.mask: list[int] = []
         self.logprobs: list[float] = []
         self.segments: list[Segment] = []
+        # tokens the protocol's clip took out of the environment's messages (the release's context check counts them)
+        self.clipped_tokens = 0
         self.timings = {"generation": 0.0, "execution": 0.0, "verification": 0.0}
 
     @property
     def length(self) -> int:
         return len(self.prompt_ids) + len(self.ids)
+
+    @property
+    def raw_length(self) -> int:
+        """The length with every environment message unclipped."""
+        return self.length + self.clipped_tokens
 
     def append(self, text: str, ids: list[int], model: bool, logprobs: list[float] | None = None) -> None:
         self.ids += ids
@@ -91,10 +98,11 @@ class _Run:
         self.logprobs += logprobs if logprobs is not None else [0.0] * len(ids)
         self.segments.append(Segment(text, ids, model))
 
-    def drop_overflow(self, context_length: int) -> None:
-        """Drop the environment's last piece when it ran past the context window: no model token follows
-        it, and the learner's sequences (and its memory plan) stay within the window."""
-        if self.length > context_length and len(self.segments) > 1 and not self.segments[-1].model:
+    def drop_overflow(self, context_length: int, always: bool = False) -> None:
+        """Drop the environment's last piece when it ran past the context window (or `always`, as the release
+        drops an episode's last environment message, cmt_linear.py:163-165): no model token follows it, and
+        the learner's sequences (and its memory plan) stay within the window."""
+        if (always or self.length > context_length) and len(self.segments) > 1 and not self.segments[-1].model:
             n = len(self.segments.pop().ids)
             del self.ids[-n:], self.mask[-n:], self.logprobs[-n:]
 
@@ -258,9 +266,10 @@ class RolloutEngine:
                 for run in active:
                     if run.episode.done:  # it ended before its first output (a conversation's user left at once)
                         continue
-                    if run.length + self.max_new_tokens > self.context_length:
+                    protocol = run.episode.protocol
+                    if protocol.context_full(run.length, run.raw_length, self.max_new_tokens, self.context_length):
                         run.episode.abort()  # the context is full (the one reason abort defaults to)
-                        run.drop_overflow(self.context_length)
+                        run.drop_overflow(self.context_length, always=protocol.raw_context_limit)
                     else:
                         ready.append(run)
                 if ready:
@@ -335,25 +344,34 @@ class RolloutEngine:
         # (a bare end-of-text), is closed the way the template closes it
         env = "" if out.stop in self.closing else fmt.chat.end_of_turn
         env += fmt.after_assistant()
-        parsed = fmt.parse(content)
+        parsed = fmt.parse_for(content, episode.protocol.strict_parse)
         visible = run.entry.visible_function_names(episode.turn)
         # a training interface's recovery feedback follows an output whose call blocks all failed
         feedback = view.parse_error_feedback(parsed.failures, visible) if parsed.failures else None
         keep = feedback is not None and not parsed.calls
         outcome = episode.step(parsed.calls, content, parsed.failures, len(out.ids), keep_turn=keep)
-        env += self._answer(run, outcome, feedback, visible)
+        answer, raw = self._answer(run, outcome, feedback, visible)
+        after = ""
         if outcome.turn_over and not episode.done:
             turn = episode.next_turn()
             if turn is not None:
-                env += turn_text(fmt, view, turn)
+                after = turn_text(fmt, view, turn)
         if not episode.done:
-            run.append(env, self._encode(env), False)
+            ids = self._encode(env + answer + after)
+            run.append(env + answer + after, ids, False)
+            if raw != answer:
+                run.clipped_tokens += len(self._encode(env + raw + after)) - len(ids)
         run.timings["execution"] += time.perf_counter() - t0
 
-    def _answer(self, run: _Run, outcome: Any, feedback: str | None, visible: frozenset[str]) -> str:
+    def _answer(self, run: _Run, outcome: Any, feedback: str | None, visible: frozenset[str]) -> tuple[str, str]:
+        """What the environment says back, as the model reads it and unclipped."""
+        protocol = run.episode.protocol
         # the release counts with the tokenizer's defaults (cmt_base.py:206)
-        return environment_answer(self.format, run.episode.protocol, run.view, outcome, feedback, visible,
-                                  lambda text: len(self.tokenizer(text)["input_ids"]))
+        shown = environment_answer(self.format, protocol, run.view, outcome, feedback, visible,
+                                   lambda text: len(self.tokenizer(text)["input_ids"]))
+        if protocol.max_observation_tokens is None:
+            return shown, shown
+        return shown, environment_answer(self.format, protocol, run.view, outcome, feedback, visible)
 
     def _finish(self, run: _Run) -> EpisodeRollout:
         t0 = time.perf_counter()

@@ -79,7 +79,7 @@ def error_answers(fmt: Any, entry: Any, view: Any, protocol_cfg: Any) -> str:
     for label, output in (("a malformed call block", malformed), (f"a call to {name}, not shown yet", unavailable)):
         episode = Episode(entry, protocol=protocol)
         episode.next_turn()
-        parsed = fmt.parse(output)
+        parsed = fmt.parse_for(output, protocol.strict_parse)
         feedback = view.parse_error_feedback(parsed.failures, visible) if parsed.failures else None
         outcome = episode.step(parsed.calls, output, parsed.failures, keep_turn=feedback is not None and not parsed.calls)
         answer = environment_answer(fmt, protocol, view, outcome, feedback, visible)

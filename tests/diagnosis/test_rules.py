@@ -338,6 +338,20 @@ def test_results_of_every_earlier_turn_count_not_only_the_last(bench):
     assert diagnose(entry, verdict, steps)[2] == TurnLabel("state_mismatch", "inherited_state")
 
 
+def test_a_turns_own_results_are_not_earlier_results_for_the_inherited_check(bench):
+    # miss_param_133: turn 0's gold is no call (it lacks the stock); turn 1's is add_to_watchlist(AAPL) and
+    # get_watchlist(), both answering {"watchlist": ["NVDA", "AAPL"]} (the watch list starts as [NVDA]). The
+    # model leaves out the read-only get_watchlist: the state matches, the response check finds that result
+    # once where gold has it twice (response_mismatch). Replayed from the gold state (the same: turn 0 made
+    # no call) with no earlier results, it still lacks one copy, so nothing is inherited: get_watchlist is
+    # missing. Were the turn's own result also counted as an earlier turn's, two copies would pass the
+    # replay and the cause would read inherited_state
+    entry = bench["multi_turn_miss_param_133"]
+    assert entry.gold[0] == [] and entry.gold[1] == ["add_to_watchlist(stock='AAPL')", "get_watchlist()"]
+    pair, pairs = at(bench, entry.id, 1, ["add_to_watchlist(stock='AAPL')"])
+    assert pair == ("response_mismatch", "missing_tool_call") and pairs[0] == ABSTAIN
+
+
 def test_a_played_episode_is_diagnosed_from_its_own_entry_verdict_and_steps(bench):
     from seal.diagnosis.rules import diagnose_episode
 

@@ -141,6 +141,27 @@ def test_bad_arguments_give_pythons_own_message(backends):
     assert record.error == "bad_arguments" and "missing 1 required positional argument: 'folder'" in record.observation
 
 
+@pytest.mark.parametrize("kwargs, reason", [
+    ({"dir name": "x"}, "not a valid Python call (SyntaxError"),
+    ({"dir_name": float("nan")}, "only literal arguments are allowed, got Name"),
+    ({"dir_name": [[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[["x"]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]}, f"arguments are nested deeper than {MAX_DEPTH} levels"),
+])
+def test_a_call_whose_text_does_not_parse_back_fails_as_its_text_does(backends, kwargs, reason):
+    # the release's strict parser hands any JSON argument name or value over as data; the episode records
+    # the call's text and the verifier replays it, so the call runs only if that text would
+    ran = []
+
+    class Recorder:
+        def mkdir(self, **kw):
+            ran.append(kw)
+
+    backends.methods["mkdir"] = Recorder().mkdir
+    record = execute(backends, ToolCall("mkdir", (), kwargs))
+    assert (record.error, record.call, ran) == ("unsafe", None, [])
+    assert record.observation.startswith(ERROR_PREFIX + reason) and record.text == ToolCall("mkdir", (), kwargs).to_string()
+    assert execute(backends, ToolCall("mkdir", (), {"dir_name": "x"})).ok and ran == [{"dir_name": "x"}]
+
+
 def test_positional_arguments_reach_the_method(backends):
     by_position, by_keyword = execute(backends, "mkdir('new_dir')"), execute(backends, "ls()")
     assert by_position.ok and "new_dir" in by_keyword.observation

@@ -110,6 +110,16 @@ def test_the_release_clips_an_observation_over_4096_tokens():
     assert BFCL.clip(text, len) == text
 
 
+def test_the_release_decides_a_full_context_from_the_unclipped_conversation_at_the_limit():
+    # exp/SEAL.yaml:50-51: max_model_len 16384, response_length 4096, so cmt_linear.py:48 makes the limit
+    # 12288 and :123 is safe only below it, counted over the raw messages (:122, mod="raw")
+    assert RELEASE.context_full(length=5000, raw_length=12288, max_new_tokens=4096, context_length=16384)
+    assert not RELEASE.context_full(length=5000, raw_length=12287, max_new_tokens=4096, context_length=16384)
+    # seal's own rule (bfcl): what the model reads, and only past the window
+    assert not BFCL.context_full(length=12288, raw_length=10**6, max_new_tokens=4096, context_length=16384)
+    assert BFCL.context_full(length=12289, raw_length=12289, max_new_tokens=4096, context_length=16384)
+
+
 def test_an_over_long_train_prompt_stops_a_release_run_and_is_skipped_under_bfcl():
     # trajectory.py:90-95 raises when the prompt exceeds data.max_prompt_length (8192, exp/SEAL.yaml:20)
     assert RELEASE.prompt_fits(8192) and not RELEASE.prompt_fits(8193) and BFCL.prompt_fits(10**6)
@@ -136,3 +146,147 @@ def test_minibatches_keep_their_order_only_when_asked():
     with minibatches_in_order():
         assert grpo_trainer.shuffle_sequence_dict(batch) is batch
     assert grpo_trainer.shuffle_sequence_dict is shuffle
+
+
+# ---------------------------------------------------------------------------------------- the release's parser
+# Each expected answer below is what the release's own functions answered the same output: its strict
+# xml_json parser (env_service/environments/bfcl/bfcl_env.py:216-341 at yihaohu0118/SEAL a0d22db), the
+# error text bfcl_env.py:1150-1180 makes of its reasons, and env_handler.py:167-198 + :334-383 (the name
+# checks), run in a scratch folder with the tool list VISIBLE. ("run", calls): the calls execute, as the
+# release's decoded strings; ("refused", text): nothing runs and the model reads text; ("text", None): a
+# reply, the turn ends.
+T, E = "<tool_call>", "</tool_call>"
+CD_BLOCK = '{"name": "cd", "arguments": {"folder": "document"}}'
+LS_BLOCK = '{"name": "ls", "arguments": {}}'
+VISIBLE = frozenset({"cd", "ls", "mkdir", "echo"})
+REFUSED = "[ERROR] Invalid tool call format: "
+NOT_SHOWN = "is not available in the current tool list."
+TAG_TEXT = "Found tool_call tag text, but no valid <tool_call>{...}</tool_call> block."
+BOTH_KEYS = "Tool call JSON must contain both 'name' and 'arguments'."
+RELEASE_CASES = [
+    # :254-255 the block pattern, with or without whitespace, text around it ignored (:325-327 only cleans it)
+    ("one_block", f"{T}\n{CD_BLOCK}\n{E}", ("run", ["cd(folder='document')"])),
+    ("two_blocks", f"{T}\n{CD_BLOCK}\n{E}\n{T}\n{LS_BLOCK}\n{E}", ("run", ["cd(folder='document')", "ls()"])),
+    ("no_whitespace", f"{T}{CD_BLOCK}{E}", ("run", ["cd(folder='document')"])),
+    ("text_around", f"Let me look.\n{T}\n{CD_BLOCK}\n{E}\nThen I answer.", ("run", ["cd(folder='document')"])),
+    ("nested_object", f'{T}\n{{"name": "mkdir", "arguments": {{"dir_name": "x", "meta": {{"a": {{"b": 1}}}}}}}}\n{E}',
+     ("run", ["mkdir(dir_name='x', meta={'a': {'b': 1}})"])),
+    ("duplicate_keys", f'{T}\n{{"name": "cd", "name": "ls", "arguments": {{}}}}\n{E}', ("run", ["ls()"])),
+    # :259-269 no block matched: a reply, unless tag text is there ("<tool_call" or "</tool_call>")
+    ("plain_text", "The file is in the document folder.", ("text", None)),
+    ("empty", "", ("text", None)),
+    ("bare_json", CD_BLOCK, ("text", None)),
+    ("stray_open_tag_prefix", "I will use <tool_call later.", ("refused", REFUSED + TAG_TEXT)),
+    ("stray_close_tag", f"{CD_BLOCK}\n{E}", ("refused", REFUSED + TAG_TEXT)),
+    ("only_unclosed", f"{T}\n{CD_BLOCK}", ("refused", REFUSED + TAG_TEXT)),
+    ("json_list_block", f"{T}\n[{CD_BLOCK}, {LS_BLOCK}]\n{E}", ("refused", REFUSED + TAG_TEXT)),
+    ("fenced", f"{T}\n```json\n{CD_BLOCK}\n```\n{E}", ("refused", REFUSED + TAG_TEXT)),
+    ("whitespace_only_block", f"{T}\n\n{E}", ("refused", REFUSED + TAG_TEXT)),
+    ("tag_with_attribute", f'<tool_call id="1">\n{CD_BLOCK}\n{E}', ("refused", REFUSED + TAG_TEXT)),
+    # once a block matched, tag text elsewhere is never looked at: a list, fenced or unclosed block beside
+    # a valid one is dropped silently and the valid one runs
+    ("json_list_next_to_valid", f"{T}\n[{CD_BLOCK}]\n{E}\n{T}\n{LS_BLOCK}\n{E}", ("run", ["ls()"])),
+    ("fenced_next_to_valid", f"{T}\n```json\n{CD_BLOCK}\n```\n{E}\n{T}\n{LS_BLOCK}\n{E}", ("run", ["ls()"])),
+    ("trailing_unclosed_after_valid", f"{T}\n{CD_BLOCK}\n{E}\n{T}\n{LS_BLOCK}", ("run", ["cd(folder='document')"])),
+    # :254's lazy object runs on to the first "}" before a closing tag: an unclosed block swallows the next
+    ("unclosed_before_valid", f"{T}\n{CD_BLOCK}\n{T}\n{LS_BLOCK}\n{E}",
+     ("refused", REFUSED + "Invalid tool call JSON: Extra data: line 2 column 1 (char 52)")),
+    ("brace_in_string", f'{T}\n{{"name": "echo", "arguments": {{"content": "a}} </tool_call> b"}}}}\n{E}',
+     ("refused", REFUSED + "Invalid tool call JSON: Unterminated string starting at: line 1 column 43 (char 42)")),
+    # :314-321 JSON errors, in json's own words (flag_python_literals is off: no hint)
+    ("bad_json", f'{T}\n{{"name": "cd", "arguments": {{folder: 1}}}}\n{E}',
+     ("refused", REFUSED + "Invalid tool call JSON: Expecting property name enclosed in double quotes: line 1 column 30 (char 29)")),
+    ("python_literals", f'{T}\n{{"name": "cd", "arguments": {{"folder": None}}}}\n{E}',
+     ("refused", REFUSED + "Invalid tool call JSON: Expecting value: line 1 column 40 (char 39)")),
+    ("extra_data", f"{T}\n{CD_BLOCK} {LS_BLOCK}\n{E}",
+     ("refused", REFUSED + "Invalid tool call JSON: Extra data: line 1 column 53 (char 52)")),
+    # :284-286 both keys or nothing ("parameters" does not stand in: accept_parameters_as_arguments is off)
+    ("missing_arguments", f'{T}\n{{"name": "ls"}}\n{E}', ("refused", REFUSED + BOTH_KEYS)),
+    ("parameters_instead", f'{T}\n{{"name": "cd", "parameters": {{"folder": "document"}}}}\n{E}', ("refused", REFUSED + BOTH_KEYS)),
+    ("missing_name", f'{T}\n{{"arguments": {{}}}}\n{E}', ("refused", REFUSED + BOTH_KEYS)),
+    # :291-303 arguments: a JSON string is decoded, then it must be an object
+    ("string_arguments", f'{T}\n{{"name": "cd", "arguments": "{{\\"folder\\": \\"document\\"}}"}}\n{E}',
+     ("run", ["cd(folder='document')"])),
+    ("string_arguments_not_json", f'{T}\n{{"name": "cd", "arguments": "folder=document"}}\n{E}',
+     ("refused", REFUSED + "Tool 'cd' has non-JSON string arguments.")),
+    ("string_arguments_not_object", f'{T}\n{{"name": "cd", "arguments": "[1, 2]"}}\n{E}',
+     ("refused", REFUSED + "Tool 'cd' arguments must be a JSON object.")),
+    ("arguments_list", f'{T}\n{{"name": "cd", "arguments": [1, 2]}}\n{E}', ("refused", REFUSED + "Tool 'cd' arguments must be a JSON object.")),
+    ("arguments_null", f'{T}\n{{"name": "ls", "arguments": null}}\n{E}', ("refused", REFUSED + "Tool 'ls' arguments must be a JSON object.")),
+    # :339 several blocks' reasons joined with "; " in block order; one bad block refuses the good ones too
+    ("three_errors", f'{T}\n{{"name": "ls"}}\n{E}\n{T}\n{{"name": "cd", "arguments": [1]}}\n{E}\n{T}\n{{"name": "cd" "arguments": {{}}}}\n{E}',
+     ("refused", REFUSED + BOTH_KEYS + "; Tool 'cd' arguments must be a JSON object.; "
+      "Invalid tool call JSON: Expecting ',' delimiter: line 1 column 15 (char 14)")),
+    ("errors_and_valid", f'{T}\n{CD_BLOCK}\n{E}\n{T}\n{{"name": "cd", "arguments": "x"}}\n{E}\n{T}\n{LS_BLOCK}\n{E}',
+     ("refused", REFUSED + "Tool 'cd' has non-JSON string arguments.")),
+    # env_handler.py:351-362 names, call by call: empty ones (""/null/0) are missing, others not shown;
+    # a list or object name fails the set lookup and :193-197 reports that error
+    ("qualified_name", f'{T}\n{{"name": "GorillaFileSystem.cd", "arguments": {{"folder": "document"}}}}\n{E}',
+     ("refused", REFUSED + f"Tool 'GorillaFileSystem.cd' {NOT_SHOWN}")),
+    ("empty_name", f'{T}\n{{"name": "", "arguments": {{}}}}\n{E}', ("refused", REFUSED + "Missing function name in tool call.")),
+    ("null_name", f'{T}\n{{"name": null, "arguments": {{}}}}\n{E}', ("refused", REFUSED + "Missing function name in tool call.")),
+    ("zero_name", f'{T}\n{{"name": 0, "arguments": {{}}}}\n{E}', ("refused", REFUSED + "Missing function name in tool call.")),
+    ("number_name", f'{T}\n{{"name": 5, "arguments": {{}}}}\n{E}', ("refused", REFUSED + f"Tool '5' {NOT_SHOWN}")),
+    ("true_name", f'{T}\n{{"name": true, "arguments": {{}}}}\n{E}', ("refused", REFUSED + f"Tool 'True' {NOT_SHOWN}")),
+    ("list_name", f'{T}\n{{"name": ["cd"], "arguments": {{}}}}\n{E}', ("refused", REFUSED + "unhashable type: 'list'")),
+    ("object_name", f'{T}\n{{"name": {{"a": 1}}, "arguments": {{}}}}\n{E}', ("refused", REFUSED + "unhashable type: 'dict'")),
+    ("unavailable", f'{T}\n{{"name": "sort", "arguments": {{"file_name": "a.txt"}}}}\n{E}', ("refused", REFUSED + f"Tool 'sort' {NOT_SHOWN}")),
+    ("valid_then_unavailable", f'{T}\n{CD_BLOCK}\n{E}\n{T}\n{{"name": "sort", "arguments": {{}}}}\n{E}',
+     ("refused", REFUSED + f"Tool 'sort' {NOT_SHOWN}")),
+    # the first bad name in call order decides the text
+    ("unavailable_then_empty_name", f'{T}\n{{"name": "sort", "arguments": {{}}}}\n{E}\n{T}\n{{"name": "", "arguments": {{}}}}\n{E}',
+     ("refused", REFUSED + f"Tool 'sort' {NOT_SHOWN}")),
+    ("empty_name_then_unavailable", f'{T}\n{{"name": "", "arguments": {{}}}}\n{E}\n{T}\n{{"name": "sort", "arguments": {{}}}}\n{E}',
+     ("refused", REFUSED + "Missing function name in tool call.")),
+    # bfcl_env.py:1150 before :1191: a parse error wins over an unavailable tool, even one in an earlier block
+    ("malformed_and_unavailable", f'{T}\n{{"name": "sort", "arguments": {{}}}}\n{E}\n{T}\n{{"name": "cd", "arguments": {{folder}}}}\n{E}',
+     ("refused", REFUSED + "Invalid tool call JSON: Expecting property name enclosed in double quotes: line 1 column 30 (char 29)")),
+    # the parser passes any argument name and JSON value on: the release built the call text (:380-381)
+    ("nan_value", f'{T}\n{{"name": "cd", "arguments": {{"folder": NaN}}}}\n{E}', ("run", ["cd(folder=nan)"])),
+    ("space_in_argument_name", f'{T}\n{{"name": "cd", "arguments": {{"folder name": "x"}}}}\n{E}', ("run", ["cd(folder name='x')"])),
+]
+
+
+def release_reads(text, visible=VISIBLE):
+    """What seal's release protocol answers one qwen_xml output: the same three outcomes as the table."""
+    parsed = get_format("qwen_xml").parse_for(text, RELEASE.strict_parse)
+    refusal = RELEASE.refusal(parsed.calls, parsed.failures, visible)
+    if refusal is not None:
+        return "refused", refusal
+    if parsed.calls:
+        return "run", [call.to_string() for call in parsed.calls]
+    return "text", None
+
+
+@pytest.mark.parametrize("text, expected", [case[1:] for case in RELEASE_CASES], ids=[case[0] for case in RELEASE_CASES])
+def test_the_release_protocol_reads_outputs_as_the_releases_own_parser(text, expected):
+    assert release_reads(text) == expected
+
+
+def test_json_nested_past_pythons_limit_is_refused_with_the_json_prefix():
+    # the release's step fails there (its parser catches json's decode errors only, bfcl_env.py:314); seal
+    # refuses the output under the JSON error's prefix instead of ending the episode
+    kind, text = release_reads(f'{T}{{"name": "cd", "arguments": {{"folder": {"[" * 100_000}}}}}{E}')
+    assert kind == "refused" and text.startswith(REFUSED + "Invalid tool call JSON: maximum recursion depth exceeded")
+
+
+def test_bfcl_keeps_the_lenient_parser_and_other_formats_their_own():
+    qwen = get_format("qwen_xml")
+    for label in ("missing_arguments", "parameters_instead", "json_list_block", "trailing_unclosed_after_valid"):
+        text = dict((c[0], c[1]) for c in RELEASE_CASES)[label]
+        assert qwen.parse_for(text, BFCL.strict_parse) == qwen.parse(text)
+    # under BFCL a block without arguments runs with none, "parameters" stands in, a list runs its items
+    assert qwen.parse_for(f'{T}\n{{"name": "ls"}}\n{E}', False).calls == [ToolCall("ls", (), {})]
+    assert qwen.parse_for(f"{T}\n[{CD_BLOCK}, {LS_BLOCK}]\n{E}", False).calls == [CD, ToolCall("ls", (), {})]
+    # the release read <tool_call> blocks only: formats without them keep their own parser under it
+    for name, text in (("llama3_json", '{"name": "cd", "parameters": {"folder": "document"}}'),
+                       ("bfcl_python", "[cd(folder='document')]")):
+        fmt = get_format(name)
+        assert fmt.parse_for(text, True) == fmt.parse(text) and fmt.parse(text).calls == [CD]
+
+
+def test_strict_parsing_needs_the_tool_list_check():
+    node = OmegaConf.load("conf/protocol/release.yaml")
+    node.refuse_unavailable_tools = False
+    with pytest.raises(UserError, match="set protocol.refuse_unavailable_tools=true"):
+        Protocol.from_config(node)

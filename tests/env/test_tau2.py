@@ -12,10 +12,10 @@ from hydra.utils import instantiate
 
 from seal.env import Episode
 from seal.env.benchmarks import benchmark_of
-from seal.env.benchmarks.tau2 import (DOMAINS, FIRST_AGENT_MESSAGE, STOP_WORD, USER_SIMULATOR_FAILED, Tau2, Tau2Solo,
-                                      load_tasks, task_reward)
+from seal.env.benchmarks.tau2 import (DOMAINS, FIRST_AGENT_MESSAGE, PREMATURE_END, STOP_WORD, USER_SIMULATOR_FAILED, Tau2,
+                                      Tau2Solo, load_tasks, task_reward)
 from seal.env.calls import ToolCall
-from seal.env.tau2_user import NO_SIMULATOR, GoldUser
+from seal.env.tau2_user import NO_SIMULATOR, GoldUser, user_view
 from seal.errors import UserError
 from seal.evaluation.out_of_domain import evaluate_benchmark
 from seal.policy.formats import chat_for, get_format
@@ -103,6 +103,62 @@ def test_an_agent_call_outside_the_domains_tools_is_refused_unrun():
     outcome = episode.step([ToolCall("set_state", (), {"x": 1}), ToolCall("get_user_details", ("a",), {})])
     assert [r.error for r in outcome.records] == ["unknown_function", "bad_arguments"]
     assert episode.backends.calls_made() == 0
+
+
+class Talker:
+    """A scripted user that says "message k" at its k-th turn (the stop word at turn `stop_at`) and keeps
+    what the simulator is shown each time it is asked."""
+
+    def __init__(self, stop_at=None):
+        self.stop_at, self.shown = stop_at, []
+
+    def respond(self, session):
+        self.shown.append(user_view(session))
+        k = session.user_turns
+        return {"content": STOP_WORD if k == self.stop_at else f"message {k}"}
+
+
+def conversation(user, max_user_turns, agent_turn=lambda episode: episode.step([], "Done.")):
+    benchmark = Tau2(domains=["mock"], split=None, max_user_turns=max_user_turns)
+    benchmark.use_user(user)
+    episode = Episode(benchmark.entries("mock")[0])
+    while episode.next_turn() is not None:
+        agent_turn(episode)
+    return episode
+
+
+def test_a_conversation_reaching_exactly_the_user_turn_cap():
+    # cap 2, by hand: the cap is checked before each user turn (user_turns >= cap ends it), so the user is
+    # asked twice, the agent answers both, and the third user turn is never asked: the conversation ends
+    # force-terminated after two turns, which tau2 scores as a premature end
+    user = Talker()
+    episode = conversation(user, 2)
+    assert (len(user.shown), len(episode.steps), episode.ended) == (2, 2, "force_terminated")
+    assert episode.verdict().error_type == PREMATURE_END
+    # the user's stop on its second (the last allowed) turn completes the conversation there
+    user = Talker(stop_at=2)
+    episode = conversation(user, 2)
+    assert (len(user.shown), len(episode.steps), episode.ended) == (2, 1, "completed")
+
+
+def test_the_user_simulator_is_shown_none_of_the_agents_calls_or_results():
+    # the agent creates a task (a call and its result), then replies in text: the simulator reads the
+    # greeting and that reply as "user" messages and its own first message as "assistant", nothing else
+    def agent_turn(episode):
+        episode.step([ToolCall("create_task", (), {"user_id": "user_1", "title": "Important Meeting"})],
+                     '<tool_call>{"name": "create_task"}</tool_call>')
+        episode.step([], "I created it.")
+
+    user = Talker(stop_at=2)
+    episode = conversation(user, 5, agent_turn)
+    assert episode.backends.calls_made() == 1 and episode.ended == "completed"
+    messages, tools = user.shown[1]
+    assert messages[0]["role"] == "system" and tools == []
+    assert messages[1:] == [{"role": "user", "content": FIRST_AGENT_MESSAGE},
+                            {"role": "assistant", "content": "message 1"},
+                            {"role": "user", "content": "I created it."}]
+    result = episode.steps[0][0].calls[0].observation
+    assert "Important Meeting" in result and "Important Meeting" not in str(messages[1:])
 
 
 # ------------------------------------------------------------------------------- the HTTP simulator

@@ -300,6 +300,77 @@ def test_context_overflow_is_a_clean_failure(oracle_policy, short_entries):
     assert len(r.prompt_ids) + len(r.completion_ids) + 8 > n + 8
 
 
+def test_an_output_both_malformed_and_calling_a_held_out_tool_reads_the_parse_error(oracle_policy, bench):
+    # miss_func_0 holds `sort` out until turn 3. The output runs cd, calls sort, then writes a malformed
+    # block. The release's answer to the same text (its parser and env_handler run in a scratch folder):
+    # the parse error, because bfcl_env.py:1150 refuses before env_handler.py:357-362 looks at names;
+    # nothing runs and the turn stays open for the next output
+    text = ('<tool_call>\n{"name": "cd", "arguments": {"folder": "document"}}\n</tool_call>\n'
+            '<tool_call>\n{"name": "sort", "arguments": {"file_name": "final_report.pdf"}}\n</tool_call>\n'
+            '<tool_call>\n{"name": "cd", "arguments": {folder}}\n</tool_call>')
+    error = ("[ERROR] Invalid tool call format: Invalid tool call JSON: Expecting property name enclosed in double "
+             "quotes: line 1 column 30 (char 29)")
+    (r,) = Scripted(oracle_policy, "qwen_xml", [text], protocol=RELEASE).play([bench["multi_turn_miss_func_0"]],
+                                                                             temperature=0.0)
+    first = r.episode.steps[0]
+    assert first[0].error == error and first[0].calls == [] and r.episode.result[0] == []
+    assert r.transcript[2].text == f"\n<|im_start|>user\n{error}<|im_end|>\n<|im_start|>assistant\n"
+    # the turn went on: the next output ("Done.") closed it
+    assert len(first) == 2 and first[1].raw == "Done."
+
+
+class Flood(PlainView):
+    """Every tool answers 6,000 words: 6,001 tokens of the oracle's tokenizer, over the release's 4,096."""
+
+    FLOOD = "word " * 6000
+
+    def tool_response(self, record, visible):
+        return self.FLOOD
+
+
+PWD_CALL = '<tool_call>\n{"name": "pwd", "arguments": {}}\n</tool_call>'
+
+
+def test_the_release_stops_on_the_unclipped_context_at_the_limit_and_bfcl_past_it(oracle_policy, bench):
+    entry, m = bench["multi_turn_base_0"], 64
+    fmt = get_format("qwen_xml")
+    assert len(oracle_policy.tokenizer(Flood.FLOOD)["input_ids"]) == 6001
+    # by hand: after the first output (a call) the release's conversation holds the prompt, the output and
+    # the tool message; its context check (cmt_linear.py:109-123) tokenises the *unclipped* message
+    # (content, not content_for_future) and is safe only while that count is below max_model_len -
+    # response_length, i.e. below C - m here (agent_flow.py:94-99 stops before the next model call)
+    (probe,) = Scripted(oracle_policy, "qwen_xml", [PWD_CALL], max_new_tokens=m, protocol=RELEASE).play(
+        [entry], Flood(), temperature=0.0)
+    prompt, output, shown = probe.transcript[0].ids, probe.transcript[1].ids, probe.transcript[2].ids
+    assert probe.transcript[2].text.endswith("... truncate ...<|im_end|>\n<|im_start|>assistant\n")
+    # ChatML closes the output with "\n", then the tool message (the release's newline) and the next header
+    raw = oracle_policy.tokenizer("\n" + fmt.tool_results([Flood.FLOOD], newline=True), add_special_tokens=False)["input_ids"]
+    raw_length = len(prompt) + len(output) + len(raw)
+    assert len(raw) > 6000 > 4200 > len(shown)
+
+    def outputs(protocol, context):
+        eng = Scripted(oracle_policy, "qwen_xml", [PWD_CALL, "Done."], max_new_tokens=m, context_length=context,
+                       protocol=protocol)
+        (r,) = eng.play([entry], Flood(), temperature=0.0)
+        return r, r.episode.model_steps
+
+    # at the limit the release stops although the clipped copy it shows would leave ~1,800 tokens to spare
+    r, steps = outputs(RELEASE, raw_length + m)
+    assert (r.ended, steps) == ("context_overflow", 1) and len(prompt) + len(output) + len(shown) + m < raw_length + m
+    # the release drops the last environment message at the end (cmt_linear.py:163-165)
+    assert r.transcript[-1].model and r.completion_ids == output
+    # one token more and the model writes its next output
+    assert outputs(RELEASE, raw_length + m + 1)[1] >= 2
+    # BFCL shows the message whole (no newline before its end) and stops only when the next output could
+    # pass the window: not at equality, one token later
+    whole = oracle_policy.tokenizer("\n" + fmt.tool_results([Flood.FLOOD]), add_special_tokens=False)["input_ids"]
+    bfcl_length = len(prompt) + len(output) + len(whole)
+    r, steps = outputs(BFCL, bfcl_length + m)
+    assert steps >= 2 and r.transcript[2].ids == whole
+    r, steps = outputs(BFCL, bfcl_length + m - 1)
+    assert (r.ended, steps) == ("context_overflow", 1)
+
+
 @pytest.mark.costly
 def test_a_model_outgrowing_the_window_is_a_clean_failure(tiny_policy, short_entries):
     entry = short_entries[0]
