@@ -293,7 +293,8 @@ def test_the_tiny_preflight_runs_end_to_end_and_reports_the_runs_own_figures(tmp
     proc = preflight_cli("--out", str(out), "--keep", "--", *SMALL)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     summary = json.loads((out / "gpu_check.json").read_text())
-    assert (summary["tiny"], summary["cuda"], summary["vocab_size"]) == (True, False, SMOLLM2_VOCAB)
+    # Qwen2.5-3B's published vocabulary
+    assert (summary["tiny"], summary["cuda"], summary["vocab_size"]) == (True, False, 151936)
     assert [s["name"] for s in summary["steps"]] == ["build", "sanity", "train", "checkpoint", "throughput"]
     assert summary["steps"][4]["note"].startswith("64 episodes on cpu: ")
     assert f"step throughput: {summary['steps'][4]['note']}" in proc.stdout
@@ -302,7 +303,7 @@ def test_the_tiny_preflight_runs_end_to_end_and_reports_the_runs_own_figures(tmp
     assert summary["plan_gib"] == plan and summary["steps"][2]["plan_gib"] == plan["total"]
     assert f"training_memory_gib): total {plan['total']:g} GiB" in proc.stdout
     train_line = next(line for line in proc.stdout.splitlines() if line.startswith("train "))
-    assert f" {plan['total']:.2f}  1 round (" in train_line
+    assert f" {plan['total']:.2f}  2 rounds on 1 rank(s) (" in train_line
     # the sanity figures are sanity.json's
     sanity = json.loads((out / "sanity" / "sanity.json").read_text())
     assert len(sanity["rewards"]) == 2 and sanity["learning_rate"] == 1e-6
@@ -311,7 +312,8 @@ def test_the_tiny_preflight_runs_end_to_end_and_reports_the_runs_own_figures(tmp
     # the checkpoint is the train run's last complete one, with its round in seal_state.json
     checkpoint = latest_complete_checkpoint(out / "train" / "checkpoints")
     assert summary["checkpoint"] == str(checkpoint)
-    assert len(json.loads((checkpoint / "seal_state.json").read_text())["history"]) == 1
+    assert len(json.loads((checkpoint / "seal_state.json").read_text())["history"]) == 2
+    assert any(checkpoint.glob("*.safetensors"))
     assert summary["checkpoint_gib"] == sum(f.stat().st_size for f in checkpoint.rglob("*") if f.is_file()) / 2**30
     # each run recorded its own peak at exit (a process that imported torch holds well over 0.2 GiB)
     for step in summary["steps"][1:3]:
@@ -326,3 +328,21 @@ def test_the_tiny_preflight_runs_end_to_end_and_reports_the_runs_own_figures(tmp
     assert not (out / "train" / "checkpoints").exists() and not (out / "train" / "final_model").exists()
     # task=sanity writes no checkpoint (TRL may leave the empty folder)
     assert not list((out / "sanity" / "checkpoints").glob("checkpoint-*")) and (out / "train" / "run_config.json").is_file()
+
+
+@pytest.mark.slow
+def test_two_gloo_ranks_run_the_preflights_steps_with_fsdp2(tmp_path):
+    # about 6 min on the 2-core CPU: sanity and the paper arm's miniature on two gloo ranks started by accelerate
+    out = tmp_path / "out"
+    proc = preflight_cli("--out", str(out), "--processes", "2", "--", "sanity.rounds=3")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    summary = json.loads((out / "gpu_check.json").read_text())
+    assert summary["launch"] == {"processes": 2, "sharding": "fsdp2", "engine": "transformers"}
+    run_config = json.loads((out / "train" / "run_config.json").read_text())
+    assert (run_config["world_size"], run_config["sharding"], run_config["budget"]["name"]) == (2, "fsdp2", "paper_miniature")
+    # each rank recorded its own peak; the step shows the largest
+    train = summary["steps"][2]
+    assert len(train["peak"]["ranks"]) == 2
+    assert train["peak"]["max_rss_gib"] == max(r["max_rss_gib"] for r in train["peak"]["ranks"])
+    assert "sharded model and optimizer" in summary["steps"][3]["note"]
+    assert "2 rounds on 2 rank(s)" in train["note"]
