@@ -1,5 +1,5 @@
 """The benchmark interface and registry (seal.env.benchmarks): every configured benchmark instantiates to
-its registered class, and a new benchmark (the README's example) is one module and one config file that
+its registered class, and a new benchmark (the example of docs/protocols-and-benchmarks.md) is one module and one config file that
 the episode, the scripted oracle, the rollout engine and task=eval play and score untouched."""
 
 import json
@@ -20,11 +20,12 @@ from tests.test_configs import compose_with
 
 ROOT = Path(__file__).resolve().parents[2]
 CONF = ROOT / "conf" / "benchmark"
+PAGE = ROOT / "docs" / "protocols-and-benchmarks.md"
 
 
-def readme_block(marker):
-    """The code block that follows `marker` in the README."""
-    text = (ROOT / "README.md").read_text()
+def page_block(marker):
+    """The code block that follows `marker` in the page on adding a benchmark."""
+    text = PAGE.read_text()
     block = text[text.index("```", text.index(marker)):]
     body = block[block.index("\n") + 1:]
     return body[: body.index("```")]
@@ -32,10 +33,10 @@ def readme_block(marker):
 
 @pytest.fixture
 def echo(monkeypatch):
-    """The README's example module, imported as `echo` (its config's _target_) and registered for this test."""
+    """The page's example module, imported as `echo` (its config's _target_) and registered for this test."""
     monkeypatch.setitem(REGISTRY, "echo", None)  # undone after the test: the registry is as before
     module = types.ModuleType("echo")
-    exec(compile(readme_block("<!-- example benchmark module -->"), "README.md", "exec"), module.__dict__)
+    exec(compile(page_block("<!-- example benchmark module -->"), str(PAGE), "exec"), module.__dict__)
     monkeypatch.setitem(sys.modules, "echo", module)
     return module
 
@@ -73,7 +74,7 @@ def test_a_multi_turn_entry_is_played_and_checked_by_bfcl_v3(bench):
     assert episode.verdict().error_type == "multi_turn:force_terminated"
 
 
-def test_the_readme_example_is_one_module_played_by_the_episode(echo):
+def test_the_docs_example_is_one_module_played_by_the_episode(echo):
     benchmark = echo.Echo()
     assert REGISTRY["echo"] is echo.Echo and benchmark.categories == ["echo"]
     red, blue = benchmark.entries("echo")
@@ -85,9 +86,9 @@ def test_the_readme_example_is_one_module_played_by_the_episode(echo):
     assert (episode.verdict().valid, episode.verdict().error_type) == (False, "echo:wrong_colour")
 
 
-def test_task_eval_plays_and_scores_the_readme_example_with_the_scripted_oracle(echo, tmp_path):
+def test_task_eval_plays_and_scores_the_docs_example_with_the_scripted_oracle(echo, tmp_path):
     cfg = compose_with("task=eval", "backbone=oracle", "budget.eval_entries_per_category=null")
-    cfg.benchmark = OmegaConf.create(readme_block("<!-- example benchmark config -->"))
+    cfg.benchmark = OmegaConf.create(page_block("<!-- example benchmark config -->"))
     run(cfg, tmp_path)
     metrics = json.loads((tmp_path / "metrics.json").read_text())
     assert metrics["counts"] == {"echo": {"passed": 2, "total": 2}}
