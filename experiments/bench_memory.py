@@ -36,29 +36,38 @@ def _train_prompt_lengths() -> list[int]:
 
 
 def memory() -> None:
-    from seal.policy.generation_hf import PREFILL_CHUNK
-    from seal.policy.memory import GiB, kv_bytes_per_token, param_count
-
     prompts = sorted(_train_prompt_lengths())
     print(f"\n## memory: paper budget (32 prompts x 8 rollouts, max new tokens 4096, context 16384), per rank, "
           f"from configs")
     print(f"train prompts (SmolLM2 tokens, a proxy): median {prompts[len(prompts) // 2]}, max {prompts[-1]}")
-    print(f"rollouts with vLLM colocated at {ENGINE_SHARE} of each GPU (the authors'), asleep while the optimizer "
-          f"runs, or (hf) the transformers engine, prefilling {PREFILL_CHUNK} tokens of a round's episodes at a time, "
-          f"its KV cache at least one context long; fits = total under {USABLE / GiB:.1f} GiB")
+    print(plan_tables())
+    measured_against_plan()
+
+
+def plan_tables() -> str:
+    """Each paper backbone's plan per launch (LAUNCHES), part by part, as `make bench ARGS=memory` prints it
+    and docs/gpus-and-slurm.md shows it (python -m experiments.docs writes it there)."""
+    from seal.policy.generation_hf import PREFILL_CHUNK
+    from seal.policy.memory import GiB, kv_bytes_per_token, param_count
+
+    lines = [f"rollouts with vLLM colocated at {ENGINE_SHARE} of each GPU (the authors'), asleep while the "
+             f"optimizer runs, or (hf) the transformers engine, prefilling {PREFILL_CHUNK} tokens of a round's "
+             f"episodes at a time, its KV cache at least one context long; "
+             f"fits = total under {USABLE / GiB:.1f} GiB"]
     for name in BACKBONES:
         cfg = _compose("budget=paper", f"backbone={name}")
         arch = dict(cfg.backbone.arch)
         columns = paper_plans(name)
-        print(f"\n### {name}: {param_count(arch) / 1e9:.2f}B parameters, KV cache "
-              f"{kv_bytes_per_token(arch, cfg.backbone.dtype) / 1024:.0f} KiB per token ({cfg.backbone.dtype})")
-        print(f"{'GiB per rank':22}" + "".join(f"{label:>13}" for label in columns))
+        kv_kib = kv_bytes_per_token(arch, cfg.backbone.dtype) / 1024
+        lines += ["", f"### {name}: {param_count(arch) / 1e9:.2f}B parameters, KV cache "
+                      f"{kv_kib:.0f} KiB per token ({cfg.backbone.dtype})"]
+        lines.append(f"{'GiB per rank':22}" + "".join(f"{label:>13}" for label in columns))
         rows = [part for part, _ in next(iter(columns.values())).table()]
         for i, part in enumerate(rows):
-            print(f"{part:22}" + "".join(f"{m.table()[i][1]:13.1f}" for m in columns.values()))
+            lines.append(f"{part:22}" + "".join(f"{m.table()[i][1]:13.1f}" for m in columns.values()))
         fits = "".join(f"{'yes' if m.total <= USABLE else 'no':>13}" for m in columns.values())
-        print(f"{'fits 80 GB':22}" + fits)
-    measured_against_plan()
+        lines.append(f"{'fits 80 GB':22}" + fits)
+    return "\n".join(lines)
 
 
 def paper_plans(name: str) -> dict:

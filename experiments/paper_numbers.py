@@ -79,3 +79,30 @@ def paper_avg(backbone: str, arm: str) -> float | None:
     """The paper's BFCL V3 Avg of a row: Table 1's, else Table 3's (the ablation arms)."""
     found = paper_number("table1", backbone, arm, "avg")
     return found if found is not None else paper_number("table3", backbone, arm, "avg")
+
+
+TITLES = {"table1": "Table 1: BFCL V3 multi-turn, 400 held-out entries (accuracy %)",
+          "table2": "Table 2: out of domain, BFCL V4 agentic and tau2-bench (accuracy %)",
+          "table3": "Table 3: ablations on Qwen2.5-7B, BFCL V3 multi-turn (accuracy %)"}
+
+
+def markdown() -> str:
+    """Every table as the paper prints it, in Markdown (what `python -m experiments.paper_numbers` prints and
+    docs/reproducing-the-paper.md shows): a number typed as an integer stays one, the others keep two
+    decimals; a note under a table names each number kept as printed."""
+    parts = []
+    for table, rows in TABLES.items():
+        columns = list(next(iter(rows.values())))
+        lines = [f"**{TITLES[table]}**", "", "| backbone | arm | " + " | ".join(columns) + " |",
+                 "|---|---|" + "---:|" * len(columns)]
+        for (backbone, arm), cells in rows.items():
+            shown = [str(v) if isinstance(v, int) else f"{v:.2f}" for v in cells.values()]
+            lines.append(f"| {backbone} | {arm} | " + " | ".join(shown) + " |")
+        notes = [f"{row[0]}, {row[1]}, {column}: {why}"
+                 for (kept_in, row, column), why in PRINTED_AS_IS.items() if kept_in == table]
+        parts.append("\n".join(lines + ([""] + [f"Note: {n}." for n in notes] if notes else [])))
+    return "\n\n".join(parts)
+
+
+if __name__ == "__main__":
+    print(markdown())

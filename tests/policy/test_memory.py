@@ -210,12 +210,14 @@ def test_the_facts_the_plan_rests_on(tmp_path):
     assert DistributedDataParallelKwargs().gradient_as_bucket_view is False
 
 
-def test_the_readme_figures_are_the_plans():
+def test_the_figures_of_the_memory_page_are_the_plans():
     from experiments.bench_memory import USABLE as bench_usable
     from experiments.bench_memory import paper_plans
 
-    text = (ROOT / "README.md").read_text()
-    section = text[text.index("- **Memory.**"):text.index("- **Host memory**")]
+    # the prose of docs/gpus-and-slurm.md's Memory section (the plan tables below it are written by
+    # python -m experiments.docs and compared by tests/experiments/test_docs.py)
+    text = (ROOT / "docs" / "gpus-and-slurm.md").read_text()
+    section = text[text.index("### Memory"):text.index("<!-- begin: memory-plan -->")]
     plans = {name: paper_plans(name) for name in ("qwen2.5-3b", "qwen2.5-7b", "llama-3.1-8b")}
     figures = [float(x) for x in re.findall(r"(\d+\.\d) GiB", section)]
     expected = [plans["qwen2.5-3b"]["ddp x1 hf"].training + plans["qwen2.5-3b"]["ddp x1 hf"].resident,
@@ -224,6 +226,6 @@ def test_the_readme_figures_are_the_plans():
                 plans["qwen2.5-7b"]["ddp x4"].total, plans["llama-3.1-8b"]["fsdp2 x4"].total,
                 plans["llama-3.1-8b"]["fsdp2 x2"].total]
     assert figures == [round(x / GiB, 1) for x in expected]
-    # and what the README says of them
+    # and what the page says of them
     assert bench_usable == USABLE and plans["qwen2.5-3b"]["ddp x4"].total > USABLE
     assert plans["llama-3.1-8b"]["fsdp2 x2"].total > USABLE
