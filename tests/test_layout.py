@@ -1,6 +1,6 @@
-"""The package order the README's Layout section describes: every import, at module level or inside a
-function, points down the pipeline (io, errors < env < budget < diagnosis < interface < policy < eval <
-report < rl < tasks)."""
+"""The package order docs/development.md's Layout section describes: every import, at module level or
+inside a function, points down the pipeline (io, errors < env < budget < diagnosis < interface < policy <
+eval < report < rl < tasks)."""
 
 import ast
 from pathlib import Path

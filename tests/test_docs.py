@@ -1,0 +1,100 @@
+"""README.md is a one-page quick start and docs/ the manual: every relative link in them leads to a file (and
+a heading) that exists, the configuration page lists exactly the choices conf/ holds, and the results log
+is dated. (The blocks a command writes into docs/ are compared in tests/experiments/test_docs.py.)"""
+
+import re
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)")
+
+
+def anchors(page: Path) -> set[str]:
+    """The anchors GitHub gives the headings of a Markdown page (code blocks skipped)."""
+    text = re.sub(r"^```.*?^```", "", page.read_text(), flags=re.M | re.S)
+    found = set()
+    for heading in re.findall(r"^#{1,6} +(.+?) *$", text, flags=re.M):
+        slug = re.sub(r"[^\w\- ]", "", heading.lower().replace("`", "")).replace(" ", "-")
+        found.add(slug)
+    return found
+
+
+def broken_links(page: Path) -> list[str]:
+    """The relative links of `page` whose file, or whose #anchor in that file, does not exist."""
+    broken = []
+    text = re.sub(r"^```.*?^```", "", page.read_text(), flags=re.M | re.S)
+    for target in LINK.findall(text):
+        if re.match(r"[a-z]+:", target):
+            continue  # http(s), mailto: not checked offline
+        path, _, anchor = target.partition("#")
+        linked = (page.parent / path).resolve() if path else page
+        if not linked.exists() or (anchor and linked.suffix == ".md" and anchor not in anchors(linked)):
+            broken.append(target)
+    return broken
+
+
+def test_every_relative_link_of_the_readme_and_the_docs_resolves():
+    assert len(PAGES) > 10
+    assert {str(p.relative_to(ROOT)): broken_links(p) for p in PAGES if broken_links(p)} == {}
+
+
+def test_the_link_checker_sees_a_missing_file_and_a_missing_heading(tmp_path):
+    (tmp_path / "other.md").write_text("# Other\n\n## A `key`, and more\n")
+    page = tmp_path / "page.md"
+    page.write_text("[ok](other.md) [ok](other.md#a-key-and-more) [ok](#page) [web](https://x.org/y)\n"
+                    "# Page\n[gone](missing.md) [no heading](other.md#nothing) ![img](missing.png)\n"
+                    "```\n[in code](missing2.md)\n```\n")
+    assert broken_links(page) == ["missing.md", "other.md#nothing"]
+
+
+def test_the_readme_is_a_one_page_quick_start_with_the_two_commands():
+    text = (ROOT / "README.md").read_text()
+    assert len(text.splitlines()) <= 150
+    setup = text[text.index("```bash"):]
+    setup = setup[: setup.index("```", 3)]
+    assert "\nmake run " in setup and "\nmake test " in setup
+    # every page of docs/ is reachable from the README, through docs/README.md at most
+    index = (ROOT / "docs" / "README.md").read_text()
+    linked = {Path(t).name for t in LINK.findall(text) + LINK.findall(index)}
+    assert {p.name for p in (ROOT / "docs").glob("*.md")} - {"README.md"} <= linked
+
+
+def configuration_table() -> dict[str, list[str]]:
+    """Group -> the choices the groups table of docs/configuration.md names (backticked words of its 2nd cell)."""
+    text = (ROOT / "docs" / "configuration.md").read_text()
+    table = text[text.index("| group |"):]
+    rows = [line for line in table[: table.index("\n\n")].splitlines()[2:]]
+    return {re.search(r"`([^`]+)`", row.split("|")[1]).group(1): re.findall(r"`([\w.\-]+)`( \(default)?",
+                                                                             row.split("|")[2]) for row in rows}
+
+
+def test_the_configuration_page_lists_every_group_and_choice_of_conf():
+    table = configuration_table()
+    groups = {p.name for p in (ROOT / "conf").iterdir() if p.is_dir()} - {"base"}  # base: shared, not a group
+    assert set(table) == groups
+    defaults = {}
+    for item in yaml.safe_load((ROOT / "conf" / "config.yaml").read_text())["defaults"]:
+        if isinstance(item, dict):
+            (group, choice), = item.items()
+            defaults[group.removeprefix("optional ")] = choice
+    for group, named in table.items():
+        choices = {choice for choice, _ in named}
+        on_disk = {p.stem for p in (ROOT / "conf" / group).glob("*.yaml")}
+        if group == "local":  # default.yaml is each machine's own, git-ignored
+            on_disk |= {"default"}
+        assert choices == on_disk, group
+        marked = [choice for choice, mark in named if mark]
+        assert marked == ([defaults[group]] if defaults[group] and group != "local" else []), group
+
+
+def test_every_row_of_the_results_log_is_dated():
+    text = (ROOT / "docs" / "results.md").read_text()
+    table = text[text.index("| what |"):]
+    rows = table[: table.index("\n\n")].splitlines()[2:]
+    assert len(rows) > 10
+    undated = [row.split("|")[1].strip() for row in rows
+               if not re.match(r" (20\d\d-\d\d-\d\d\b|— )", row.split("|")[3])]
+    assert undated == []
