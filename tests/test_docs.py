@@ -71,15 +71,21 @@ def configuration_table() -> dict[str, list[str]]:
                                                                              row.split("|")[2]) for row in rows}
 
 
-def test_the_configuration_page_lists_every_group_and_choice_of_conf():
-    table = configuration_table()
-    groups = {p.name for p in (ROOT / "conf").iterdir() if p.is_dir()} - {"base"}  # base: shared, not a group
-    assert set(table) == groups
+def config_defaults() -> dict[str, str | None]:
+    """Group -> its choice in conf/config.yaml's defaults list."""
     defaults = {}
     for item in yaml.safe_load((ROOT / "conf" / "config.yaml").read_text())["defaults"]:
         if isinstance(item, dict):
             (group, choice), = item.items()
             defaults[group.removeprefix("optional ")] = choice
+    return defaults
+
+
+def test_the_configuration_page_lists_every_group_and_choice_of_conf():
+    table = configuration_table()
+    groups = {p.name for p in (ROOT / "conf").iterdir() if p.is_dir()} - {"base"}  # base: shared, not a group
+    assert set(table) == groups
+    defaults = config_defaults()
     for group, named in table.items():
         choices = {choice for choice, _ in named}
         on_disk = {p.stem for p in (ROOT / "conf" / group).glob("*.yaml")}
@@ -98,3 +104,17 @@ def test_every_row_of_the_results_log_is_dated():
     undated = [row.split("|")[1].strip() for row in rows
                if not re.match(r" (20\d\d-\d\d-\d\d\b|— )", row.split("|")[3])]
     assert undated == []
+
+
+def test_the_arms_table_lists_every_preset_with_its_training_protocol():
+    text = (ROOT / "docs" / "reproducing-the-paper.md").read_text()
+    table = text[text.index("| preset |"):]
+    header, _, *rows = table[: table.index("\n\n")].splitlines()
+    column = [c.strip() for c in header.split("|")].index("training protocol")
+    shown = {re.search(r"`(\w+)`", row.split("|")[1]).group(1): row.split("|")[column].strip() for row in rows}
+    presets = {p.stem: p for p in (ROOT / "conf" / "experiment").glob("*.yaml")}
+    assert set(shown) == set(presets)
+    for name, path in presets.items():
+        chosen = [d["override /protocol"] for d in yaml.safe_load(path.read_text()).get("defaults", [])
+                  if isinstance(d, dict) and "override /protocol" in d]
+        assert shown[name] == (chosen[0] if chosen else config_defaults()["protocol"]), name
