@@ -254,12 +254,16 @@ def choose_entries(run: TrainingRun) -> Entries:
 
 
 def run_config(run: TrainingRun) -> dict[str, Any]:
-    """run_config.json: the resolved config and everything else a result depends on."""
+    """run_config.json: the resolved config and everything else a result depends on, the arm's name and
+    choices (seal.tasks.arm) among them; experiment_name is the user's label, else the arm."""
     from seal.policy.backbones import param_dtype
+    from seal.tasks.arm import arm_of
 
     cfg, backbone, budget, entries, protocol = run.cfg, run.backbone, run.budget, run.entries, run.protocol
+    arm, choices = arm_of(cfg)
     return {
-        **OmegaConf.to_container(cfg, resolve=True),
+        **OmegaConf.to_container(cfg, resolve=True), "experiment_name": cfg.experiment_name or arm,
+        "arm": arm, "arm_choices": choices,
         "base_checkpoint": backbone.describe(), "code_version": code_version(), "fingerprint": run.fingerprint,
         "overrides": _overrides(), "train_ids": [e.id for e in entries.train],
         "heldout_part": entries.heldout_part, "heldout_ids": [e.id for e in entries.heldout],
@@ -296,9 +300,9 @@ def start_logging(run: TrainingRun) -> None:
     logger_cfg = OmegaConf.to_container(cfg.logger, resolve=True)
     if not dist.main:
         logger_cfg["mode"] = "disabled"
-    identity = run_identity(out_dir=out_dir, fingerprint=run.fingerprint, experiment=cfg.experiment_name,
+    identity = run_identity(out_dir=out_dir, fingerprint=run.fingerprint, experiment=run.run_config["arm"],
                             backbone=run.backbone.name, seed=cfg.seed, tags=logger_cfg.pop("tags"),
-                            group=logger_cfg.pop("group", None), sweep_dir=_sweep_dir())
+                            group=logger_cfg.pop("group", None), sweep_dir=_sweep_dir(), label=cfg.experiment_name)
     wandb = run.wandb = WandbRun(out_dir=out_dir, config=run.run_config, **identity, **logger_cfg)
     selection = run.selection = ModelSelection(
         every=run.budget.val_every, val_entries=get_entries(run.split.val), out_dir=out_dir, dist=dist,
@@ -424,6 +428,7 @@ def report(run: TrainingRun) -> None:
     timing = _mean_round_timing(history)
     tests = {k: v for k, v in evals.items() if k not in ("before", "after")}
     summary = {
+        "arm": run.run_config["arm"], "arm_choices": run.run_config["arm_choices"],
         "rounds": len(history), "planned_rounds": run.budget.rounds_for(len(run.entries.train)),
         "final_rho": run.coevolution.reweighting.rho, "final_interface": run.coevolution.omega.to_dict(),
         "eval_before": evals.get("before"), "eval_after": evals.get("after"), "round_time_split": timing,
@@ -446,7 +451,7 @@ def report_header(run: TrainingRun) -> dict[str, Any]:
     """The settings report.md opens with."""
     cfg, backbone, budget, engine, entries, config = run.cfg, run.backbone, run.budget, run.engine, run.entries, run.run_config
     return {
-        "backbone": backbone.describe(), "seed": cfg.seed, "interface": run.interface_cfg.name,
+        "arm": config["arm"], "backbone": backbone.describe(), "seed": cfg.seed, "interface": run.interface_cfg.name,
         "diagnoser": run.diagnoser.name, "reweighting": run.reweighting.mode, "budget": budget.name,
         "precision": "params {param_dtype}, compute {compute_dtype}".format(**config["precision"]),
         "ranks": run.dist.world, "rendering": cfg.rendering.tools,
