@@ -78,3 +78,13 @@ def test_online_without_an_api_key_is_refused_naming_the_setting(tmp_path, monke
     from seal.report.wandb_run import _has_api_key
 
     assert _has_api_key()
+
+
+def test_wandb_mode_from_the_environment_unless_the_command_line_sets_logger_mode(monkeypatch):
+    from tests.test_configs import compose_with
+
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    assert compose_with().logger.mode == "offline"
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    assert compose_with().logger.mode == "disabled"
+    assert compose_with("logger.mode=online").logger.mode == "online"
