@@ -144,6 +144,7 @@ def start(cfg: DictConfig, out_dir: Path) -> TrainingRun:
     set_seed(cfg.seed)
     # every rank plays its share of a round; the round's size does not depend on the world size
     budget = Budget.from_config(cfg.budget, dist.world)
+    budget.check_device(_cuda_devices())
     return TrainingRun(cfg=cfg, out_dir=out_dir, dist=dist, budget=budget, fingerprint=fingerprint, started=started)
 
 
