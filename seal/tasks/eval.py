@@ -63,7 +63,8 @@ def evaluate(cfg: DictConfig, out_dir: Path) -> None:
         raise UserError(f"no entry of split={split.name} part {cfg.eval_part} fits backbone {backbone.name}'s context")
     write_json(out_dir / "leakage.json", split.leakage())
     log.info("evaluating %s on %d entries of %s/%s", backbone.describe(), len(entries), split.name, cfg.eval_part)
-    metrics, _ = evaluate_entries(engine, entries, out_dir, progress=True, step_limit=step_limit, protocols=protocols)
+    metrics, _ = evaluate_entries(engine, entries, out_dir, progress=f"eval {cfg.eval_part}", step_limit=step_limit,
+                                  protocols=protocols)
     metrics.update({"backbone": backbone.describe(), "split": split.name, "part": cfg.eval_part,
                     "ids": [e.id for e in entries]})
     write_json(out_dir / "metrics.json", metrics)
@@ -105,7 +106,7 @@ def evaluate_ood(cfg: DictConfig, benchmark: Any, budget: Budget, out_dir: Path)
     name = benchmark.name
     log.info("evaluating %s on %s", backbone.describe(), name)
     metrics, records = evaluate_benchmark(engine, benchmark, out_dir, budget.eval_entries_per_category,
-                                          step_limit, progress=True)
+                                          step_limit, progress="eval")
     metrics.update({"backbone": backbone.describe(), "benchmark": name,
                     "protocol": {"step_limit": step_limit, "tool_format": engine.format.name, "interface": "plain"}})
     write_json(out_dir / "metrics.json", metrics)

@@ -108,12 +108,15 @@ class TrainingRun:
     evals: dict[str, Any] = field(default_factory=dict)
     ood: dict[str, Any] = field(default_factory=dict)
 
-    def evaluate(self, entries: list[Any], folder: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-        """Greedy episodes of `entries` under the plain interface and both evaluation protocols."""
+    def evaluate(self, entries: list[Any], folder: Path | None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        """Greedy episodes of `entries` under the plain interface and both evaluation protocols; the main rank
+        shows a progress bar per protocol named after the folder (eval_before: "eval before · bfcl"), except
+        for the validation rounds (val/round_*), which keep the console to one line per round."""
         from seal.evaluation.evaluate import evaluate_entries
 
+        shown = folder is not None and folder.name.startswith("eval") and self.dist.main
         return evaluate_entries(self.engine, entries, folder, dist=self.dist, step_limit=self.eval_step_limit,
-                                protocols=self.eval_protocols)
+                                protocols=self.eval_protocols, progress=folder.name.replace("_", " ") if shown else None)
 
 
 def train(cfg: DictConfig, out_dir: Path) -> None:
@@ -531,7 +534,8 @@ def evaluate_out_of_domain(engine: Any, benchmarks: list[Any], budget: Budget, o
         if (folder / "metrics.json").exists():
             results[node.name] = json.loads((folder / "metrics.json").read_text())
             continue
-        metrics, _ = evaluate_benchmark(engine, node, folder, budget.ood_entries_per_category, step_limit, dist=dist)
+        metrics, _ = evaluate_benchmark(engine, node, folder, budget.ood_entries_per_category, step_limit, dist=dist,
+                                        progress=f"ood {when}" if dist.main else None)
         if dist.main:
             write_json(folder / "metrics.json", metrics)
         results[node.name] = metrics
