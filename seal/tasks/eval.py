@@ -44,6 +44,7 @@ def load_engine(cfg: DictConfig, budget: Budget) -> tuple[Any, Any]:
 
 def evaluate(cfg: DictConfig, out_dir: Path) -> None:
     budget = Budget.from_config(cfg.budget)
+    gold_user_for_the_oracle(cfg)
     benchmark = instantiate(cfg.benchmark)
     if not benchmark.from_split:
         return evaluate_ood(cfg, benchmark, budget, out_dir)
@@ -75,6 +76,18 @@ def evaluate(cfg: DictConfig, out_dir: Path) -> None:
                  f"`{engine.format.tools}`.", "\n".join(sections))
     print("\n\n".join(sections))
     log.info("outputs in %s", out_dir)
+
+
+def gold_user_for_the_oracle(cfg: DictConfig) -> None:
+    """backbone=oracle replays the gold calls: on a benchmark with a user simulator (tau2) and none chosen, its
+    user replays the gold too (benchmark.user.script=gold), so `task=eval benchmark=tau2 backbone=oracle` checks
+    an install offline."""
+    user = cfg.benchmark.get("user")
+    if user is None or any(user.get(k) for k in ("url", "backbone", "script")):
+        return
+    if getattr(instantiate(cfg.backbone), "oracle", False):
+        log.info("backbone=oracle: the user is the gold replay's script (benchmark.user.script=gold)")
+        user.script = "gold"
 
 
 # how the report names each protocol's numbers
