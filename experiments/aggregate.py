@@ -571,6 +571,8 @@ def main() -> None:
                         help="with --out, also log the tables and the plot as a W&B artifact `seal-tables`")
     parser.add_argument("--project", default="seal", help="W&B project for --wandb (default seal)")
     args = parser.parse_args()
+    if not args.root.is_dir():
+        parser.exit(2, f"error: {args.root} is not a folder; give the folder holding the runs (e.g. multirun/train)\n")
     if args.manifest is not None and not args.manifest.exists():
         parser.error(f"--manifest {args.manifest} does not exist; give the manifest.json experiments.reproduce wrote")
     text, tables = report(args.root, args.manifest or args.root / MANIFEST, args.bootstrap)

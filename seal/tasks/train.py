@@ -178,6 +178,8 @@ def check_config(run: TrainingRun) -> None:
     run.layout = sharding.resolve(cfg.launch.sharding, run.dist.world)
     sharding.check_devices(_local_world(run.dist), _cuda_devices())
     sharding.check_combination(run.layout, lora=bool(run.backbone.lora))
+    # weights that are not on this machine (and cannot be downloaded) are named before any memory plan
+    run.backbone.check_weights()
     check_resources(run)
     if run.dist.main:
         # once every component has accepted its config: a run refused for a typo leaves nothing that
