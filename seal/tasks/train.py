@@ -442,8 +442,10 @@ def report(run: TrainingRun) -> None:
         "ood_before": ood.get("ood_before"), "ood_after": ood.get("ood_after"), **tests,
     }
     write_json(out_dir / "metrics.json", summary)
-    write_train_report(out_dir, title=f"SEAL training run: {out_dir.name or 'default'}", header=report_header(run),
-                       history=history, rho0=run.reweighting.rho0, evals=evals, timing=timing, ood=ood)
+    name = f"{run.run_config['arm']} | {run.backbone.name} | seed {cfg.seed}"
+    write_train_report(out_dir, title=f"SEAL training run: {name}", header=report_header(run), history=history,
+                       rho0=run.reweighting.rho0, evals=evals, timing=timing, ood=ood, leakage=run.split.leakage(),
+                       curves_title=name)
     wandb = run.wandb
     wandb.summary({f"{k}/{m}": v for k in evals for m, v in evals[k].items() if m.startswith("eval/")}
                   | {f"{when.removeprefix('ood_')}/{m}": v for when, found in ood.items() for metrics in found.values()
