@@ -126,3 +126,18 @@ def test_hydra_raises_while_it_composes_and_reports_a_failing_task_its_own_way_a
     monkeypatch.setenv(command_line.FULL_ERROR, "1")
     with pytest.raises(ConfigCompositionException):
         command_line.main(refused_by_hydra)
+
+
+def test_in_jupyter_the_notebook_shows_a_wrong_run_folder_as_the_same_sentence(tmp_path, monkeypatch):
+    import nbformat
+    from nbclient import NotebookClient
+    from nbclient.exceptions import CellExecutionError
+
+    notebook = nbformat.read(ROOT / "notebooks" / "inspect_run.ipynb", as_version=4)
+    monkeypatch.setenv("SEAL_RUN_DIR", str(tmp_path / "nothere"))
+    with pytest.raises(CellExecutionError):
+        NotebookClient(notebook, timeout=120, resources={"metadata": {"path": str(ROOT / "notebooks")}}).execute()
+    (error,) = [o for o in notebook.cells[1].outputs if o.output_type == "error"]
+    # what IPython shows is the sentence alone, no traceback
+    assert error.traceback == [f"error: {tmp_path / 'nothere'} is not a folder; name a training run's folder, "
+                               "e.g. outputs/train/<run>"]
