@@ -434,6 +434,11 @@ class HFBackbone:
         check_fits(self.name, self.params_b, param_dtype(self.dtype, training=training, lora=bool(self.lora)))
         return _load_policy(Path(self.model_path()), self.dtype, training=training, lora=bool(self.lora))
 
+    @property
+    def base_model_id(self) -> str:
+        """The hub id of the weights (the upstream checkpoint of packaged ones), as a model card names its base."""
+        return self.upstream or self.source
+
     def describe(self) -> str:
         what = self.upstream or self.source
         if self.local_path:
@@ -507,6 +512,11 @@ class TinyRandomBackbone:
 
     def model_config(self) -> Any:
         return json.loads((Path(self.model_path()) / "config.json").read_text())
+
+    @property
+    def base_model_id(self) -> str:
+        """No hub checkpoint: a model card names it by its backbone name."""
+        return self.name
 
     def check_weights(self) -> None:
         """Built from the embedded SmolLM2 tokenizer: that package must be installed."""
