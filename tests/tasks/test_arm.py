@@ -61,7 +61,7 @@ def test_the_choices_name_each_group_and_the_budget_settings():
 
 
 def test_a_resolved_config_gives_the_same_choices_as_the_composed_one():
-    # run_config.json holds the resolved config (${seed} is a number there): the aggregate can recompute
+    # a run folder's config.yaml is the resolved config (${seed} a number there): its arm is the run's
     from omegaconf import OmegaConf
 
     cfg = compose_with("diagnoser=random", "seed=5")
