@@ -21,4 +21,5 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    # a command line Hydra cannot compose ends in one sentence, as every other user error does
+    seal.tasks.command_line.main(main)

@@ -80,6 +80,8 @@ class Budget:
     # conf/trainer/grpo.yaml reads them as trainer.save_every and trainer.keep_checkpoints
     save_every: int | None = 1
     keep_checkpoints: int | None = 2
+    # task=train on a machine without a GPU (false: refused in one sentence, as budget=paper is)
+    allow_cpu: bool = True
     # the ranks the round is planned for (not a config key: the launch decides it)
     world: int = field(default=1, metadata={"config": False})
 
@@ -126,6 +128,16 @@ class Budget:
         return RoundPlan(episodes=self.episodes, world=world, episodes_per_rank=per_rank, micro_batch=micro,
                          micro_steps_per_rank=micro_steps, steps=steps, accumulation=micro_steps // steps)
 
+    def check_device(self, gpus: int) -> None:
+        """A budget that does not allow the CPU (budget=paper: weeks there) is refused in one sentence on a
+        machine with no GPU, before anything is loaded."""
+        if gpus == 0 and not self.allow_cpu:
+            raise UserError(
+                f"budget={self.name} is sized for GPUs ({self.epochs} epochs of rounds of {self.prompts_per_round} "
+                f"prompts x {self.rollouts_per_prompt} rollouts, up to {self.max_new_tokens} new tokens per step) and "
+                "would train for weeks on this machine, which has no GPU: run it on a GPU machine, try budget=tiny or "
+                "budget=paper_miniature here, or add budget.allow_cpu=true to start it anyway")
+
     def rounds_for(self, num_train: int) -> int:
         """Rounds of a run: `rounds`, or whole epochs. An epoch is num_train // prompts_per_round rounds:
         TRL's sampler drops the last partial batch of every pass over the data, as the release does
@@ -165,6 +177,7 @@ _RULES: dict[str, tuple[tuple[type, ...], float | None, bool, str]] = {
     "val_scenarios": (_INT, 0, False, "a number of scenarios (0: no validation part)"),
     "save_every": (_INT, 1, True, "a number of rounds (at least 1) or null for no periodic checkpoints"),
     "keep_checkpoints": (_INT, 1, True, "a number of checkpoints (at least 1) or null for all"),
+    "allow_cpu": ((bool,), None, False, "true or false"),
 }
 # bounds that are strict (the value must exceed the minimum) or capped above
 _STRICT = {"temperature", "rollout_memory_gb", "rollout_memory_fraction"}
@@ -184,7 +197,7 @@ def _check(key: str, value: Any) -> None:
         if nullable:
             return
         raise UserError(f"budget.{key}=null: give {meaning}")
-    wrong_type = isinstance(value, bool) or not isinstance(value, types)
+    wrong_type = (isinstance(value, bool) and bool not in types) or not isinstance(value, types)
     if not wrong_type and minimum is not None:
         below = value <= minimum if key in _STRICT else value < minimum
         if below or value > _MAXIMUM.get(key, float("inf")):

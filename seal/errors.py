@@ -3,3 +3,7 @@
 
 class UserError(Exception):
     """A bad override, a missing file, a model that does not fit, ..."""
+
+    def _render_traceback_(self) -> list[str]:
+        """What IPython shows for it in a notebook (notebooks/inspect_run.ipynb): the sentence alone."""
+        return [f"error: {self}"]

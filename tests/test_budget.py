@@ -11,9 +11,11 @@ from tests.test_configs import CONF, compose_with
 
 @pytest.mark.parametrize("name", sorted(p.stem for p in (CONF / "budget").glob("*.yaml")))
 def test_every_budget_file_builds_with_every_key_it_states(name):
-    node = OmegaConf.load(CONF / "budget" / f"{name}.yaml")
-    budget = Budget.from_config(node)
-    for key, value in OmegaConf.to_container(node).items():
+    # as Hydra composes it (tiny and paper_miniature build on another budget's file)
+    budget = Budget.from_config(compose_with(f"budget={name}").budget)
+    stated = OmegaConf.to_container(OmegaConf.load(CONF / "budget" / f"{name}.yaml"))
+    stated.pop("defaults", None)
+    for key, value in stated.items():
         got = getattr(budget, key)
         assert (list(got) if isinstance(got, tuple) else got) == value, key
 
@@ -51,7 +53,9 @@ WRONG = [
     ({"step_limit": "trajectory"}, "budget.step_limit='trajectory': choose turn"),
     ({"save_every": 0}, "budget.save_every=0: give a number of rounds (at least 1) or null for no periodic"),
     ({"keep_checkpoints": 0}, "budget.keep_checkpoints=0: give a number of checkpoints (at least 1) or null for all"),
-    ({"max_new_tokenz": 3}, "budget.max_new_tokenz is not a budget key; the keys are batch_size, epochs, "
+    ({"allow_cpu": "yes"}, "budget.allow_cpu='yes': give true or false"),
+    ({"allow_cpu": 1}, "budget.allow_cpu=1: give true or false"),
+    ({"max_new_tokenz": 3}, "budget.max_new_tokenz is not a budget key; the keys are allow_cpu, batch_size, epochs, "
                             "eval_entries_per_category, eval_temperature, heldout_entries_per_category, keep_checkpoints, "
                             "max_new_tokens"),
     # the launch decides the world size, not the config
@@ -106,3 +110,35 @@ def test_the_budget_is_frozen():
     b = Budget.from_config(compose_with().budget)
     with pytest.raises(dataclasses.FrozenInstanceError):
         b.rounds = 10
+
+
+# the six overrides the README's SLURM sweep used before budget=tiny stood for them
+SIX = ["budget.train_entries=2", "budget.prompts_per_round=1", "budget.rollouts_per_prompt=2", "budget.rounds=2",
+       "budget.max_new_tokens=6", "budget.heldout_entries_per_category=1"]
+
+
+def test_the_tiny_budget_is_the_smoke_budget_with_the_six_overrides():
+    tiny = OmegaConf.to_container(compose_with("budget=tiny").budget)
+    by_hand = OmegaConf.to_container(compose_with("budget=smoke", *SIX).budget)
+    assert tiny == by_hand | {"name": "tiny"}
+    assert (tiny["train_entries"], tiny["rounds"], tiny["max_new_tokens"]) == (2, 2, 6)
+
+
+@pytest.mark.parametrize("name, overrides, gpus, refused", [
+    ("paper", [], 0, True),
+    ("paper", [], 1, False),
+    ("paper", ["budget.allow_cpu=true"], 0, False),
+    # budget=paper with its sizes shrunk: the miniature paper run trains on a CPU
+    ("paper_miniature", [], 0, False),
+    ("smoke", [], 0, False),
+    ("tiny", [], 0, False),
+])
+def test_the_paper_budget_is_refused_on_a_machine_without_a_gpu_unless_allowed(name, overrides, gpus, refused):
+    budget = Budget.from_config(compose_with(f"budget={name}", *overrides).budget)
+    if not refused:
+        budget.check_device(gpus)
+        return
+    with pytest.raises(UserError) as err:
+        budget.check_device(gpus)
+    assert str(err.value).startswith("budget=paper is sized for GPUs (6 epochs of rounds of 32 prompts x 8 rollouts")
+    assert str(err.value).endswith("or add budget.allow_cpu=true to start it anyway") and "\n" not in str(err.value)

@@ -37,9 +37,13 @@ def test_every_group_choice_composes_and_resolves(group, choice):
 
 
 @pytest.mark.parametrize("experiment", choices("experiment"))
-def test_every_experiment_preset_composes(experiment):
+def test_every_experiment_preset_composes_to_its_own_arm(experiment):
+    from seal.tasks.arm import arm_of
+
     cfg = compose_with(f"experiment={experiment}")
-    assert cfg.experiment_name == experiment
+    assert arm_of(cfg)[0] == experiment
+    # no preset sets the label: experiment_name is the user's own
+    assert cfg.experiment_name is None
     OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
 
 

@@ -16,9 +16,11 @@ from typing import Any
 
 CATEGORIES = ("base", "miss_func", "miss_param", "long_context")
 
-# Scenarios that are the same task under different ids (shared initial config or first turn):
-# a leak-free split keeps each group on one side.
-DUPLICATE_SCENARIO_GROUPS = ((63, 83), (66, 70, 74), (100, 104, 133), (40, 43))
+# Scenarios that are the same task under different ids, and what their entries share: a leak-free split
+# keeps each group on one side.
+DUPLICATE_SCENARIOS = {(63, 83): "the same initial configuration", (66, 70, 74): "the same initial configuration",
+                       (100, 104, 133): "the same initial configuration", (40, 43): "the same first turn"}
+DUPLICATE_SCENARIO_GROUPS = tuple(DUPLICATE_SCENARIOS)
 
 
 def prepare_bfcl_import() -> None:

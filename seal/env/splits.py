@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from importlib.resources import files
 from itertools import combinations
 
-from seal.env.benchmark import CATEGORIES, DUPLICATE_SCENARIO_GROUPS, scenario_of
+from seal.env.benchmark import CATEGORIES, DUPLICATE_SCENARIO_GROUPS, DUPLICATE_SCENARIOS, scenario_of
 
 NUM_SCENARIOS = 200
 PARTS = ("train", "val", "test")
@@ -26,6 +26,8 @@ class Split:
     train: list[str] = field(default_factory=list)
     val: list[str] = field(default_factory=list)
     test: list[str] = field(default_factory=list)
+    # why this split is used as it is, added to a leakage report's note (the authors' split: kept as released)
+    provenance: str = ""
 
     def part(self, name: str) -> list[str]:
         if name not in PARTS:
@@ -36,7 +38,10 @@ class Split:
         return self.train + self.val + self.test
 
     def leakage(self) -> dict:
-        return leakage_report({p: self.part(p) for p in PARTS if self.part(p)})
+        report = leakage_report({p: self.part(p) for p in PARTS if self.part(p)})
+        if "note" in report and self.provenance:
+            report["note"] += f" {self.provenance}"
+        return report
 
 
 def leakage_report(parts: dict[str, list[str]]) -> dict:
@@ -44,7 +49,8 @@ def leakage_report(parts: dict[str, list[str]]) -> dict:
 
     `shared_scenarios` counts scenario numbers present on both sides; `shared_duplicate_groups`
     counts duplicate-scenario groups (DESIGN: same initial config or first turn under different
-    numbers) that have members on both sides, a subtler leak.
+    numbers) that have members on both sides, a subtler leak. A split that is not leak-free gets a
+    `note` saying why, in words (report.md repeats it).
     """
     group_of = {s: g for g in DUPLICATE_SCENARIO_GROUPS for s in g}
     scenarios = {name: {scenario_of(i) for i in ids} for name, ids in parts.items()}
@@ -58,12 +64,31 @@ def leakage_report(parts: dict[str, list[str]]) -> dict:
             "examples": shared[:10],
             "shared_duplicate_groups": [list(g) for g in split_groups],
         }
-    return {
+    report = {
         "sizes": {name: len(ids) for name, ids in parts.items()},
         "scenarios": {name: len(s) for name, s in scenarios.items()},
         "overlap": pairs,
         "leak_free": all(p["shared_scenarios"] == 0 and not p["shared_duplicate_groups"] for p in pairs.values()),
     }
+    if not report["leak_free"]:
+        report["note"] = leakage_note(pairs, scenarios)
+    return report
+
+
+def leakage_note(pairs: dict[str, dict], scenarios: dict[str, set[int]]) -> str:
+    """Why a split is not leak-free, in words: the scenarios and the duplicate-scenario groups on two sides."""
+    said = []
+    for pair, overlap in pairs.items():
+        a, b = pair.split("-")
+        if overlap["shared_scenarios"]:
+            said.append(f"{a} and {b} share {overlap['shared_scenarios']} scenarios (e.g. "
+                        f"{', '.join(map(str, overlap['examples'][:3]))}), the same tasks on both sides")
+        for group in overlap["shared_duplicate_groups"]:
+            sides = "; ".join(f"{part} has {', '.join(str(s) for s in group if s in scenarios[part])}" for part in (a, b))
+            said.append(f"{a} and {b} split the duplicate scenarios {{{', '.join(map(str, group))}}}, one task under "
+                        f"several numbers ({DUPLICATE_SCENARIOS.get(tuple(group), 'duplicates')}): {sides}")
+    return (". ".join(s[0].upper() + s[1:] for s in said) + ". split=scenario_disjoint keeps every scenario and every "
+            "duplicate group on one side.")
 
 
 def _ids(scenarios: list[int]) -> list[str]:
@@ -111,7 +136,9 @@ def seal_release(val_scenarios: int = 0, seed: int = 0) -> Split:
     """The authors' released 400/400 split; an optional validation part is carved from train."""
     data = json.loads(files("seal.env").joinpath("data/bfcl_v3_seal_release_split.json").read_text())
     train, val = _validation_from_train(list(data["train"]), val_scenarios, seed)
-    return Split("seal_release", train=train, val=val, test=list(data["test"]))
+    return Split("seal_release", train=train, val=val, test=list(data["test"]),
+                 provenance="This is the authors' split (split=seal_release), kept as they released it so that "
+                            "results compare with the paper's.")
 
 
 def scenario_disjoint(test_scenarios: int = 100, val_scenarios: int = 0, seed: int = 0) -> Split:

@@ -25,7 +25,8 @@ STOP_WORDS = ("###STOP###", "###TRANSFER###", "###OUT-OF-SCOPE###")
 # tool calls the simulator may make before it answers in one turn (a guard against a looping simulator)
 MAX_USER_TOOL_ROUNDS = 10
 NO_SIMULATOR = ("benchmark=tau2 needs a user simulator: set benchmark.user.url (and benchmark.user.model) to an "
-                "OpenAI-compatible chat endpoint, or benchmark.user.backbone to a backbone loaded in-process")
+                "OpenAI-compatible chat endpoint, or benchmark.user.backbone to a backbone loaded in-process "
+                "(benchmark.user.script=gold, the gold replay's scripted user, checks an install with backbone=oracle)")
 
 
 class SimulatorError(Exception):

@@ -168,7 +168,7 @@ def check_protocols(value: Any, key: str = "eval.protocols") -> tuple[str, ...]:
     return names
 
 
-def evaluate_entries(engine: Any, entries: list[Entry], out_dir: Path | None = None, *, progress: bool = False,
+def evaluate_entries(engine: Any, entries: list[Entry], out_dir: Path | None = None, *, progress: str | None = None,
                      dist: Any = None, step_limit: str = "turn", protocols: tuple[str, ...] = PROTOCOLS):
     """Greedy episodes under the plain interface, once per protocol in `protocols`: bfcl under
     `step_limit` (BFCL's per-turn rule by default), release under its own 20 outputs per trajectory.
@@ -176,12 +176,13 @@ def evaluate_entries(engine: Any, entries: list[Entry], out_dir: Path | None = N
     played (the release's then ride along under their suffixed names), else the release's.
 
     With several data-parallel ranks (`dist`), each plays its share and the records are gathered, so
-    no entry is played twice. With `out_dir`, the main rank writes the trajectories there."""
+    no entry is played twice. With `out_dir`, the main rank writes the trajectories there. With
+    `progress` (a label, e.g. "eval before"), each protocol's play shows a bar "<label> · <protocol>"."""
     metrics: dict[str, Any] = {"protocol": {}}
     first = None
     for name in protocols:
         limit = step_limit if name == "bfcl" else "episode"
-        played, records = _play(engine, entries, out_dir, name, limit, progress, dist)
+        played, records = _play(engine, entries, out_dir, name, limit, progress and f"{progress} · {name}", dist)
         suffix = "" if name == "bfcl" else RELEASE_SUFFIX
         for key, value in played.items():
             if key.startswith(PREFIX + "/"):
@@ -197,11 +198,11 @@ def evaluate_entries(engine: Any, entries: list[Entry], out_dir: Path | None = N
 
 
 def _play(engine: Any, entries: list[Entry], out_dir: Path | None, name: str, step_limit: str,
-          progress: bool, dist: Any) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+          progress: str | None, dist: Any) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """One protocol's play of `entries`: its metrics (unsuffixed) and records; writes its trajectories."""
     shard = entries if dist is None else dist.shard(entries)
     start = time.perf_counter()
-    rollouts = engine.play(shard, PLAIN, temperature=0.0, progress=progress, step_limit=step_limit,
+    rollouts = engine.play(shard, PLAIN, temperature=0.0, progress=progress or False, step_limit=step_limit,
                            protocol=BY_NAME[name])
     seconds = time.perf_counter() - start
     records, seconds = gather_records(dist, [trajectory_record(r) for r in rollouts], [e.id for e in entries], seconds)

@@ -107,9 +107,10 @@ def metrics_of(benchmark: Any, records: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def evaluate_benchmark(engine: Any, benchmark: Any, out_dir: Path, n: int | None, step_limit: str = "turn",
-                       progress: bool = False, dist: Any = None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+                       progress: str | None = None, dist: Any = None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Play and score one out-of-domain benchmark (seal.env.benchmarks) with `engine`; returns (metrics,
-    records).
+    records). With `progress` (a label, e.g. "ood after"), each category's questions show a bar
+    "<label> · <benchmark> · <category>".
 
     With several data-parallel ranks (`dist`), each plays its share of every category's questions (and
     of the memory scenarios' prerequisites); the records are gathered in a single process's order, and
@@ -124,7 +125,8 @@ def evaluate_benchmark(engine: Any, benchmark: Any, out_dir: Path, n: int | None
             prereqs, questions = benchmark.select(benchmark.entries(category, memory_dir), n)
             prerequisites += play_prerequisites(engine, benchmark, prereqs, memory_dir, step_limit, dist)
             shard = questions if dist is None else dist.shard(questions)
-            rollouts = engine.play(shard, PLAIN, temperature=0.0, step_limit=step_limit, progress=progress)
+            bar = f"{progress} · {benchmark.name} · {category}" if progress else False
+            rollouts = engine.play(shard, PLAIN, temperature=0.0, step_limit=step_limit, progress=bar)
             records += [record_of(r) for r in rollouts]
             ids += [e.id for e in questions]
     records, seconds = gather_records(dist, records, ids, time.perf_counter() - start)

@@ -361,6 +361,23 @@ class HFBackbone:
         self._path: Path | None = None
 
     def _source_dir(self) -> Path:
+        local = self._local_dir()
+        if local is not None:
+            return local
+        from huggingface_hub import snapshot_download
+
+        return Path(self._from_hub(lambda: snapshot_download(self.source, allow_patterns=DOWNLOAD_PATTERNS)))
+
+    def check_weights(self) -> None:
+        """The weights are on this machine or can be downloaded, else UserError now: before any memory plan,
+        which is beside the point for weights that cannot be had. Nothing but config.json is downloaded."""
+        if self._local_dir() is None:
+            from huggingface_hub import snapshot_download
+
+            self._from_hub(lambda: snapshot_download(self.source, allow_patterns=["config.json"]))
+
+    def _local_dir(self) -> Path | None:
+        """The weights' folder on this machine (local_path, a package, a folder, the hub's cache), or None."""
         if self.local_path:
             path = Path(self.local_path).expanduser()
             if not path.is_dir():
@@ -378,11 +395,15 @@ class HFBackbone:
         try:
             return Path(snapshot_download(self.source, local_files_only=True, allow_patterns=DOWNLOAD_PATTERNS))
         except Exception:
-            pass
+            return None
+
+    def _from_hub(self, fetch):
+        """fetch() from the hub, or UserError saying the weights are not on this machine and why the hub cannot
+        give them."""
         offline = os.environ.get("HF_HUB_OFFLINE", "0").lower() not in ("", "0", "false", "no")
         if not offline:
             try:
-                return Path(snapshot_download(self.source, allow_patterns=DOWNLOAD_PATTERNS))
+                return fetch()
             except Exception as exc:
                 reason = f"the hub could not be reached ({type(exc).__name__})"
         else:
@@ -419,9 +440,15 @@ class HFBackbone:
 
     def load(self, training: bool = False) -> Policy:
         """The model in this process's device; `training=True` keeps fp32 master weights (see above)."""
-        # before any download: a model that cannot fit is refused at once
+        # weights that cannot be had are named first; then, before any download, a model that cannot fit
+        self.check_weights()
         check_fits(self.name, self.params_b, param_dtype(self.dtype, training=training, lora=bool(self.lora)))
         return _load_policy(Path(self.model_path()), self.dtype, training=training, lora=bool(self.lora))
+
+    @property
+    def base_model_id(self) -> str:
+        """The hub id of the weights (the upstream checkpoint of packaged ones), as a model card names its base."""
+        return self.upstream or self.source
 
     def describe(self) -> str:
         what = self.upstream or self.source
@@ -496,6 +523,15 @@ class TinyRandomBackbone:
 
     def model_config(self) -> Any:
         return json.loads((Path(self.model_path()) / "config.json").read_text())
+
+    @property
+    def base_model_id(self) -> str:
+        """No hub checkpoint: a model card names it by its backbone name."""
+        return self.name
+
+    def check_weights(self) -> None:
+        """Built from the embedded SmolLM2 tokenizer: that package must be installed."""
+        embedded_model_dir()
 
     def load(self, training: bool = False) -> Policy:
         return _load_policy(Path(self.model_path()), self.dtype, training=training, lora=bool(self.lora))

@@ -229,7 +229,7 @@ class RolloutEngine:
         *,
         temperature: float,
         seeds: list[int] | None = None,
-        progress: bool = False,  # pragma: no mutate (display only)
+        progress: bool | str = False,  # pragma: no mutate (display only)
         step_limit: str | None = None,
         protocol: Protocol | None = None,
     ) -> list[EpisodeRollout]:
@@ -237,7 +237,8 @@ class RolloutEngine:
 
         `seeds` (one per entry) key the sampling of each episode (seal.policy.generation); the default
         is a fixed seed per position. `step_limit` overrides the engine's (evaluation keeps its own
-        protocol next to training's), and so does `protocol` (how the environment answers)."""
+        protocol next to training's), and so does `protocol` (how the environment answers). `progress`
+        shows a bar with an ETA on stderr, labelled with it when it is a string (e.g. "eval before · bfcl")."""
         if seeds is None:
             seeds = [derive_seed(0, i) for i in range(len(entries))]  # pragma: no mutate (any fixed seeds)
         if len(seeds) != len(entries):
@@ -249,7 +250,7 @@ class RolloutEngine:
         queue, active = deque(runs), []
         model = self.model
         was_training = bool(model is not None and model.training)
-        bar = _progress(len(runs)) if progress else None  # pragma: no mutate (display only)
+        bar = _progress(len(runs), progress) if progress else None  # pragma: no mutate (display only)
         if model is not None:
             model.eval()
         if self.generator is not None:
@@ -407,10 +408,11 @@ def environment_answer(fmt: ToolFormat, protocol: Protocol, view: View, outcome:
     return fmt.tool_results(results, protocol.tool_response_newline, clip)
 
 
-def _progress(total: int):  # pragma: no mutate block (a display: the progress bar)
+def _progress(total: int, label: bool | str):  # pragma: no mutate block (a display: the progress bar)
     try:
         from tqdm import tqdm
 
-        return tqdm(total=total, desc="episodes", unit="ep")
+        # tqdm's bar shows done/total, the elapsed time and the ETA (time left at the current rate)
+        return tqdm(total=total, desc=label if isinstance(label, str) else "episodes", unit="ep")
     except ImportError:  # pragma: no cover
         return None

@@ -8,18 +8,28 @@ import json
 from typing import Any
 
 from seal.env.calls import ToolCall
-from seal.env.tau2_user import NO_SIMULATOR, OpenAIUser, SimulatorError, call_of, user_view
+from seal.env.tau2_user import NO_SIMULATOR, GoldUser, OpenAIUser, SimulatorError, call_of, user_view
 from seal.errors import UserError
 from seal.io import CONF_DIR
 from seal.policy.formats import chat_for, get_format, keyword_arguments
 
+# scripted users benchmark.user.script names (not models: harness checks)
+SCRIPTS = {"gold": GoldUser}
+
 
 def user_simulator(url: str | None = None, model: str | None = None, api_key_env: str | None = None,
-                   timeout_s: float = 120.0, backbone: str | None = None, max_new_tokens: int = 512) -> Any:
-    """The simulator benchmark.user names; UserError naming both ways when it names none, or both."""
-    if url and backbone:
-        raise UserError(f"benchmark.user: both url={url} and backbone={backbone} are set; choose one "
-                        "(an OpenAI-compatible endpoint, or a backbone loaded in-process) and set the other to null")
+                   timeout_s: float = 120.0, backbone: str | None = None, max_new_tokens: int = 512,
+                   script: str | None = None) -> Any:
+    """The simulator benchmark.user names; UserError naming the ways when it names none, or several."""
+    chosen = {k: v for k, v in (("url", url), ("backbone", backbone), ("script", script)) if v}
+    if len(chosen) > 1:
+        named = " and ".join(f"{k}={v}" for k, v in chosen.items())
+        raise UserError(f"benchmark.user: {named} are set; choose one (an OpenAI-compatible endpoint, a backbone "
+                        "loaded in-process, or a script) and set the others to null")
+    if script:
+        if script not in SCRIPTS:
+            raise UserError(f"benchmark.user.script={script}: no such scripted user; choose {', '.join(SCRIPTS)}")
+        return SCRIPTS[script]()
     if url:
         return OpenAIUser(url, model or "default", api_key_env, float(timeout_s))
     if backbone:

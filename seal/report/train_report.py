@@ -53,14 +53,28 @@ def _num(metrics: dict[str, Any], key: str, fmt: str = ".3f") -> str:
     return format(metrics[key], fmt) if metrics.get(key) is not None else "-"
 
 
-def plot_curves(path: Path, history: list[Any]) -> None:
+def plot_curves(path: Path, history: list[Any], title: str = "") -> None:
+    """curves.png (curves_figure)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    fig = curves_figure(history, title)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def curves_figure(history: list[Any], title: str = "") -> Any:
+    """Reward, the two label profiles, rho and the weights per round; `title` above (arm, backbone, seed),
+    whole rounds on the x axes, each legend below its panel, clear of the lines."""
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+
     rounds = [r.round for r in history]
-    fig, axes = plt.subplots(1, 4, figsize=(20, 4))
+    fig, axes = plt.subplots(1, 4, figsize=(20, 5.5), layout="constrained")
+    if title:
+        fig.suptitle(title)
     for key, label in [("train/reward_mean", "reward mean (pass rate)"), ("train/turn_pass_rate", "turn pass rate")]:
         axes[0].plot(rounds, [r.metrics.get(key, float("nan")) for r in history], marker="o", label=label)
     axes[0].set_title("verifier reward")
@@ -79,11 +93,10 @@ def plot_curves(path: Path, history: list[Any]) -> None:
     axes[3].set_title("rho and trajectory weights")
     for ax in axes:
         ax.set_xlabel("round")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+            ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.15), ncols=2, frameon=False)
+    return fig
 
 
 def eval_rows(evals: dict[str, dict[str, Any]]) -> list[list[Any]]:
@@ -97,11 +110,24 @@ def eval_rows(evals: dict[str, dict[str, Any]]) -> list[list[Any]]:
     return rows
 
 
+def split_section(leakage: dict[str, Any]) -> list[str]:
+    """report.md's words on leakage.json: whether the parts share a task, and why when they do."""
+    lines = ["", "## Split", "", "Parts (entries): " + ", ".join(f"{k} {v}" for k, v in leakage["sizes"].items()) + "."]
+    if leakage["leak_free"]:
+        lines += ["", "`leakage.json`: `leak_free: true`, no scenario and no duplicate-scenario group on two sides."]
+    else:
+        lines += ["", f"`leakage.json`: `leak_free: false`. {leakage['note']}"]
+    return lines
+
+
 def write_train_report(out_dir: Path, *, title: str, header: dict[str, Any], history: list[Any],
                        rho0: dict[str, float], evals: dict[str, dict[str, Any]], timing: dict[str, float],
-                       ood: dict[str, dict[str, dict[str, Any]]] | None = None) -> None:
+                       ood: dict[str, dict[str, dict[str, Any]]] | None = None,
+                       leakage: dict[str, Any] | None = None, curves_title: str = "") -> None:
     lines = [f"# {title}", ""]
     lines += [f"- {k}: {v}" for k, v in header.items()]
+    if leakage:
+        lines += split_section(leakage)
     lines += ["", "## Rounds", ""]
     rows = []
     for r in history:
@@ -150,4 +176,4 @@ def write_train_report(out_dir: Path, *, title: str, header: dict[str, Any], his
     lines += ["", "![curves](curves.png)", ""]
     (out_dir / "report.md").write_text("\n".join(lines))
     if history:
-        plot_curves(out_dir / "curves.png", history)
+        plot_curves(out_dir / "curves.png", history, curves_title)

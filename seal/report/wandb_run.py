@@ -22,21 +22,26 @@ MODES = ("offline", "online", "disabled")
 
 def check_mode(mode: str) -> str:
     if mode not in MODES:
-        raise UserError(f"logger.mode={mode!r} is not one of {', '.join(MODES)}")
+        raise UserError(f"logger.mode={mode!r} is not one of {', '.join(MODES)} (without logger.mode on the command "
+                        "line it comes from the environment's WANDB_MODE, else offline)")
     return mode
 
 
 def run_identity(*, out_dir: Path, fingerprint: str, experiment: str, backbone: str, seed: int,
-                 tags: list[str] | tuple = (), group: str | None = None, sweep_dir: Path | None = None) -> dict:
+                 tags: list[str] | tuple = (), group: str | None = None, sweep_dir: Path | None = None,
+                 label: str | None = None) -> dict:
     """How a run appears in W&B, so that the UI compares the arms of a sweep the way ablations are read:
     group = the sweep (logger.group, else the sweep directory's name and a hash of its path), job_type =
-    the arm, tags = backbone and seed (after logger.tags), and a run id of the configuration and the run
-    directory (two directories never share a W&B run; re-running in one directory resumes it)."""
+    the arm (`experiment`), a short name of the arm (or the user's `label`), backbone and seed (the command
+    line's overrides stay in the run's config), tags = backbone and seed (after logger.tags), and a run id
+    of the configuration and the run directory (two directories never share a W&B run; re-running in one
+    directory resumes it)."""
     out_dir = Path(out_dir).resolve()
     if group is None and sweep_dir is not None:
         sweep = Path(sweep_dir).resolve()
         group = f"{sweep.name}-{short_hash(str(sweep), 8)}"
-    return {"run_id": f"seal-{fingerprint}-{short_hash(str(out_dir), 8)}", "name": out_dir.name or "seal",
+    return {"run_id": f"seal-{fingerprint}-{short_hash(str(out_dir), 8)}",
+            "name": f"{label or experiment} | {backbone} | seed {seed}",
             "group": group, "job_type": experiment, "tags": [*tags, f"backbone={backbone}", f"seed={seed}"]}
 
 

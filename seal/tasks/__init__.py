@@ -18,7 +18,7 @@ from seal.errors import UserError
 from seal.io import in_multirun
 from seal.rl import distributed
 from seal.tasks import eval as eval_task
-from seal.tasks import replay, sanity, score, show_prompt, train, validate_diagnoser
+from seal.tasks import command_line, replay, sanity, score, show_prompt, train, validate_diagnoser
 from seal.tasks.launch import relaunch
 
 log = logging.getLogger(__name__)
@@ -75,14 +75,20 @@ def quiet_console() -> None:
 
 
 def run(cfg: DictConfig, out_dir: Path | None = None) -> None:
-    """Run `cfg.task`. A UserError ends a single run with its one-line message and exit code 2.
+    """Run `cfg.task`. A UserError ends a single run with its one-line message and exit code 2; a run
+    directory Hydra made for it alone (nothing of an earlier run in it) is removed, so a refused command
+    leaves nothing behind.
 
     In a multirun sweep, a job that fails (for any reason) is logged, leaves `error.txt` in its own
     directory, and the sweep goes on with the next job.
     """
+    command_line.composed()
+    made_by_hydra = out_dir is None
     out_dir = out_dir or output_dir()
+    fresh = made_by_hydra and _holds_only_hydras_files(out_dir)
     try:
         try:
+            check_seed(cfg.seed)
             if not relaunch(cfg, out_dir):
                 resolve(cfg.task)(cfg, out_dir)
             distributed.close()
@@ -96,8 +102,24 @@ def run(cfg: DictConfig, out_dir: Path | None = None) -> None:
         if isinstance(exc, UserError):
             _to_run_log(f"error: {exc}")
             print(f"error: {exc}", file=sys.stderr)
+            if fresh:
+                command_line.remove_folder(out_dir)
             sys.exit(2)
         raise
+
+
+def check_seed(seed: object) -> None:
+    """A seed is a whole number (numpy's and torch's seeding would otherwise fail deep in the run)."""
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise UserError(f"seed={seed}: give a whole number (e.g. seed=0)")
+
+
+# what Hydra writes into a run directory before the task starts (its job log is named after run.py)
+HYDRA_FILES = {".hydra", "run.log"}
+
+
+def _holds_only_hydras_files(out_dir: Path) -> bool:
+    return out_dir.is_dir() and {p.name for p in out_dir.iterdir()} <= HYDRA_FILES
 
 
 def config_error(exc: Exception) -> UserError | None:

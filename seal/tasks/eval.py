@@ -44,6 +44,7 @@ def load_engine(cfg: DictConfig, budget: Budget) -> tuple[Any, Any]:
 
 def evaluate(cfg: DictConfig, out_dir: Path) -> None:
     budget = Budget.from_config(cfg.budget)
+    gold_user_for_the_oracle(cfg)
     benchmark = instantiate(cfg.benchmark)
     if not benchmark.from_split:
         return evaluate_ood(cfg, benchmark, budget, out_dir)
@@ -63,7 +64,8 @@ def evaluate(cfg: DictConfig, out_dir: Path) -> None:
         raise UserError(f"no entry of split={split.name} part {cfg.eval_part} fits backbone {backbone.name}'s context")
     write_json(out_dir / "leakage.json", split.leakage())
     log.info("evaluating %s on %d entries of %s/%s", backbone.describe(), len(entries), split.name, cfg.eval_part)
-    metrics, _ = evaluate_entries(engine, entries, out_dir, progress=True, step_limit=step_limit, protocols=protocols)
+    metrics, _ = evaluate_entries(engine, entries, out_dir, progress=f"eval {cfg.eval_part}", step_limit=step_limit,
+                                  protocols=protocols)
     metrics.update({"backbone": backbone.describe(), "split": split.name, "part": cfg.eval_part,
                     "ids": [e.id for e in entries]})
     write_json(out_dir / "metrics.json", metrics)
@@ -74,6 +76,18 @@ def evaluate(cfg: DictConfig, out_dir: Path) -> None:
                  f"`{engine.format.tools}`.", "\n".join(sections))
     print("\n\n".join(sections))
     log.info("outputs in %s", out_dir)
+
+
+def gold_user_for_the_oracle(cfg: DictConfig) -> None:
+    """backbone=oracle replays the gold calls: on a benchmark with a user simulator (tau2) and none chosen, its
+    user replays the gold too (benchmark.user.script=gold), so `task=eval benchmark=tau2 backbone=oracle` checks
+    an install offline."""
+    user = cfg.benchmark.get("user")
+    if user is None or any(user.get(k) for k in ("url", "backbone", "script")):
+        return
+    if getattr(instantiate(cfg.backbone), "oracle", False):
+        log.info("backbone=oracle: the user is the gold replay's script (benchmark.user.script=gold)")
+        user.script = "gold"
 
 
 # how the report names each protocol's numbers
@@ -105,7 +119,7 @@ def evaluate_ood(cfg: DictConfig, benchmark: Any, budget: Budget, out_dir: Path)
     name = benchmark.name
     log.info("evaluating %s on %s", backbone.describe(), name)
     metrics, records = evaluate_benchmark(engine, benchmark, out_dir, budget.eval_entries_per_category,
-                                          step_limit, progress=True)
+                                          step_limit, progress="eval")
     metrics.update({"backbone": backbone.describe(), "benchmark": name,
                     "protocol": {"step_limit": step_limit, "tool_format": engine.format.name, "interface": "plain"}})
     write_json(out_dir / "metrics.json", metrics)

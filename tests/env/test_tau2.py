@@ -430,3 +430,31 @@ def test_training_evaluates_tau2_before_and_after_when_the_budget_lists_it(simul
         assert record["id"] == f"tau2_mock_{task.id}" and record["ended"] == "completed"
     # one conversation each time: the user's request, then its stop after the agent's reply
     assert len(handler.requests) == 4
+
+
+def test_the_gold_replay_user_is_a_named_simulator_choice():
+    benchmark = instantiate(compose_with("benchmark=tau2", "benchmark.user.script=gold").benchmark)
+    assert isinstance(benchmark.user, GoldUser)
+    with pytest.raises(UserError) as err:
+        instantiate(compose_with("benchmark=tau2", "benchmark.user.script=silver").benchmark).prepare()
+    assert str(err.value) == "benchmark.user.script=silver: no such scripted user; choose gold"
+    with pytest.raises(UserError) as err:
+        instantiate(compose_with("benchmark=tau2", "benchmark.user.script=gold",
+                                 "benchmark.user.url=http://127.0.0.1:9/v1").benchmark).prepare()
+    assert str(err.value).startswith("benchmark.user: url=http://127.0.0.1:9/v1 and script=gold are set; choose one")
+    assert "benchmark.user.script=gold" in NO_SIMULATOR
+
+
+def test_task_eval_with_the_oracle_checks_a_tau2_install_offline(tmp_path, capsys):
+    from seal.tasks import run
+
+    # python run.py task=eval benchmark=tau2 backbone=oracle: no simulator named, the oracle's user is the gold replay's
+    run(compose_with("task=eval", "benchmark=tau2", "backbone=oracle"), tmp_path)
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    # budget=smoke: the first test task of each domain, each solved by the replay
+    assert metrics["counts"] == {d: {"passed": 1, "total": 1} for d in ("airline", "retail", "telecom")}
+    assert metrics["eval/tau2/avg"] == 1.0
+    # a model gets no such default: it needs a simulator, and is told so before it is loaded
+    with pytest.raises(SystemExit) as done:
+        run(compose_with("task=eval", "benchmark=tau2", "backbone=tiny-random"), tmp_path / "model")
+    assert done.value.code == 2 and capsys.readouterr().err.strip().splitlines()[-1] == f"error: {NO_SIMULATOR}"

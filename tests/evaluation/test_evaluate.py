@@ -88,3 +88,12 @@ def test_a_bad_step_limit_is_one_clear_error(tmp_path, capsys):
     with pytest.raises(SystemExit) as exc:
         evaluate(tmp_path, "backbone=oracle", "eval.step_limit=trajectory")
     assert exc.value.code == 2 and "eval.step_limit='trajectory': choose turn" in capsys.readouterr().err
+
+
+def test_each_protocol_plays_under_its_own_labelled_progress_bar_with_an_eta(tmp_path, capsys):
+    evaluate(tmp_path, "backbone=oracle")
+    err = capsys.readouterr().err
+    # smoke: one entry per category, four in all, under BFCL's protocol and then the release's
+    for protocol in ("bfcl", "release"):
+        final = [line for line in err.replace("\r", "\n").splitlines() if line.startswith(f"eval test · {protocol}: 100%")]
+        assert final and "| 4/4 [" in final[-1] and "<00:00" in final[-1], err

@@ -18,7 +18,7 @@ def test_the_jobs_of_one_sweep_share_a_group_and_differ_in_arm_tags_and_id(tmp_p
                      backbone="qwen2.5-7b", seed=0, tags=["paper"], sweep_dir=sweep)
     b = run_identity(out_dir=sweep / "experiment=vanilla_rl,seed=1", fingerprint="f2", experiment="vanilla_rl",
                      backbone="qwen2.5-7b", seed=1, sweep_dir=sweep)
-    assert a == {"run_id": f"seal-f1-{sha8(str(sweep / 'experiment=seal,seed=0'))}", "name": "experiment=seal,seed=0",
+    assert a == {"run_id": f"seal-f1-{sha8(str(sweep / 'experiment=seal,seed=0'))}", "name": "seal | qwen2.5-7b | seed 0",
                  "group": f"train-{sha8(str(sweep))}", "job_type": "seal",
                  "tags": ["paper", "backbone=qwen2.5-7b", "seed=0"]}
     assert b["group"] == a["group"] and (b["job_type"], b["tags"]) == ("vanilla_rl", ["backbone=qwen2.5-7b", "seed=1"])
@@ -30,6 +30,17 @@ def test_the_jobs_of_one_sweep_share_a_group_and_differ_in_arm_tags_and_id(tmp_p
     # a single run has no group unless logger.group names one
     single = dict(out_dir=tmp_path / "run", fingerprint="f1", experiment="seal", backbone="b", seed=0)
     assert run_identity(**single)["group"] is None and run_identity(**single, group="mine")["group"] == "mine"
+
+
+def test_a_run_is_named_by_its_arm_backbone_and_seed_not_by_its_override_string(tmp_path):
+    overrides = "backbone=qwen2.5-7b,budget.max_new_tokens=512,budget.rounds=40,reweighting=off,seed=3"
+    identity = run_identity(out_dir=tmp_path / overrides, fingerprint="f", experiment="seal_evolving+reweighting=off",
+                            backbone="qwen2.5-7b", seed=3)
+    assert identity["name"] == "seal_evolving+reweighting=off | qwen2.5-7b | seed 3"
+    # a label of the user's own (experiment_name=...) names the run; the job type stays the arm
+    labelled = run_identity(out_dir=tmp_path / overrides, fingerprint="f", experiment="seal_evolving+reweighting=off",
+                            backbone="qwen2.5-7b", seed=3, label="lr_probe")
+    assert (labelled["name"], labelled["job_type"]) == ("lr_probe | qwen2.5-7b | seed 3", "seal_evolving+reweighting=off")
 
 
 def test_wandb_init_receives_group_and_job_type(tmp_path, monkeypatch):
@@ -67,3 +78,13 @@ def test_online_without_an_api_key_is_refused_naming_the_setting(tmp_path, monke
     from seal.report.wandb_run import _has_api_key
 
     assert _has_api_key()
+
+
+def test_wandb_mode_from_the_environment_unless_the_command_line_sets_logger_mode(monkeypatch):
+    from tests.test_configs import compose_with
+
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    assert compose_with().logger.mode == "offline"
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    assert compose_with().logger.mode == "disabled"
+    assert compose_with("logger.mode=online").logger.mode == "online"

@@ -1,0 +1,125 @@
+"""run.py's edge: a command line Hydra cannot compose (a misspelt key, an unknown choice, an unreadable
+override) ends in one sentence and exit code 2, like every other error a user can cause.
+
+Hydra prints such errors itself (several lines, its config search path, a suggestion to prepend `+`
+that is wrong for keys that exist under another spelling) and exits with 1, unless HYDRA_FULL_ERROR is
+set, when it raises them instead. `main` sets it while Hydra composes, turns what it raises into one
+sentence, and `composed` takes it away again once the task starts, so that a failing task is reported
+by Hydra as before. A user who sets HYDRA_FULL_ERROR gets Hydra's own report. A sweep's folder that
+Hydra made before it found the error (`SweepFolder`, a Hydra callback) is removed again."""
+
+from __future__ import annotations
+
+import difflib
+import os
+import shutil
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+from hydra.experimental.callback import Callback
+
+FULL_ERROR = "HYDRA_FULL_ERROR"
+# whether main() set HYDRA_FULL_ERROR (and composed() should take it away)
+_set_here = False
+# the sweep folder this multirun is about to make (None: none, or one that was there before)
+_new_sweep_folder: Path | None = None
+
+
+class SweepFolder(Callback):
+    """conf/config.yaml's hydra.callbacks: notes the sweep folder a multirun will make, before Hydra makes it."""
+
+    def on_multirun_start(self, config: Any, **kwargs: Any) -> None:
+        global _new_sweep_folder
+        folder = Path(str(config.hydra.sweep.dir)).resolve()
+        _new_sweep_folder = None if folder.exists() else folder
+
+
+def remove_folder(folder: Path) -> None:
+    """Remove a refused run's folder, and the folders above it it leaves empty, up to the working directory
+    (outputs/<task>/ and outputs/ when the run made them)."""
+    shutil.rmtree(folder, ignore_errors=True)
+    cwd = Path.cwd().resolve()
+    for parent in folder.resolve().parents:
+        if parent == cwd or cwd not in parent.parents or any(parent.iterdir()):
+            break
+        parent.rmdir()
+
+
+def main(hydra_main: Callable[[], Any]) -> None:
+    """Call run.py's @hydra.main function; a composition error ends the process in one sentence, exit code 2."""
+    global _set_here
+    from hydra.errors import ConfigCompositionException, OverrideParseException
+
+    if os.environ.get(FULL_ERROR):
+        hydra_main()
+        return
+    os.environ[FULL_ERROR] = "1"
+    _set_here = True
+    try:
+        hydra_main()
+    except (ConfigCompositionException, OverrideParseException) as exc:
+        print(f"error: {sentence(exc)}", file=sys.stderr)
+        if _new_sweep_folder is not None:
+            remove_folder(_new_sweep_folder)
+        sys.exit(2)
+    finally:
+        composed()
+
+
+def composed() -> None:
+    """The config is composed (seal.tasks.run calls this first): Hydra reports a failing task its own way again."""
+    global _set_here
+    if _set_here:
+        os.environ.pop(FULL_ERROR, None)
+        _set_here = False
+
+
+def sentence(exc: Exception) -> str:
+    """One sentence for an error Hydra raised while composing the config."""
+    from hydra.errors import MissingConfigException, OverrideParseException
+    from omegaconf.errors import ConfigAttributeError, ConfigKeyError
+
+    if isinstance(exc, MissingConfigException) and exc.missing_cfg_file and exc.options:
+        group, _, choice = exc.missing_cfg_file.rpartition("/")
+        return f"{group}={choice} is not a choice of {group}; choose one of {', '.join(exc.options)}"
+    if isinstance(exc, OverrideParseException):
+        first = str(exc).splitlines()[0]
+        return (f"an override could not be read ({first}); write group=choice, key=value, or +new.key=value "
+                "for a key the config does not have")
+    cause = exc.__cause__
+    if isinstance(cause, (ConfigAttributeError, ConfigKeyError)) and getattr(cause, "full_key", None):
+        return missing_key(str(cause.full_key), _keys_of(cause))
+    lines = [line.strip() for line in str(exc).split("Config search path")[0].splitlines() if line.strip()]
+    return " ".join(lines)
+
+
+def missing_key(key: str, keys: list[str]) -> str:
+    """The sentence for an override of `key`, which the config (whose dotted keys are `keys`) does not have."""
+    close = difflib.get_close_matches(key, keys, n=1, cutoff=0.75)
+    if close:
+        return f"{key} is not a key of the config (the closest one is {close[0]})"
+    return f"{key} is not a key of the config (`python run.py --cfg job` lists them)"
+
+
+def _keys_of(error: Any) -> list[str]:
+    """Every dotted key of the config an OmegaConf error was raised in (Hydra's own keys only for a hydra. key)."""
+    from omegaconf import OmegaConf
+
+    node = getattr(error, "parent_node", None)
+    try:
+        root = node._get_root() if node is not None else None
+        tree = OmegaConf.to_container(root, resolve=False) if root is not None else {}
+    except Exception:  # what the suggestion reads is a courtesy: never a second error
+        return []
+    keys = list(_flatten(tree))
+    if not str(getattr(error, "full_key", "")).startswith("hydra."):
+        keys = [k for k in keys if not k.startswith("hydra.")]
+    return keys
+
+
+def _flatten(tree: Any, prefix: str = ""):
+    for key, value in tree.items():
+        yield f"{prefix}{key}"
+        if isinstance(value, dict):
+            yield from _flatten(value, f"{prefix}{key}.")

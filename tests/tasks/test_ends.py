@@ -1,0 +1,143 @@
+"""The ends a user can cause end in one sentence on stderr, exit code 2, and leave nothing behind: a bad seed,
+a misspelt key, an unknown choice, budget=paper on a CPU, a hub backbone whose weights are not here, the
+aggregate on a missing folder, the notebook on a wrong run folder."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hydra.errors import ConfigCompositionException
+
+from seal.tasks import command_line
+from tests.test_configs import CONF, choices
+
+ROOT = CONF.parent
+
+
+def refused(cwd, *args, env=None):
+    """Run `args` in the empty folder `cwd`; return its one stderr line, after checking exit code 2 and that
+    the folder is still empty."""
+    proc = subprocess.run([sys.executable, *args], cwd=cwd, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})})
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert sorted(p.name for p in Path(cwd).iterdir()) == [], "the refused command left files behind"
+    return lines[0]
+
+
+RUN = str(ROOT / "run.py")
+
+
+@pytest.mark.parametrize("args, sentence", [
+    (["seed=abc"], "error: seed=abc: give a whole number (e.g. seed=0)"),
+    # Hydra's own advice would be +budget.round=3, which the budget then refuses: the key that exists is named
+    (["budget.round=3"], "error: budget.round is not a key of the config (the closest one is budget.rounds)"),
+    (["reweighting.rho0.passs=2"], "error: reweighting.rho0.passs is not a key of the config (the closest one is "
+                                   "reweighting.rho0.pass)"),
+    (["budget.rounds=["], "error: an override could not be read (no viable alternative at input '['); write "
+                          "group=choice, key=value, or +new.key=value for a key the config does not have"),
+    # a sweep: Hydra has made its sweep folder (multirun/train/multirun.yaml) when it finds the bad job
+    (["-m", "reweighting=off,sometimes"], "error: reweighting=sometimes is not a choice of reweighting; choose one of "
+                                          "closed_loop, fixed, off, shuffled"),
+    (["-m", "budget.round=3,4"], "error: budget.round is not a key of the config (the closest one is budget.rounds)"),
+])
+def test_a_command_line_hydra_or_the_run_refuses_is_one_sentence(tmp_path, args, sentence):
+    assert refused(tmp_path, RUN, *args, "logger.mode=disabled") == sentence
+
+
+def test_an_unknown_choice_lists_the_groups_files_and_no_search_path(tmp_path):
+    line = refused(tmp_path, RUN, "backbone=qwen9")
+    assert line == f"error: backbone=qwen9 is not a choice of backbone; choose one of {', '.join(choices('backbone'))}"
+
+
+def test_the_paper_budget_on_a_machine_without_a_gpu(tmp_path):
+    line = refused(tmp_path, RUN, "budget=paper", "logger.mode=disabled", env={"CUDA_VISIBLE_DEVICES": ""})
+    assert line.startswith("error: budget=paper is sized for GPUs") and line.endswith("budget.allow_cpu=true to start it anyway")
+
+
+def test_a_hub_backbone_without_its_weights_says_so_before_any_memory_plan(tmp_path):
+    # an empty hub cache and no hub: the 3B model would not fit this machine's memory plan either, but what
+    # is missing first is the weights
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    line = refused(cwd, RUN, "backbone=qwen2.5-3b", "logger.mode=disabled",
+                   env={"HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")})
+    assert line == ("error: backbone qwen2.5-3b: the weights of Qwen/Qwen2.5-3B-Instruct are not on this machine and "
+                    "HF_HUB_OFFLINE is set; download them where the hub is reachable (`hf download "
+                    "Qwen/Qwen2.5-3B-Instruct`) or set backbone.local_path=/path/to/weights")
+
+
+def test_the_aggregate_on_a_folder_that_does_not_exist(tmp_path):
+    line = refused(tmp_path, "-m", "experiments.aggregate", str(tmp_path / "multirun"))
+    assert line == f"error: {tmp_path / 'multirun'} is not a folder; give the folder holding the runs (e.g. multirun/train)"
+
+
+def test_the_notebook_on_a_folder_that_is_not_a_run(tmp_path):
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    line = refused(cwd, "-m", "seal.report.inspect_run", str(tmp_path / "nothere"))
+    assert line == f"error: {tmp_path / 'nothere'} is not a folder; name a training run's folder, e.g. outputs/train/<run>"
+    line = refused(cwd, "-m", "seal.report.inspect_run", str(cwd))
+    assert line == (f"error: {cwd} is not a training run's folder (it has no run_config.json); name one that "
+                    "`python run.py` wrote, e.g. outputs/train/<run>")
+
+
+def test_a_refused_run_keeps_a_folder_an_earlier_run_left(tmp_path):
+    earlier = tmp_path / "run"
+    (earlier / "checkpoints").mkdir(parents=True)
+    proc = subprocess.run([sys.executable, RUN, "seed=abc", f"hydra.run.dir={earlier}"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2
+    assert (earlier / "checkpoints").is_dir() and (earlier / ".hydra").is_dir()
+
+
+def test_the_closest_key_is_named_only_when_one_is_close():
+    keys = ["budget.rounds", "budget.epochs", "seed"]
+    assert command_line.missing_key("budget.round", keys) == \
+        "budget.round is not a key of the config (the closest one is budget.rounds)"
+    assert command_line.missing_key("colour", keys) == "colour is not a key of the config (`python run.py --cfg job` lists them)"
+
+
+def test_hydra_raises_while_it_composes_and_reports_a_failing_task_its_own_way_again(monkeypatch, capsys):
+    monkeypatch.delenv(command_line.FULL_ERROR, raising=False)
+    seen = {}
+
+    def composes_then_fails():
+        seen["composing"] = os.environ.get(command_line.FULL_ERROR)
+        command_line.composed()  # what seal.tasks.run does first
+        seen["task"] = os.environ.get(command_line.FULL_ERROR)
+        raise RuntimeError("a task's crash")
+
+    with pytest.raises(RuntimeError):
+        command_line.main(composes_then_fails)
+    assert seen == {"composing": "1", "task": None} and command_line.FULL_ERROR not in os.environ
+
+    def refused_by_hydra():
+        raise ConfigCompositionException("Could not append to config.\nAn item is already at 'seed'.")
+
+    with pytest.raises(SystemExit) as done:
+        command_line.main(refused_by_hydra)
+    assert done.value.code == 2
+    assert capsys.readouterr().err == "error: Could not append to config. An item is already at 'seed'.\n"
+    # a user who asked for Hydra's full errors gets them
+    monkeypatch.setenv(command_line.FULL_ERROR, "1")
+    with pytest.raises(ConfigCompositionException):
+        command_line.main(refused_by_hydra)
+
+
+def test_in_jupyter_the_notebook_shows_a_wrong_run_folder_as_the_same_sentence(tmp_path, monkeypatch):
+    import nbformat
+    from nbclient import NotebookClient
+    from nbclient.exceptions import CellExecutionError
+
+    notebook = nbformat.read(ROOT / "notebooks" / "inspect_run.ipynb", as_version=4)
+    monkeypatch.setenv("SEAL_RUN_DIR", str(tmp_path / "nothere"))
+    with pytest.raises(CellExecutionError):
+        NotebookClient(notebook, timeout=120, resources={"metadata": {"path": str(ROOT / "notebooks")}}).execute()
+    (error,) = [o for o in notebook.cells[1].outputs if o.output_type == "error"]
+    # what IPython shows is the sentence alone, no traceback
+    assert error.traceback == [f"error: {tmp_path / 'nothere'} is not a folder; name a training run's folder, "
+                               "e.g. outputs/train/<run>"]
