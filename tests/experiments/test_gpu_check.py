@@ -276,8 +276,9 @@ def test_a_failing_step_stops_the_preflight_naming_the_step(tmp_path):
     proc = preflight_cli("--out", str(tmp_path / "out"), "--", "budget.nonexistent=1")
     assert proc.returncode == 1
     log = tmp_path / "out" / "logs" / "sanity.log"
-    assert proc.stderr.strip().splitlines()[-1] == ("gpu_check failed: step sanity failed with exit code 1: "
-                                                    f"Could not override 'budget.nonexistent'. (log: {log})")
+    assert proc.stderr.strip().splitlines()[-1] == ("gpu_check failed: step sanity failed with exit code 2: "
+                                                    "budget.nonexistent is not a key of the config (`python run.py "
+                                                    f"--cfg job` lists them) (log: {log})")
     assert not (tmp_path / "out" / "train").exists()
 
 

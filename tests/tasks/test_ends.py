@@ -72,7 +72,7 @@ def test_a_hub_backbone_without_its_weights_says_so_before_any_memory_plan(tmp_p
 
 def test_the_aggregate_on_a_folder_that_does_not_exist(tmp_path):
     line = refused(tmp_path, "-m", "experiments.aggregate", str(tmp_path / "multirun"))
-    assert line == f"error: {tmp_path / 'multirun'} is not a folder; give the folder holding the runs (e.g. multirun/train)"
+    assert line == f"error: {tmp_path / 'multirun'} is not a directory: give the folder that holds the run directories"
 
 
 def test_the_notebook_on_a_folder_that_is_not_a_run(tmp_path):
