@@ -11,9 +11,9 @@ named and neither is used. Every expected run that is missing, failed, unfinishe
 or lacks trajectories is listed with what stopped it, and every row and cell says how many of its
 expected runs it holds ("2 of 3"; a cell over fewer runs than its row: "n=1 of 3").
 
-Each run's run_config.json gives backbone, arm (experiment_name), seed, budget and the part its
-before/after evaluation used; metrics.json its evaluations. Runs with a validation part are scored on
-test only: the initial model on `test_before`, the final model on `test_final`, the model chosen on
+Each run's run_config.json gives backbone, arm (`arm`: what the run selects, never its label alone), seed,
+budget and the part its before/after evaluation used; metrics.json its evaluations. Runs with a validation
+part are scored on test only: the initial model on `test_before`, the final model on `test_final`, the model chosen on
 validation on `test_best_on_val`, and the release's test-selected checkpoint on `test_selected_diagnostic`
 (optimistic, a diagnostic); runs without one on `eval_before`/`eval_after` (the test part). The headline
 model of a run, which the per-column tables, the differences and the plot use, is its best-on-validation
@@ -148,9 +148,24 @@ def identity(run_dir: Path) -> dict:
     """{"backbone", "experiment", "seed"} of a run directory from its configuration; {} when it has none."""
     config = _run_config(run_dir) or {}
     try:
-        return {"backbone": config["backbone"]["name"], "experiment": config["experiment_name"], "seed": config["seed"]}
+        return {"backbone": config["backbone"]["name"], "experiment": arm(config), "seed": config["seed"]}
     except (KeyError, TypeError):
         return {}
+
+
+def arm(config: dict) -> str:
+    """The run's arm, which follows from what it selects (seal.tasks.arm): recorded by the run, or worked out
+    from its resolved config (runs made before the arm was recorded, or a config Hydra wrote for a run that
+    failed early). Never the run's label alone: `experiment_name` is a user's label, and a preset's name kept
+    under an override would pool an ablation with the method. Only a config that names no arm group falls
+    back to the label."""
+    if config.get("arm"):
+        return config["arm"]
+    from seal.tasks.arm import ARM_GROUPS, arm_of
+
+    if all(isinstance(config.get(group), dict) for group in (*ARM_GROUPS, "budget")):
+        return arm_of(config)[0]
+    return config["experiment_name"]
 
 
 def budget_label(config: dict) -> str:
@@ -208,7 +223,7 @@ def read_run(run_dir: Path, name: str) -> dict:
         if headline in folders:
             folders[HEADLINE] = folders[headline]
     return {"dir": str(run_dir), "name": name, "backbone": config["backbone"]["name"],
-            "experiment": config["experiment_name"], "seed": config["seed"], "part": part,
+            "experiment": arm(config), "seed": config["seed"], "part": part,
             "budget": budget_label(config), "headline": headline,
             "selected_round": (metrics.get("test_best_on_val") or {}).get("selected", {}).get("round"),
             "no_test": None if "final" in evals else _no_test_evaluation(config, metrics),

@@ -595,3 +595,38 @@ def test_table_2_sets_every_row_and_column_beside_the_papers(tmp_path):
     seal_csv = table2[("qwen2.5-3b", "seal")]
     assert (seal_csv["tau2_airline_mean"], seal_csv["tau2_airline_n"], seal_csv["tau2_airline_paper"]) == ("25.0", "2", "16.0")
     assert (tmp_path / "t" / "table2.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def _composed_run(root, name, label, seed, *overrides):
+    """A run directory whose run_config.json is the resolved config of `overrides`, labelled `label` as runs
+    were labelled before the arm was recorded (the preset's experiment_name survived any override)."""
+    from omegaconf import OmegaConf
+
+    from tests.test_configs import compose_with
+
+    config = OmegaConf.to_container(compose_with("backbone=qwen2.5-7b", *overrides), resolve=True)
+    d = root / name
+    d.mkdir(parents=True)
+    (d / "run_config.json").write_text(json.dumps(config | {"experiment_name": label, "seed": seed,
+                                                            "heldout_part": "test"}))
+    (d / "metrics.json").write_text(json.dumps({"eval_before": _metrics(0), "eval_after": _metrics(0.3)}))
+
+
+def test_runs_are_grouped_by_what_they_select_never_by_their_label(tmp_path):
+    # the sweep `-m reweighting=off,closed_loop` over two seeds, every run labelled seal_evolving: two arms
+    for seed in (0, 1):
+        _composed_run(tmp_path, f"off{seed}", "seal_evolving", seed, "reweighting=off")
+        _composed_run(tmp_path, f"on{seed}", "seal_evolving", seed, "reweighting=closed_loop")
+    # a preset plus an override: `experiment=seal reweighting=off` is the release's arm 02, wo_reweighting
+    _composed_run(tmp_path, "seal_off", "seal", 0, "experiment=seal", "reweighting=off")
+    runs, _ = survey(tmp_path)
+    arms = {r["name"]: r["experiment"] for r in runs}
+    assert arms == {"off0": "seal_evolving+reweighting=off", "off1": "seal_evolving+reweighting=off",
+                    "on0": "seal_evolving", "on1": "seal_evolving", "seal_off": "wo_reweighting"}
+    rows = {r["arm"]: r["runs"] for r in main_table(runs) if r["key"] == "final"}
+    assert rows == {"seal_evolving": 2, "seal_evolving+reweighting=off": 2, "wo_reweighting": 1}
+    # a run that recorded its arm is read as recorded, whatever its label
+    _run(tmp_path, "labelled", "qwen2.5-7b", "my label", 0, eval_after=_metrics(0.1))
+    config = json.loads((tmp_path / "labelled" / "run_config.json").read_text())
+    (tmp_path / "labelled" / "run_config.json").write_text(json.dumps(config | {"arm": "vanilla_rl"}))
+    assert {r["name"]: r["experiment"] for r in survey(tmp_path)[0]}["labelled"] == "vanilla_rl"
