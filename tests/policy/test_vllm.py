@@ -280,7 +280,12 @@ def test_after_a_discard_the_engine_loads_every_weight_again(generator, hf, bfcl
     LM head is tied: it has no tensor of its own); a load without the final norm is named, so the check
     can fail."""
     missed = _Missed()
-    logging.getLogger("vllm.v1.worker.gpu_model_runner").addHandler(missed)
+    runner_log = logging.getLogger("vllm.v1.worker.gpu_model_runner")
+    runner_log.addHandler(missed)
+    # an earlier in-process run may have configured logging with existing loggers disabled, or raised levels
+    monkeypatch.setattr(runner_log, "disabled", False)
+    level = runner_log.level
+    runner_log.setLevel(logging.WARNING)
     monkeypatch.setattr(generator, "sleep_mode", True)
     levels = []
     monkeypatch.setattr(generator.llm, "sleep", lambda level: levels.append(level), raising=False)
@@ -310,7 +315,8 @@ def test_after_a_discard_the_engine_loads_every_weight_again(generator, hf, bfcl
         generator.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
         assert len(missed.messages) == 1 and "model.norm.weight" in missed.messages[0]
     finally:
-        logging.getLogger("vllm.v1.worker.gpu_model_runner").removeHandler(missed)
+        runner_log.removeHandler(missed)
+        runner_log.setLevel(level)
         generator.model = None
         generator.sync_weights(hf.model)
 
