@@ -284,8 +284,9 @@ def test_after_a_discard_the_engine_loads_every_weight_again(generator, hf, bfcl
     runner_log.addHandler(missed)
     # an earlier in-process run may have configured logging with existing loggers disabled, or raised levels
     monkeypatch.setattr(runner_log, "disabled", False)
-    level = runner_log.level
+    level, disabled_below = runner_log.level, logging.root.manager.disable
     runner_log.setLevel(logging.WARNING)
+    logging.disable(logging.NOTSET)
     monkeypatch.setattr(generator, "sleep_mode", True)
     levels = []
     monkeypatch.setattr(generator.llm, "sleep", lambda level: levels.append(level), raising=False)
@@ -317,6 +318,7 @@ def test_after_a_discard_the_engine_loads_every_weight_again(generator, hf, bfcl
     finally:
         runner_log.removeHandler(missed)
         runner_log.setLevel(level)
+        logging.disable(disabled_below)
         generator.model = None
         generator.sync_weights(hf.model)
 
