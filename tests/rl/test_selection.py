@@ -62,7 +62,7 @@ def test_the_best_validated_model_is_kept_and_scored_on_test_after_the_final_one
 def test_the_model_is_validated_every_val_every_rounds_and_after_the_last(tmp_path, monkeypatch, every, rounds, validated):
     import seal.rl.selection as selection_module
 
-    monkeypatch.setattr(selection_module, "save_final_model", lambda model, folder, dtype: None)
+    monkeypatch.setattr(selection_module, "save_final_model", lambda model, folder, dtype, write: None)
     seen = []
 
     def evaluate(entries, folder):
@@ -80,7 +80,7 @@ def test_the_test_selected_score_is_stored_under_the_protocol_that_produced_it(t
     import seal.rl.selection as selection_module
     from seal.rl.selection import RELEASE_AVG
 
-    monkeypatch.setattr(selection_module, "save_final_model", lambda model, folder, dtype: folder.mkdir(parents=True, exist_ok=True))
+    monkeypatch.setattr(selection_module, "save_final_model", lambda model, folder, dtype, write: folder.mkdir(parents=True, exist_ok=True))
     monkeypatch.setattr(selection_module, "_load", lambda model, folder: None)
     # the release protocol played alone: its key is the only one the evaluations have
     scores = iter([0.2, 0.4, 0.1, 0.3, 0.35, 0.25])
