@@ -171,7 +171,10 @@ def execute(backends: Backends, call: ToolCall | str) -> CallRecord:
         # backends keep argument objects in their state (post_tweet stores its `mentions` list):
         # give them copies so the recorded call never changes after the fact
         result = method(*copy.deepcopy(call.args), **copy.deepcopy(call.kwargs))
+        # inside the try, as the official executor renders it: a result Python cannot write out (an integer
+        # of over 4,300 digits, power(base=10, exponent=5000)) is an error observation, not a crash
+        observation = stringify(result)
     except Exception as exc:  # the backend's own failure, reported as the official executor does
         return CallRecord(text, ERROR_PREFIX + str(exc), call, "exception" if binds else BAD_ARGUMENTS)
     error = "backend_error" if isinstance(result, dict) and "error" in result else None
-    return CallRecord(text, stringify(result), call, error)
+    return CallRecord(text, observation, call, error)
