@@ -71,9 +71,6 @@ class Backends:
                 if not name.startswith("_"):
                     self.methods[name] = method
 
-    def public_state(self, class_name: str) -> dict[str, Any]:
-        return {k: v for k, v in vars(self.instances[class_name]).items() if not k.startswith("_")}
-
 
 def stringify(result: Any) -> str:
     """The official executor's rendering of a return value."""

@@ -221,3 +221,119 @@ def test_the_estimate_matches_what_transformers_writes(failed_save):
     assert (written / "model.safetensors").stat().st_size + (written / "optimizer.pt").stat().st_size == pytest.approx(
         need.checkpoint, rel=0.01)
     assert (out / "final_model" / "model.safetensors").stat().st_size == pytest.approx(need.model, rel=0.01)
+
+
+def test_the_refusal_is_one_sentence_with_the_figures_by_hand(tmp_path, monkeypatch):
+    # Qwen2.5-3B: 3,085,938,688 parameters; 12 B each = 34.5 GiB a checkpoint, 2 B each = 5.7 GiB in bf16;
+    # 3 x 34.49 + 5.75 = 109.2 GiB against 64e9 B = 59.6 GiB free
+    monkeypatch.setattr("shutil.disk_usage", lambda path: Usage(10**12, 0, 64 * 10**9))
+    with pytest.raises(UserError) as err:
+        check_disk_space(disk_need(QWEN25_3B, dtype="bfloat16", keep=2, saves=72), tmp_path, keep=2, dtype="bfloat16")
+    assert str(err.value) == (
+        f"this run needs about 109.2 GiB on the disk of {tmp_path} but 59.6 GiB are free: 3 checkpoint(s) of "
+        "34.5 GiB at once (fp32 weights and AdamW state; trainer.keep_checkpoints=2 kept plus the one being "
+        "written) and 1 model(s) of 5.7 GiB (final_model/, best_model/ in bfloat16); keep fewer "
+        "(trainer.keep_checkpoints=1), write no periodic checkpoints (trainer.save_every=null: the run cannot "
+        "resume) or put the run on a larger disk (hydra.run.dir=<directory>)")
+    with pytest.raises(UserError, match=r"\(fp32 weights and AdamW state; every checkpoint kept plus the one"):
+        check_disk_space(disk_need(QWEN25_3B, dtype="float32", keep=None, saves=3), tmp_path, keep=None,
+                         dtype="float32")
+
+
+def test_a_run_fits_when_it_needs_exactly_the_room_and_every_left_over_folder_counts(tmp_path, monkeypatch):
+    need = disk_need(QWEN25_3B, dtype="bfloat16", keep=1, saves=1, models=1, lora_params=10**6)
+    assert need.total == 12 * 10**6 + 4 * 10**6
+    seen = []
+
+    def usage(path):
+        seen.append(path)
+        return Usage(10**12, 0, need.total - 4000)
+
+    monkeypatch.setattr("shutil.disk_usage", usage)
+    out = tmp_path / "run"
+    with pytest.raises(UserError):
+        check_disk_space(need, out / "not" / "made", keep=1, dtype="bfloat16")
+    assert seen == [tmp_path]  # the nearest folder that exists
+    # 1000 bytes under each of the four folders an earlier attempt leaves, one of them nested: exactly the room
+    for name in ("checkpoints/checkpoint-3/sub", "final_model", "best_model", "validated/round_0001"):
+        (out / name).mkdir(parents=True)
+        (out / name / "weights").write_bytes(b"x" * 1000)
+    (out / "elsewhere").mkdir()
+    (out / "elsewhere" / "weights").write_bytes(b"x" * 1000)
+    check_disk_space(need, out, keep=1, dtype="bfloat16")
+    (out / "validated" / "round_0001" / "weights").write_bytes(b"x" * 999)
+    with pytest.raises(UserError):
+        check_disk_space(need, out, keep=1, dtype="bfloat16")
+
+
+def test_ceil_shares_and_one_model_by_default():
+    need = disk_need(QWEN25_3B, dtype="bfloat16", keep=1, saves=1, lora_params=1, shards=5)
+    assert (need.checkpoint, need.models) == (3, 1)  # 12 bytes over 5 ranks: 3 on the largest share
+
+
+def test_the_runs_saves_and_models_from_its_budget(tmp_path, monkeypatch):
+    import seal.rl.checkpoint as checkpoint_module
+    from types import SimpleNamespace
+
+    from omegaconf import OmegaConf
+
+    needs = []
+    monkeypatch.setattr(checkpoint_module, "check_disk_space", lambda need, out, keep, dtype: needs.append(
+        (need, out, keep, dtype)))
+    backbone = SimpleNamespace(model_config=lambda: QWEN25_3B, lora=None, dtype="bfloat16")
+    # the paper's budget: 66 rounds, validated every 10 and after the last (7 times), a checkpoint every 10
+    budget = SimpleNamespace(rounds_for=lambda n: {200: 66}[n], val_every=10)
+
+    def need_of(**trainer):
+        cfg = OmegaConf.create({"trainer": {"save_every": 10, "keep_checkpoints": 2} | trainer})
+        checkpoint_module.check_run_disk_space(backbone, cfg, budget, tmp_path, 200, shards=4)
+        return needs[-1]
+
+    need, out, keep, dtype = need_of()
+    assert (out, keep, dtype) == (tmp_path, 2, "bfloat16")
+    # 6 saves (rounds 10..60), 3 at once; final_model/ and best_model/
+    assert need == disk_need(QWEN25_3B, dtype="bfloat16", keep=2, saves=6, models=2, shards=4)
+    assert need_of(save_every=None, keep_checkpoints=None)[0].at_once == 0
+    cfg = OmegaConf.create({"trainer": {"save_every": 10, "keep_checkpoints": 2}, "eval_all_checkpoints_on_test": True})
+    checkpoint_module.check_run_disk_space(backbone, cfg, budget, tmp_path, 200)
+    assert needs[-1][0].models == 2 + 7  # and every validated model
+    # without validation only final_model/
+    budget.val_every = None
+    assert need_of()[0].models == 1
+    # LoRA: the adapters are what a checkpoint holds
+    backbone.lora = {"r": 16}
+    from seal.policy.memory import lora_param_count
+
+    assert need_of()[0].checkpoint == -(-lora_param_count(QWEN25_3B, 16, "all-linear") * 12 // 4)
+
+
+def test_a_failed_save_is_one_sentence_naming_what_the_same_command_does(tmp_path, monkeypatch):
+    from seal.rl.checkpoint import failed_save
+
+    monkeypatch.setattr("shutil.disk_usage", lambda path: Usage(10**12, 0, 3 * GiB // 2))
+    partial = tmp_path / "checkpoint-2"
+    partial.mkdir()
+    (partial / "model.safetensors").write_bytes(b"half")
+    error = failed_save(partial, OSError(28, "No space left on device"))
+    assert not partial.exists() and str(error) == (
+        f"writing {partial} failed (OSError: [Errno 28] No space left on device) with 1.5 GiB free on its disk; "
+        "no earlier checkpoint exists, so the same command starts the training over once there is room (free "
+        "space, lower trainer.keep_checkpoints, or set trainer.save_every=null to write no periodic checkpoints)")
+    (tmp_path / "checkpoint-1").mkdir()
+    (tmp_path / "checkpoint-1" / SEAL_STATE).write_text("{}")
+    error = failed_save(tmp_path / "checkpoint-2", RuntimeError("  PytorchStreamWriter failed " + "x" * 300 + "\nmore"))
+    assert f"(RuntimeError: PytorchStreamWriter failed {'x' * 173}) with" in str(error)
+    assert "; checkpoint-1 is intact and the same command resumes from it once there is room" in str(error)
+    assert "(RuntimeError: ) with" in str(failed_save(tmp_path / "checkpoint-2", RuntimeError("")))
+
+
+def test_the_newest_complete_checkpoint_and_its_state(tmp_path):
+    from seal.rl.checkpoint import read_state
+
+    assert latest_complete_checkpoint(tmp_path) is None and latest_complete_checkpoint(tmp_path / "none") is None
+    for step in (1, 2, 10):
+        (tmp_path / f"checkpoint-{step}").mkdir()
+        (tmp_path / f"checkpoint-{step}" / SEAL_STATE).write_text(json.dumps({"round": step}))
+    (tmp_path / "checkpoint-11").mkdir()  # being written
+    assert latest_complete_checkpoint(tmp_path).name == "checkpoint-10"  # by number, not by name
+    assert read_state(tmp_path / "checkpoint-2") == {"round": 2}
