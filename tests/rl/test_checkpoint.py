@@ -337,3 +337,119 @@ def test_the_newest_complete_checkpoint_and_its_state(tmp_path):
     (tmp_path / "checkpoint-11").mkdir()  # being written
     assert latest_complete_checkpoint(tmp_path).name == "checkpoint-10"  # by number, not by name
     assert read_state(tmp_path / "checkpoint-2") == {"round": 2}
+
+
+class _Saving(torch.nn.Module):
+    """A model that records what save_pretrained is asked to write (and writes config.json as it would)."""
+
+    def __init__(self, peft=False):
+        super().__init__()
+        self.layer = torch.nn.Linear(2, 2)
+        self.saved = []
+        if peft:
+            self.peft_config = {"default": "lora"}
+
+    def save_pretrained(self, folder, state_dict=None):
+        folder.mkdir(parents=True)
+        (folder / "config.json").write_text(json.dumps({"dtype": "float32", "model_type": "x"}))
+        self.saved.append((folder, None if state_dict is None else {k: v.dtype for k, v in state_dict.items()}))
+
+
+def test_the_final_model_is_written_from_a_model_its_ddp_wrapper_or_a_trainer(tmp_path):
+    from types import SimpleNamespace
+
+    from transformers import Trainer
+
+    model = _Saving()
+    save_final_model(SimpleNamespace(module=model), tmp_path / "a", "bfloat16")
+    assert model.saved == [(tmp_path / "a", {"layer.weight": torch.bfloat16, "layer.bias": torch.bfloat16})]
+    assert json.loads((tmp_path / "a" / "config.json").read_text()) == {"dtype": "bfloat16", "model_type": "x"}
+    # dtype None keeps the weights' own, and config.json as save_pretrained wrote it
+    save_final_model(model, tmp_path / "b", None)
+    assert model.saved[-1][1] == {"layer.weight": torch.float32, "layer.bias": torch.float32}
+    assert json.loads((tmp_path / "b" / "config.json").read_text())["dtype"] == "float32"
+    # a rank that does not write gathers with the others and leaves the disk alone
+    save_final_model(model, tmp_path / "c", "bfloat16", write=False)
+    assert len(model.saved) == 2 and not (tmp_path / "c").exists()
+
+    class _Trainer(Trainer):
+        def __init__(self, model, tokenizer):
+            self.model, self.processing_class = model, tokenizer
+
+    written = []
+    tokenizer = SimpleNamespace(save_pretrained=written.append)
+    save_final_model(_Trainer(SimpleNamespace(module=model), tokenizer), tmp_path / "d", "float32")
+    assert model.saved[-1][0] == tmp_path / "d" and written == [tmp_path / "d"]
+    save_final_model(_Trainer(model, None), tmp_path / "e", "float32")
+    assert model.saved[-1][0] == tmp_path / "e" and written == [tmp_path / "d"]
+    save_final_model(_Trainer(model, tokenizer), tmp_path / "f", "float32", write=False)
+    assert written == [tmp_path / "d"]
+
+
+def test_lora_adapters_are_written_as_peft_writes_them_over_an_old_folder(tmp_path):
+    model = _Saving(peft=True)
+    (tmp_path / "final_model").mkdir()
+    (tmp_path / "final_model" / "stale.bin").write_text("old")
+    save_final_model(model, tmp_path / "final_model", "bfloat16")
+    assert model.saved == [(tmp_path / "final_model", None)]  # peft's own files, fp32 as trained
+    assert not (tmp_path / "final_model" / "stale.bin").exists()
+
+
+def test_a_checkpoint_is_written_with_the_rotation_held_back_and_a_failed_one_is_one_sentence(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from seal.rl.checkpoint import write_checkpoint
+
+    monkeypatch.setattr("shutil.disk_usage", lambda path: Usage(10**12, 0, GiB))
+    trainer = SimpleNamespace(args=SimpleNamespace(output_dir=str(tmp_path), save_total_limit=2),
+                              state=SimpleNamespace(global_step=6))
+    limits = []
+    write_checkpoint(trainer, lambda: limits.append(trainer.args.save_total_limit))
+    assert limits == [None] and trainer.args.save_total_limit == 2
+
+    def full_disk():
+        (tmp_path / "checkpoint-6").mkdir()
+        raise OSError(28, "No space left on device")
+
+    with pytest.raises(UserError, match=f"^writing {tmp_path / 'checkpoint-6'} failed \\(OSError: "):
+        write_checkpoint(trainer, full_disk)
+    assert trainer.args.save_total_limit == 2 and not (tmp_path / "checkpoint-6").exists()
+
+
+def test_a_round_closes_at_its_last_step_with_its_steps_signals_averaged():
+    from types import SimpleNamespace
+
+    from seal.rl.checkpoint import OPTIMIZER_SIGNALS, SealStateCallback
+
+    finished = []
+    callback = SealStateCallback(SimpleNamespace(finish_round=lambda step, means: finished.append((step, means))), 2)
+    control = object()
+
+    def log(step, **logs):
+        return callback.on_log(None, SimpleNamespace(global_step=step), control, logs=logs)
+
+    # the end-of-training summary has neither grad_norm nor loss: not a step
+    assert log(2, train_runtime=5.0) is control and finished == []
+    assert log(1, loss=0.5, grad_norm=1.0, kl=0.25, learning_rate=1e-6, entropy=None) is control
+    log(2, grad_norm=3.0, kl=0.75, learning_rate=1e-6, unrelated=9.0)
+    assert finished == [(2, {"train/loss": 0.5, "train/grad_norm": 2.0, "train/kl": 0.5, "train/learning_rate": 1e-6,
+                             "train/grad_norm_max": 3.0})]
+    log(3, loss=1.0)  # a round without grad_norm has no max either; the next round starts afresh
+    log(4, loss=2.0)
+    assert finished[-1] == (4, {"train/loss": 1.5})
+    assert OPTIMIZER_SIGNALS == ("loss", "grad_norm", "learning_rate", "kl", "entropy", "clip_ratio/low_mean",
+                                 "clip_ratio/high_mean", "clip_ratio/region_mean", "logprob_gap")
+
+
+@pytest.mark.parametrize("epoch, replayed", [(None, 0), (0.0, 0), (1.5, 1), (2.0, 2)])
+def test_each_epoch_replays_the_sampler_to_the_epoch_about_to_start(monkeypatch, epoch, replayed):
+    from types import SimpleNamespace
+
+    import seal.rl.checkpoint as checkpoint_module
+
+    seen = []
+    monkeypatch.setattr(checkpoint_module, "replay_epoch_order", lambda loader, e: seen.append((loader, e)))
+    callback = checkpoint_module.SealStateCallback(None, 1)
+    control = object()
+    assert callback.on_epoch_begin(None, SimpleNamespace(epoch=epoch), control, train_dataloader="loader") is control
+    assert seen == [("loader", replayed)]

@@ -249,3 +249,22 @@ def test_lora_adapters_are_loaded_as_peft_loads_them(tmp_path, monkeypatch):
     model.get_base_model = lambda: model
     selection_module._load(model, _saved(tmp_path / "full", {"embed.weight": torch.ones(2, 2)}))
     assert len(loaded) == 1 and torch.equal(model.embed.weight, torch.ones(2, 2))
+
+
+@pytest.mark.parametrize("kwargs, sentence", [
+    ({"every": 0, "val_entries": ["x"]}, "budget.val_every=0: give a number of rounds (at least 1) or null"),
+    ({"every": 2, "val_entries": []}, "budget.val_every needs a validation part carved from train: set "
+                                      "split.val_scenarios=<n> (model selection never touches test)"),
+    ({"every": None, "val_entries": ["x"], "keep_all": True},
+     "eval_all_checkpoints_on_test=true scores the validated models: set budget.val_every too"),
+])
+def test_a_selection_that_cannot_work_is_one_sentence_naming_the_setting(tmp_path, kwargs, sentence):
+    with pytest.raises(UserError) as caught:
+        ModelSelection(out_dir=tmp_path, dist=Dist(), evaluate=None, **kwargs)
+    assert str(caught.value) == sentence
+
+
+def test_validation_every_round_is_allowed_and_no_schedule_means_no_selection(tmp_path):
+    assert ModelSelection(every=1, val_entries=["x"], out_dir=tmp_path, dist=Dist(), evaluate=None).active
+    idle = ModelSelection(every=None, val_entries=[], out_dir=tmp_path, dist=Dist(), evaluate=None)
+    assert not idle.active and idle.test_evaluations(None, "test") == {}
