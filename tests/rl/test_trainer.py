@@ -167,6 +167,16 @@ def test_the_loss_adds_the_papers_kl_without_the_importance_ratio(tmp_path, monk
     # TRL's default would have multiplied the KL by the ratio
     biased = ((((-ratio * out["advantages"][:, None]) + 0.5 * kl * ratio) * mask).sum(1) / mask.sum(1)).mean()
     assert abs(loss.item() - biased.item()) > 1e-4
+    # the term's mean over the trained tokens is logged as kl: 10 on the first one, k3 on the others
+    n = mask.sum().item()
+    assert trainer._metrics["train"]["kl"][-1] == pytest.approx((k3 * (n - 1) + 10.0) / n, rel=1e-4)
+    # under gradient accumulation TRL divides its loss by the steps: the KL term is divided with it
+    trainer.current_gradient_accumulation_steps = 4
+    assert trainer.compute_loss(model, out).item() == pytest.approx(expected.item() / 4, rel=1e-4)
+    # outside training (TRL's evaluation loop) nothing is divided, and the term is logged under eval
+    model.eval()
+    assert trainer.compute_loss(model, out).item() == pytest.approx(expected.item(), rel=1e-4)
+    assert trainer._metrics["eval"]["kl"] == [pytest.approx((k3 * (n - 1) + 10.0) / n, rel=1e-4)]
 
 
 # ---------------------------------------------------------------------------------------- padding
@@ -499,3 +509,35 @@ def test_the_reference_model_is_loaded_on_the_host_without_a_device_map_even_on_
     assert not hasattr(reference, "hf_device_map")
     assert not any(hasattr(m, "_hf_hook") for m in reference.modules())
     assert {p.device for p in reference.parameters()} == {trainer.accelerator.device}
+
+
+def test_a_token_the_policy_cannot_write_keeps_the_kl_at_its_cap():
+    from seal.rl.trainer import low_var_kl
+
+    # log pi = -inf (a token under probability 0 after the update): r clamped to 20 keeps e^r - r - 1 finite
+    assert low_var_kl(torch.tensor([-math.inf]), torch.tensor([-1.0])).tolist() == [10.0]
+
+
+def test_the_trained_tokens_are_the_completions_less_the_environments():
+    from seal.rl.trainer import loss_mask
+
+    completion = torch.tensor([[1, 1, 1, 0]])
+    assert loss_mask({"completion_mask": completion}) is completion
+    assert loss_mask({"completion_mask": completion, "tool_mask": torch.tensor([[1, 0, 1, 1]])}).tolist() == [[1, 0, 1, 0]]
+
+
+def test_a_per_token_term_reduced_as_trl_reduces_each_loss_by_hand():
+    from seal.rl.trainer import aggregate
+
+    per_token = torch.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0], [7.0, 8.0, 9.0]])
+    mask = torch.tensor([[1.0, 1.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 0.0]])
+    # grpo: each episode's token mean (1.5; 5; an episode with none counts 0), then their mean
+    assert aggregate(per_token, mask, "grpo").item() == pytest.approx((1.5 + 5.0 + 0.0) / 3)
+    # bnpo: all tokens of the micro-batch at once: (1 + 2 + 5) / 3
+    assert aggregate(per_token, mask, "bnpo").item() == pytest.approx(8.0 / 3)
+    one = torch.tensor([[0.0, 1.0, 0.0]])
+    assert aggregate(per_token[:1], one, "bnpo").item() == 2.0 and aggregate(per_token[:1], one, "grpo").item() == 2.0
+    assert aggregate(per_token[:1], torch.zeros(1, 3), "bnpo").item() == 0.0
+    with pytest.raises(ValueError) as caught:
+        aggregate(per_token, mask, "dr_grpo")
+    assert str(caught.value) == "loss_type 'dr_grpo' is not supported with the KL term; use grpo or bnpo"
