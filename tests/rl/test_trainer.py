@@ -67,8 +67,10 @@ def test_scale_advantages_multiplies_per_trajectory():
 def test_hook_scales_the_group_advantages_by_the_diagnosis_weights(tmp_path, monkeypatch):
     co, trainer = build(config("reweighting=closed_loop"), tmp_path)
     rho_before = dict(co.reweighting.rho)
+    trainer.state.global_step = 12
     out, plain = one_generation_batch(co, trainer, monkeypatch)
     record = co.history[-1]
+    assert record.global_step == 12  # the optimizer step the round closed at
     valid = [e["valid"] for e in record.episodes]
     assert valid == [True, False, True, False]  # one pass and one failure per group
     # the hand computation from the outcome tags (rho0 of Table 6): a good episode plays the gold calls, a
@@ -96,6 +98,21 @@ def test_reweighting_off_leaves_trl_advantages_unweighted(tmp_path, monkeypatch)
     co, trainer = build(config("reweighting=off", "trainer.std_epsilon=1e-4"), tmp_path)
     out, plain = one_generation_batch(co, trainer, monkeypatch)
     assert torch.equal(out["advantages"], plain)
+
+
+def test_rank_0_of_two_rescales_only_its_own_episodes_by_their_groups_std(tmp_path, monkeypatch):
+    from seal.rl.trainer import group_std_rescale
+
+    co, trainer = build(config("reweighting=off"), tmp_path)
+    # the round over two ranks: this rank's groups (one pass, one fail each) first, then the other rank's
+    # groups, all passed (std 0)
+    monkeypatch.setattr(co, "round_rewards", lambda: [e["reward"] for e in co.history[-1].episodes] + [1.0] * 4)
+    out, plain = one_generation_batch(co, trainer, monkeypatch)
+    own = [e["reward"] for e in co.history[-1].episodes]
+    std = 0.5 ** 0.5
+    assert own == [1.0, 0.0, 1.0, 0.0] and group_std_rescale(own + [1.0] * 4, 2, 1e-6)[:4] == [
+        pytest.approx((std + 1e-4) / (std + 1e-6))] * 4
+    assert torch.allclose(out["advantages"], plain * (std + 1e-4) / (std + 1e-6))
 
 
 def test_environment_tokens_get_zero_gradient(tmp_path, monkeypatch):
@@ -541,3 +558,23 @@ def test_a_per_token_term_reduced_as_trl_reduces_each_loss_by_hand():
     with pytest.raises(ValueError) as caught:
         aggregate(per_token, mask, "dr_grpo")
     assert str(caught.value) == "loss_type 'dr_grpo' is not supported with the KL term; use grpo or bnpo"
+
+
+def test_the_columns_a_micro_batch_uses_by_hand():
+    from seal.rl.trainer import trim_bounds
+
+    # prompt of 3 (left-padded), completion of 3 (right-padded): the rows use columns 1 to 4
+    mask = torch.tensor([[0, 0, 1, 1, 0, 0], [0, 1, 1, 1, 1, 0]])
+    assert trim_bounds(mask, 3) == (1, 5)
+    # nothing used: no prompt column, and one completion column is kept (TRL scores at least one)
+    assert trim_bounds(torch.zeros(2, 4, dtype=torch.long), 2) == (2, 3)
+
+
+def test_the_weights_scale_advantages_in_their_dtype_and_device():
+    for dtype in (torch.bfloat16, torch.float64):
+        scaled = scale_advantages(torch.tensor([1.0, -1.0], dtype=dtype), [0.5, 3.0])
+        assert scaled.dtype == dtype and scaled.tolist() == [0.5, -3.0]
+    assert scale_advantages(torch.zeros(2, 3, device="meta"), [1.0, 2.0]).device.type == "meta"
+    with pytest.raises(ValueError) as caught:
+        scale_advantages(torch.zeros(3), [1.0])
+    assert str(caught.value) == "1 weights for 3 advantages"
