@@ -39,11 +39,24 @@ def _trajectories(root, name, valid, folder="eval_after", file="trajectories.jso
     (d / file).write_text("".join(json.dumps({"id": i, "valid": v}) + "\n" for i, v in valid.items()))
 
 
+def _main(*args):
+    """experiments.aggregate's command line in this process: (exit code, stdout, stderr). In-process, so that
+    `make mutate` sees which of its functions each test reaches (and no interpreter starts per call)."""
+    import contextlib
+    import io
+
+    from experiments.aggregate import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main([str(a) for a in args])
+    return code, out.getvalue(), err.getvalue()
+
+
 def _aggregate(root, *args, rc=0):
-    proc = subprocess.run([sys.executable, "-m", "experiments.aggregate", str(root), "--bootstrap", "200", *args],
-                          cwd=REPO, capture_output=True, text=True)
-    assert proc.returncode == rc, proc.stderr
-    return proc.stdout
+    code, out, err = _main(root, "--bootstrap", "200", *args)
+    assert code == rc, err
+    return out
 
 
 def _csv(path):
@@ -418,9 +431,13 @@ def test_without_a_manifest_a_failed_run_is_counted_from_the_config_hydra_wrote(
 def test_bad_input_is_one_sentence_and_exit_2(tmp_path, args, message):
     (tmp_path / "bad.json").write_text('{"runs": 3}')
     args = [a.format(root=tmp_path) for a in args]
-    proc = subprocess.run([sys.executable, "-m", "experiments.aggregate", *args], cwd=REPO, capture_output=True,
-                          text=True)
-    assert (proc.returncode, proc.stderr, proc.stdout) == (2, message.format(root=tmp_path), "")
+    assert _main(*args) == (2, "", message.format(root=tmp_path))
+
+
+def test_the_module_runs_as_a_command(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "experiments.aggregate", str(tmp_path / "missing")], cwd=REPO,
+                          capture_output=True, text=True)
+    assert (proc.returncode, proc.stdout) == (2, "") and proc.stderr.startswith("error: ")
 
 
 def test_ablation_table_has_every_column_under_both_protocols_and_the_papers(tmp_path):
