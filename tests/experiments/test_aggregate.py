@@ -536,7 +536,10 @@ def test_the_figure_shows_a_missing_run_in_its_count(tmp_path):
 def test_the_tables_go_to_wandb_as_one_artifact(tmp_path):
     _run(tmp_path, "s0", "qwen2.5-7b", "seal", 0, eval_before=_metrics(0), eval_after=_metrics(0.4))
     out = tmp_path / "tables"
-    _aggregate(tmp_path, "--out", str(out), "--wandb", "offline")
+    # as a command: W&B's service writes the offline record out by the time the process has exited
+    proc = subprocess.run([sys.executable, "-m", "experiments.aggregate", str(tmp_path), "--bootstrap", "200", "--out",
+                           str(out), "--wandb", "offline"], cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
     (record,) = out.glob("wandb/offline-run-*/run-*.wandb")
     data = record.read_bytes()
     assert b"seal-tables" in data
