@@ -286,7 +286,8 @@ class _Chat:
         return {"entry": entry.id}
 
     def turns(self, entry, backends):
-        return [[{"role": "user", "content": "first"}]]
+        # the first turn read from the episode's own backends (as a memory entry's system message is)
+        return [[{"role": "user", "content": "first" if backends == {"entry": entry.id} else "other backends"}]]
 
     def single_reply(self, entry):
         return self.single
@@ -327,7 +328,7 @@ def test_a_conversations_next_user_message_opens_the_next_turn_and_its_end_is_to
     record = episode.steps[0][0]
     assert (record.raw, [r.text for r in record.calls], record.num_tokens) == ("calling", ["pwd()"], 7)
     episode.step([])
-    assert episode.steps[0][1].raw == "" and episode.steps[0][1].num_tokens == 0
+    assert (episode.steps[0][1].raw, episode.steps[0][1].calls, episode.steps[0][1].num_tokens) == ("", [], 0)
     second = episode.next_turn()  # from the benchmark: the entry's own turns are not the conversation's
     assert (second.index, second.messages) == (1, [{"role": "user", "content": "second"}])
     assert episode.turns[1] == second.messages and chat.ended == []
@@ -366,3 +367,9 @@ def test_a_force_quit_turn_is_closed(bench):
     assert outcome.ended == "force_terminated" and outcome.turn_over
     with pytest.raises(RuntimeError, match="outside a turn"):
         episode.step([])
+
+
+def test_an_unknown_step_limit_names_the_choices(bench):
+    with pytest.raises(ValueError) as caught:
+        Episode(bench["multi_turn_base_0"], step_limit="round")
+    assert str(caught.value) == "step_limit 'round' is not one of turn, episode"
