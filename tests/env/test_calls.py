@@ -192,6 +192,17 @@ def test_a_power_is_refused_once_its_result_would_pass_a_million_bits(bench):
     assert execute(backends, "power(base=2, exponent=-1000000)").observation == '{"result": 0.0}'
 
 
+def test_a_precision_over_10000_digits_is_refused_by_name_or_by_position(bench):
+    entry = next(e for e in bench.values() if "MathAPI" in e.involved_classes)
+    backends = Backends(entry.involved_classes, entry.initial_config, long_context=False)
+    # logarithm(value, base, precision), square_root(number, precision): the precision is the last argument
+    assert execute(backends, "logarithm(10, 2, 100000000)").error == "resource_limit"
+    assert execute(backends, "square_root(4, 10001)").error == "resource_limit"
+    assert execute(backends, "square_root(number=4, precision=10000)").ok
+    # a large base is no precision
+    assert execute(backends, "logarithm(8, 20000, 5)").ok
+
+
 def test_a_result_too_long_to_write_out_is_the_official_executors_error_text(bench):
     # bfcl-eval renders the result inside its try: Python's limit on integer digits becomes the observation
     entry = next(e for e in bench.values() if "MathAPI" in e.involved_classes)
