@@ -11,6 +11,7 @@ right after its run, so the last group's results stay there for `mutmut show <ke
     python -m experiments.mutate                    every group, in order; exit 1 if any module is under the goal
     python -m experiments.mutate --group env        one group (a comma-separated list runs several)
     python -m experiments.mutate --group env 'seal.env.protocol.*'   only these mutants of the group
+    python -m experiments.mutate 'seal.rl.reweighting.*'            the groups that hold these mutants
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -43,6 +45,12 @@ class Group:
         modules = [module_of(path) for path in self.only_mutate]
         named = {m for m in modules if any(g.startswith(m + ".x") for g in self.functions)}
         return list(self.functions) + [f"{m}.*" for m in modules if m not in named]
+
+    def holds(self, globs: list[str]) -> bool:
+        """Whether any of these mutant-name globs can name a mutant of this group's modules."""
+        modules = [module_of(path) + "." for path in self.only_mutate]
+        heads = [re.split(r"[*?\[]", g)[0] for g in globs]
+        return any(m.startswith(h) or h.startswith(m) for m in modules for h in heads)
 
 
 def module_of(path: str) -> str:
@@ -105,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.child:
         run_child(known[args.child], args.mutants, args.max_children)
         return 0
-    names = args.group.split(",") if args.group else list(known)
+    names = args.group.split(",") if args.group else [n for n in known if not args.mutants or known[n].holds(args.mutants)]
     unknown = [n for n in names if n not in known]
     if unknown:
         print(f"unknown group {', '.join(unknown)}: choose from {', '.join(known)}", file=sys.stderr)

@@ -32,3 +32,10 @@ def test_a_module_with_named_functions_is_limited_to_them_and_the_others_are_mut
 def test_an_unknown_group_is_named_with_the_choices(capsys):
     assert mutate.main(["--group", "nope"]) == 2
     assert "unknown group nope: choose from signal" in capsys.readouterr().err
+
+
+def test_mutant_globs_alone_pick_the_groups_that_hold_them():
+    group = mutate.Group("g", ["seal/rl/reweighting.py", "experiments/aggregate.py"], ["tests"], [])
+    assert group.holds(["seal.rl.reweighting.*"]) and group.holds(["experiments.aggregate.x_main__mutmut_3"])
+    assert group.holds(["seal.rl.*"]) and group.holds(["*"])
+    assert not group.holds(["seal.rl.trainer.*"]) and not group.holds(["seal.rl.reweighting_other.*"])
