@@ -264,6 +264,10 @@ def test_a_run_fits_when_it_needs_exactly_the_room_and_every_left_over_folder_co
     (out / "validated" / "round_0001" / "weights").write_bytes(b"x" * 999)
     with pytest.raises(UserError):
         check_disk_space(need, out, keep=1, dtype="bfloat16")
+    # no earlier attempt: the free space alone, one byte short
+    monkeypatch.setattr("shutil.disk_usage", lambda path: Usage(10**12, 0, need.total - 1))
+    with pytest.raises(UserError):
+        check_disk_space(need, tmp_path / "fresh", keep=1, dtype="bfloat16")
 
 
 def test_ceil_shares_and_one_model_by_default():
@@ -293,10 +297,12 @@ def test_the_runs_saves_and_models_from_its_budget(tmp_path, monkeypatch):
     assert (out, keep, dtype) == (tmp_path, 2, "bfloat16")
     # 6 saves (rounds 10..60), 3 at once; final_model/ and best_model/
     assert need == disk_need(QWEN25_3B, dtype="bfloat16", keep=2, saves=6, models=2, shards=4)
+    assert need_of(keep_checkpoints=None)[0].at_once == 6  # every one of the 6 kept
     assert need_of(save_every=None, keep_checkpoints=None)[0].at_once == 0
     cfg = OmegaConf.create({"trainer": {"save_every": 10, "keep_checkpoints": 2}, "eval_all_checkpoints_on_test": True})
     checkpoint_module.check_run_disk_space(backbone, cfg, budget, tmp_path, 200)
     assert needs[-1][0].models == 2 + 7  # and every validated model
+    assert needs[-1][0].checkpoint == disk_need(QWEN25_3B, dtype="bfloat16", keep=2, saves=6).checkpoint  # one rank
     # without validation only final_model/
     budget.val_every = None
     assert need_of()[0].models == 1
@@ -453,3 +459,62 @@ def test_each_epoch_replays_the_sampler_to_the_epoch_about_to_start(monkeypatch,
     control = object()
     assert callback.on_epoch_begin(None, SimpleNamespace(epoch=epoch), control, train_dataloader="loader") is control
     assert seen == [("loader", replayed)]
+
+
+def test_a_checkpoint_is_marked_complete_last_and_then_the_old_ones_go(tmp_path, monkeypatch, caplog):
+    from types import SimpleNamespace
+
+    from seal.rl.checkpoint import SealStateCallback, read_state
+
+    monkeypatch.setattr("shutil.disk_usage", lambda path: Usage(10**12, 0, GiB))
+    for step in (2, 4, 6):
+        (tmp_path / f"checkpoint-{step}").mkdir()
+    for step in (2, 4):
+        (tmp_path / f"checkpoint-{step}" / SEAL_STATE).write_text("{}")
+    callback = SealStateCallback(SimpleNamespace(state_dict=lambda: {"round": 3}), 2)
+    args = SimpleNamespace(output_dir=str(tmp_path), save_total_limit=2)
+    control = object()
+    # a rank other than 0 writes nothing
+    assert callback.on_save(args, SimpleNamespace(global_step=6, is_world_process_zero=False), control) is control
+    assert not (tmp_path / "checkpoint-6" / SEAL_STATE).exists()
+    callback.on_save(args, SimpleNamespace(global_step=6, is_world_process_zero=True), control)
+    assert read_state(tmp_path / "checkpoint-6") == {"round": 3}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint-4", "checkpoint-6"]
+    assert [p.name for p in (tmp_path / "checkpoint-6").iterdir()] == [SEAL_STATE]  # no .tmp left
+    # a marker that cannot be written is the failed save's sentence, and its traceback goes to run.log
+    (tmp_path / "checkpoint-8").mkdir()
+    (tmp_path / "checkpoint-8" / (SEAL_STATE + ".tmp")).mkdir()  # a folder where the file must go
+    with caplog.at_level("WARNING", logger="trainer.save"):
+        with pytest.raises(UserError, match=f"^writing {tmp_path / 'checkpoint-8'} failed .*; checkpoint-6 is intact"):
+            callback.on_save(args, SimpleNamespace(global_step=8, is_world_process_zero=True), control)
+    (record,) = caplog.records
+    assert record.getMessage() == f"writing {tmp_path / 'checkpoint-8'} failed" and record.exc_info is not None
+
+
+def test_an_old_checkpoint_that_cannot_be_deleted_does_not_stop_the_run(tmp_path, monkeypatch):
+    import os as os_module
+
+    for step in (1, 2):
+        (tmp_path / f"checkpoint-{step}").mkdir()
+        (tmp_path / f"checkpoint-{step}" / SEAL_STATE).write_text("{}")
+    real_unlink = os_module.unlink
+
+    def unlink(path, *args, **kwargs):
+        if "checkpoint-1" in str(path):
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_unlink(path, *args, **kwargs)
+
+    monkeypatch.setattr(os_module, "unlink", unlink)
+    rotate_checkpoints(tmp_path, 1)
+    assert latest_complete_checkpoint(tmp_path).name == "checkpoint-2"
+
+
+def test_no_sampler_under_the_loader_or_an_unshuffled_one_is_left_alone():
+    from types import SimpleNamespace
+
+    from trl.trainer.utils import RepeatSampler
+
+    replay_epoch_order(SimpleNamespace(), 3)  # nothing to replay
+    ordered = RepeatSampler(list(range(7)), mini_repeat_count=2, batch_size=2, shuffle=False, seed=5)
+    replay_epoch_order(SimpleNamespace(sampler=ordered), 3)  # no order to replay (it draws none)
+    assert list(ordered) == [i for i in range(6) for _ in range(2)]

@@ -61,6 +61,19 @@ def test_fsdp2_reaches_transformers_as_an_fsdp2_plugin(tmp_path):
     assert plugin["fsdp_version"] == 2 and plugin["state_dict_type"] == "SHARDED_STATE_DICT"
     assert plugin["auto_wrap_policy"] == "TRANSFORMER_BASED_WRAP" and plugin["reshard_after_forward"] is True
     assert GRPOConfig(output_dir=str(tmp_path), use_cpu=True, **sharding.grpo_arguments("ddp")).fsdp_plugin_args is None
+    # every rank loads the weights itself (no rank-0 load and broadcast)
+    assert str(plugin["cpu_ram_efficient_loading"]).lower() == "false"
+
+
+def test_the_fsdp2_settings_are_asked_for_by_name_not_left_to_defaults():
+    # transformers' defaults give the same today; named, a change of default cannot change the run
+    assert sharding.grpo_arguments("fsdp2") == {"fsdp": True, "fsdp_config": {
+        "version": 2, "auto_wrap_policy": "TRANSFORMER_BASED_WRAP", "reshard_after_forward": True,
+        "state_dict_type": "SHARDED_STATE_DICT", "cpu_ram_efficient_loading": False}}
+    assert sharding.grpo_arguments("ddp") == {}
+    with pytest.raises(ValueError) as caught:
+        sharding.grpo_arguments("zero3")
+    assert str(caught.value) == "sharding 'zero3': choose one of ddp, fsdp2"
 
 
 def test_a_checkpoint_resumes_only_under_the_sharding_that_wrote_it(tmp_path):
