@@ -316,11 +316,13 @@ def test_the_runs_saves_and_models_from_its_budget(tmp_path, monkeypatch):
 def test_a_failed_save_is_one_sentence_naming_what_the_same_command_does(tmp_path, monkeypatch):
     from seal.rl.checkpoint import failed_save
 
-    monkeypatch.setattr("shutil.disk_usage", lambda path: Usage(10**12, 0, 3 * GiB // 2))
+    asked = []
+    monkeypatch.setattr("shutil.disk_usage", lambda path: asked.append(path) or Usage(10**12, 0, 3 * GiB // 2))
     partial = tmp_path / "checkpoint-2"
     partial.mkdir()
     (partial / "model.safetensors").write_bytes(b"half")
     error = failed_save(partial, OSError(28, "No space left on device"))
+    assert asked == [partial]  # the free space of the disk it was written to, before it is removed
     assert not partial.exists() and str(error) == (
         f"writing {partial} failed (OSError: [Errno 28] No space left on device) with 1.5 GiB free on its disk; "
         "no earlier checkpoint exists, so the same command starts the training over once there is room (free "
@@ -390,6 +392,14 @@ def test_the_final_model_is_written_from_a_model_its_ddp_wrapper_or_a_trainer(tm
     assert model.saved[-1][0] == tmp_path / "e" and written == [tmp_path / "d"]
     save_final_model(_Trainer(model, tokenizer), tmp_path / "f", "float32", write=False)
     assert written == [tmp_path / "d"]
+
+
+def test_sharded_lora_adapters_are_refused_naming_the_write(tmp_path, monkeypatch):
+    import seal.rl.sharding as sharding_module
+
+    monkeypatch.setattr(sharding_module, "is_sharded", lambda model: True)
+    with pytest.raises(ValueError, match="^writing LoRA adapters needs whole tensors"):
+        save_final_model(_Saving(peft=True), tmp_path / "final_model", "bfloat16")
 
 
 def test_lora_adapters_are_written_as_peft_writes_them_over_an_old_folder(tmp_path):

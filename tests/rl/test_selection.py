@@ -155,9 +155,11 @@ def test_each_validation_and_test_evaluation_reads_and_writes_its_own_folder(tmp
 
     selection = ModelSelection(every=2, val_entries="val", out_dir=tmp_path, dist=Dist(rank=rank, world=2),
                                keep_all=True, evaluate=evaluate, dtype="bfloat16", rounds=4)
-    for round_ in range(4):
-        selection.after_round(SimpleNamespace(round=round_, global_step=round_ + 1, metrics={}), "model")
+    records = [SimpleNamespace(round=r, global_step=r + 1, metrics={}) for r in range(4)]
+    for record in records:
+        selection.after_round(record, "model")
     assert calls == [("val", tmp_path / "val" / "round_0001"), ("val", tmp_path / "val" / "round_0003")]
+    assert [r.metrics for r in records] == [{}, {"val/bfcl_v3/avg": 0.2}, {}, {"val/bfcl_v3/avg": 0.4}]
     best = {"round": 3, "global_step": 4, "score": 0.4, "metric": "val eval/bfcl_v3/avg", "entries": 3}
     # every rank saves (a sharded model is gathered by all of them); only the main one writes
     write = rank == 0
@@ -166,6 +168,8 @@ def test_each_validation_and_test_evaluation_reads_and_writes_its_own_folder(tmp
                         ("save", "model", tmp_path / "best_model", "bfloat16", write),
                         ("save", "model", tmp_path / "validated" / "round_0003", "bfloat16", write)]
     assert (json.loads((tmp_path / "best.json").read_text()) == best) if write else not (tmp_path / "best.json").exists()
+    if write:  # a resumed run reads the best so far back
+        assert ModelSelection(every=2, val_entries="val", out_dir=tmp_path, dist=Dist(), evaluate=None).best == best
     selection.best = best
     recorded.clear(), calls.clear()
     for name in ("round_0001", "round_0003"):
@@ -221,6 +225,12 @@ def test_a_kept_model_is_loaded_into_the_model_or_its_ddp_wrapper_and_a_mismatch
     with pytest.raises(RuntimeError) as caught:
         selection_module._load(model, _saved(tmp_path / "head_only", {"lm_head.weight": torch.zeros(2, 2)}))
     assert str(caught.value) == f"{tmp_path / 'head_only'} does not match the model (missing ['embed.weight'], unexpected [])"
+    many = torch.nn.Sequential(*[torch.nn.Linear(1, 1, bias=False) for _ in range(5)])
+    with pytest.raises(RuntimeError) as caught:  # the first three names of each kind
+        selection_module._load(many, _saved(tmp_path / "other", {"a.weight": torch.zeros(1, 1), "b.weight": torch.zeros(1, 1),
+                                                                 "c.weight": torch.zeros(1, 1), "d.weight": torch.zeros(1, 1)}))
+    assert str(caught.value).endswith("(missing ['0.weight', '1.weight', '2.weight'], unexpected ['a.weight', "
+                                      "'b.weight', 'c.weight'])")
     with pytest.raises(RuntimeError, match=r"unexpected \['other.weight'\]"):
         selection_module._load(model, _saved(tmp_path / "extra", {"embed.weight": torch.zeros(2, 2),
                                                                    "other.weight": torch.zeros(2, 2)}))
