@@ -615,3 +615,44 @@ def test_table_2_sets_every_row_and_column_beside_the_papers(tmp_path):
     seal_csv = table2[("qwen2.5-3b", "seal")]
     assert (seal_csv["tau2_airline_mean"], seal_csv["tau2_airline_n"], seal_csv["tau2_airline_paper"]) == ("25.0", "2", "16.0")
     assert (tmp_path / "t" / "table2.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_the_output_files_and_their_columns(tmp_path):
+    _run(tmp_path, "s0", "qwen2.5-3b", "vanilla_rl", 0, eval_before=_metrics(0), eval_after=_metrics(0.4))
+    out = tmp_path / "nested" / "tables"
+    text = _aggregate(tmp_path, "--out", out)
+    _aggregate(tmp_path, "--out", out)  # again over the same folder
+    assert (out / "tables.md").read_text() + "\n" == text
+    identity = "backbone,arm,model,protocol,runs,expected,budget"
+    per_column = ",".join(f"{c}_{s}" for c in KEYS for s in ("mean", "ci95", "n", "paper"))
+    lines = (out / "tables.csv").read_text().splitlines()
+    assert lines[0] == f"{identity},{per_column}" == (out / "table3.csv").read_text().splitlines()[0]
+    # the base model under the release protocol: no value (0 runs with one) beside the paper's Table 1 row
+    assert lines[1] == "qwen2.5-3b,base model,base model (initial),release,1,1,paper,,,0,5.75,,,0,11,,,0,6,,,0,3,,,0,3"
+    ood = ("bfcl_v4", "bfcl_v4_web_search", "bfcl_v4_memory", "tau2", "tau2_retail", "tau2_airline", "tau2_telecom")
+    assert (out / "table2.csv").read_text().splitlines()[0] == "backbone,arm,model,runs,expected,budget," + ",".join(
+        f"{c}_{s}" for c in ood for s in ("mean", "ci95", "n", "paper"))
+    assert (out / "differences.csv").read_text().splitlines()[0] == (
+        "backbone,comparison,protocol,model,diff,ci_low,ci_high,p,seeds,entries,notes")
+    assert "\r" not in (out / "tables.csv").read_text()
+
+
+def test_table_2_in_markdown_has_the_papers_numbers_and_the_note_on_the_one_kept_as_printed():
+    from experiments.aggregate import table2_markdown
+    from experiments.paper_numbers import paper_row
+
+    ood = ("bfcl_v4", "bfcl_v4_web_search", "bfcl_v4_memory", "tau2", "tau2_retail", "tau2_airline", "tau2_telecom")
+    row = {"backbone": "qwen2.5-3b", "arm": "vanilla_rl", "model": "final model", "runs": 1, "expected": 1,
+           "budget": "paper", "paper": paper_row("table2", "qwen2.5-3b", "vanilla_rl"), **{c: None for c in ood}}
+    text = table2_markdown([row])
+    assert text.splitlines()[:3] == [
+        "| backbone | arm | model | runs | budget | BFCL V4 Avg | Web Search | Memory | tau2 Avg | Retail | Airline | Telecom |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| qwen2.5-3b | vanilla_rl | final model | 1 of 1 | paper | — (5.98*) | — (0.50) | — (11.26) | — (10.60) | — (6.14) "
+        "| — (16.00) | — (9.65) |"]
+    assert text.endswith("\n\n\\* qwen2.5-3b vanilla_rl, bfcl_v4: the paper prints 5.98, though the mean of its Web "
+                         "Search 0.50 and Memory 11.26 is 5.88")
+    # another row has no such note, and a row the paper lacks has no parentheses
+    other = dict(row, arm="seal", paper=None)
+    assert table2_markdown([other]).splitlines()[2] == "| qwen2.5-3b | seal | final model | 1 of 1 | paper | — | — | — | — | — | — | — |"
+    assert "\\*" not in table2_markdown([other])
