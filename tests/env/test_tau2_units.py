@@ -211,3 +211,46 @@ def test_a_benchmark_without_a_user_factory_names_both_ways_to_give_one():
     with pytest.raises(UserError) as caught:
         Tau2(domains=["mock"]).user
     assert str(caught.value) == NO_SIMULATOR
+
+
+def test_the_endpoint_is_asked_at_its_own_paths_and_a_dead_one_is_named(simulator, monkeypatch):  # noqa: F811
+    import socket
+    import urllib.error
+
+    import seal.env.tau2_user as tau2_user
+    from seal.env.tau2_user import _reason
+
+    handler, url = simulator
+    handler.script = [said("Hi.")]
+    paths = []
+    real = tau2_user.urllib.request.urlopen
+    monkeypatch.setattr(tau2_user.urllib.request, "urlopen",
+                        lambda request, timeout: paths.append(request.full_url) or real(request, timeout=timeout))
+    monkeypatch.setattr(tau2_user, "user_view", lambda session: ([], []))
+    user = OpenAIUser(url + "/", "m")
+    assert user.timeout_s == 120.0  # the default wait for an answer
+    user.check()
+    user.respond(None)
+    assert paths == [url + "/models", url + "/chat/completions"]
+    assert OpenAIUser("http://host/X/", "m").url == "http://host/X"
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{s.getsockname()[1]}/v1"
+    with pytest.raises(UserError) as caught:
+        OpenAIUser(dead, "m").check()
+    assert str(caught.value) == (f"benchmark.user.url={dead}: no user simulator answers there ([Errno 111] Connection "
+                                 "refused); start it or point benchmark.user.url at a running OpenAI-compatible server")
+    # an error without a reason is named by its own text
+    assert _reason(OSError("timed out")) == "timed out" and _reason(urllib.error.URLError("refused")) == "refused"
+
+
+def test_a_long_answer_that_is_not_a_completion_is_cut_to_200_bytes(simulator, monkeypatch):  # noqa: F811
+    import seal.env.tau2_user as tau2_user
+
+    handler, url = simulator
+    handler.script = [{"text": "x" * 400}]
+    monkeypatch.setattr(tau2_user, "user_view", lambda session: ([], []))
+    with pytest.raises(SimulatorError) as caught:
+        OpenAIUser(url, "m").respond(None)
+    raw = json.dumps({"text": "x" * 400}).encode()
+    assert str(caught.value).endswith(f"completion ({raw[:200]!r})")
