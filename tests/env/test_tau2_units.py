@@ -254,3 +254,31 @@ def test_a_long_answer_that_is_not_a_completion_is_cut_to_200_bytes(simulator, m
         OpenAIUser(url, "m").respond(None)
     raw = json.dumps({"text": "x" * 400}).encode()
     assert str(caught.value).endswith(f"completion ({raw[:200]!r})")
+
+
+def test_solo_mode_defaults_to_telecoms_test_split_and_names_the_domains_with_tickets():
+    from seal.env.benchmarks.tau2 import Tau2Solo
+
+    solo = Tau2Solo()
+    assert (solo.name, solo.categories, solo.split) == ("tau2_solo", ["telecom"], "test")
+    with pytest.raises(UserError) as caught:
+        Tau2Solo(domains=["telecom", "airline"])
+    assert str(caught.value) == ("benchmark.domains=['telecom', 'airline']: tau2's solo mode plays tasks with a ticket, "
+                                 "which only telecom and mock have; play airline and retail with benchmark=tau2")
+
+
+def test_a_solo_entry_is_the_ticket_in_a_system_message_with_every_tool_and_done():
+    from seal.env.benchmarks.tau2 import SOLO_STOP_TOOL, Tau2Solo, environment
+
+    solo = Tau2Solo(domains=["mock"], split=None)
+    entries = solo.entries("mock")
+    env = environment("mock", solo_mode=True)
+    assert entries and all(e.id == f"tau2_solo_mock_{e.initial_config['task']}" for e in entries)
+    first = entries[0]
+    assert [m["role"] for m in first.turns[0]] == ["system"] and first.involved_classes == []
+    assert (first.kind, first.benchmark, first.scenario) == ("tau2", "tau2_solo", 0)
+    assert first.initial_config == {"domain": "mock", "split": None, "task": first.initial_config["task"], "solo": True}
+    names = [d["name"] for d in first.functions]
+    assert names[-1] == SOLO_STOP_TOOL and set(names[:-1]) == {t.name for t in env.get_tools()} | (
+        {t.name for t in env.get_user_tools()} if env.user_tools else set())
+    assert env.get_policy() in first.turns[0][0]["content"]
