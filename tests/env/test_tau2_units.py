@@ -282,3 +282,43 @@ def test_a_solo_entry_is_the_ticket_in_a_system_message_with_every_tool_and_done
     assert names[-1] == SOLO_STOP_TOOL and set(names[:-1]) == {t.name for t in env.get_tools()} | (
         {t.name for t in env.get_user_tools()} if env.user_tools else set())
     assert env.get_policy() in first.turns[0][0]["content"]
+
+
+def test_the_simulator_sees_the_agents_words_as_the_users_and_its_own_calls_and_results_only():
+    from tau2.utils import DATA_DIR
+
+    from seal.env.tau2_user import user_view
+
+    def message(role, content=None, tool_calls=None, requestor=None, id=None):
+        return SimpleNamespace(role=role, content=content, tool_calls=tool_calls, requestor=requestor, id=id)
+
+    call = SimpleNamespace(id="c1", name="check_status_bar", arguments={"detail": True})
+    trajectory = [
+        message("assistant", "How can I help?"),
+        message("user", "No signal."),
+        message("assistant", None, tool_calls=[SimpleNamespace(id="a1", name="get_customer", arguments={})]),
+        message("tool", "customer record", requestor="assistant", id="a1"),
+        message("assistant", "", tool_calls=None),
+        message("user", None, tool_calls=[call]),
+        message("tool", None, requestor="user", id="c1"),
+        message("user", None),
+    ]
+    tool = SimpleNamespace(openai_schema={"type": "function", "function": {"name": "check_status_bar"}})
+    session = SimpleNamespace(trajectory=trajectory, user_tools={"check_status_bar": tool},
+                              task=SimpleNamespace(user_scenario="You are a customer."))
+    messages, tools = user_view(session)
+    guidelines = (DATA_DIR / "tau2" / "user_simulator" / "simulation_guidelines_tools.md").read_text()
+    assert messages == [
+        {"role": "system", "content": f"{guidelines}\n\n<scenario>\nYou are a customer.\n</scenario>"},
+        {"role": "user", "content": "How can I help?"},
+        {"role": "assistant", "content": "No signal."},
+        {"role": "assistant", "content": "", "tool_calls": [{"id": "c1", "type": "function", "function": {
+            "name": "check_status_bar", "arguments": '{"detail": true}'}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": ""},
+        {"role": "assistant", "content": ""},
+    ]
+    assert tools == [tool.openai_schema]
+    # a domain where the user has no tools reads the guidelines without them
+    session.user_tools, session.trajectory = {}, []
+    plain = (DATA_DIR / "tau2" / "user_simulator" / "simulation_guidelines.md").read_text()
+    assert user_view(session) == ([{"role": "system", "content": f"{plain}\n\n<scenario>\nYou are a customer.\n</scenario>"}], [])
