@@ -48,15 +48,14 @@ test-slow: install ## run the heavier tests marked slow
 test-slurm: install ## sweeps on a local one-node SLURM cluster (root: installs slurm-wlm, starts it, stops it)
 	$(PY) -m pytest -q -m slurm
 
-# which mutants `make mutate` runs: mutmut name globs, e.g. MUTANTS="seal.rl.reweighting.*" (empty: all)
+# which group of modules `make mutate` runs (pyproject's [tool.mutmut.groups]: signal, env, verifier, benchmarks, tau2, train, trainer,
+# backends, tables; a comma-separated list runs several; empty: every group) and, within it, which
+# mutants: mutmut name globs, e.g. GROUP=env MUTANTS="seal.env.protocol.*"
+GROUP ?=
 MUTANTS ?=
 
-mutate: install ## mutation testing (mutmut) of the modules in pyproject's [tool.mutmut]: score per module, survivors
-	rm -rf mutants
-	@# one thread per torch: mutmut forks each mutant's run from a process that already ran the tests, and
-	@# a forked child whose parent started torch's OpenMP pool hangs in its first parallel op
-	OMP_NUM_THREADS=1 $(PY) -m mutmut run --max-children 2 $(MUTANTS) > mutants.log 2>&1 || (tail -20 mutants.log; exit 1)
-	$(PY) experiments/mutation_report.py
+mutate: install ## mutation testing (mutmut), one group at a time (GROUP=env): score per module, survivors; exit 1 under 95%
+	$(PY) -m experiments.mutate $(if $(GROUP),--group $(GROUP)) $(MUTANTS)
 
 run: install ## run the main job: full SEAL on the embedded SmolLM2-135M, smoke budget
 	$(PY) run.py $(ARGS)

@@ -3,30 +3,38 @@
 Reads mutmut's result files (mutants/**/*.py.meta) and its own exit-code table. A module's score is
 killed / (mutants - equivalent), where killed counts mutants a test failed on, timed out or that
 broke the import; equivalent mutants are listed with a reason in experiments/equivalent_mutants.txt
-("<mutant key>  <reason>" per line). Prints one row per module, then every surviving or untested
-mutant (`mutmut show <key>` prints its diff). Exit code 1 when a module is under the goal.
+("<mutant key> <fingerprint> <reason>" per line; the fingerprint is a hash of the mutant's changed lines,
+which the report prints beside each survivor). Prints one row per module, then every surviving or untested
+mutant with its changed lines (`mutmut show <key>` prints its diff). Exit code 1 when a module is under the
+goal, or when a listed key is stale: it names a killed mutant, a mutant the run's modules no longer have, or
+a mutant whose change is not the one listed (mutmut renumbered the function's mutants).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import hashlib
 import json
+import os
 import sys
 from collections import defaultdict
 from pathlib import Path
 
-GOAL = 0.90
+GOAL = 0.95
 KILLED = {"killed", "timeout", "caught by type check", "segfault"}
 REPO = Path(__file__).resolve().parents[1]
 
 
-def equivalent(path: Path) -> dict[str, str]:
+def equivalent(path: Path) -> dict[str, tuple[str, str]]:
+    """{key: (fingerprint, reason)} from the equivalents file."""
     out = {}
     if path.exists():
         for line in path.read_text().splitlines():
             if line.strip() and not line.startswith("#"):
-                key, _, reason = line.partition(" ")
-                out[key] = reason.strip()
+                key, _, rest = line.partition(" ")
+                fingerprint, _, reason = rest.strip().partition(" ")
+                out[key] = (fingerprint, reason.strip())
     return out
 
 
@@ -42,53 +50,108 @@ def collect(mutants: Path) -> dict[str, dict[str, str]]:
     return by_module
 
 
+def changed_lines(mutants: Path, module: str, key: str) -> list[str]:
+    """The lines a mutant changes, '-' the original and '+' the mutant's (empty when mutants/ lacks the module)."""
+    from mutmut.mutation.diff_apply import get_diff_for_mutant
+
+    cwd = os.getcwd()
+    try:
+        os.chdir(mutants.parent)  # mutmut reads mutants/<module> from the working directory
+        diff = get_diff_for_mutant(key, path=module).splitlines()
+    except (FileNotFoundError, OSError):
+        return []
+    finally:
+        os.chdir(cwd)
+    return [line for line in diff if line[:1] in "+-" and line[:3] not in ("+++", "---")]
+
+
+def fingerprint(lines: list[str]) -> str:
+    """8 hex digits of the changed lines, blind to indentation (absent when there are none)."""
+    if not lines:
+        return "-"
+    return hashlib.sha1("\n".join(line[0] + line[1:].strip() for line in lines).encode()).hexdigest()[:8]
+
+
+@dataclasses.dataclass
+class Report:
+    rows: list[tuple[str, int, int, int, float]]  # module, checked, killed, equivalent, score
+    left: list[tuple[str, str, str, list[str]]]  # status, key, fingerprint, changed lines
+    stale: list[tuple[str, str]]  # key, why
+    under: list[str]
+    equivalent_file: str
+
+    @property
+    def failed(self) -> bool:
+        return bool(self.under or self.stale)
+
+
+def score(mutants: Path, equivalent_file: Path) -> Report:
+    eq = equivalent(equivalent_file)
+    rows, left, under, stale = [], [], [], []
+    for module, statuses in sorted(collect(mutants).items()):
+        checked = {k: s for k, s in statuses.items() if s != "not checked"}
+        if not checked:
+            continue  # outside this run's selection
+        prefix = module.removesuffix(".py").replace("/", ".") + ".x"
+        stale += [(k, "no such mutant") for k in eq if k.startswith(prefix) and k not in statuses]
+        counted = {}
+        for key, status in checked.items():
+            lines = changed_lines(mutants, module, key) if status not in KILLED else []
+            if key in eq and status in KILLED:
+                stale.append((key, "killed"))
+            elif key in eq and eq[key][0] != fingerprint(lines):
+                stale.append((key, f"its change is now {fingerprint(lines)}: {' / '.join(lines)}"))
+            elif key in eq:
+                continue
+            counted[key] = status
+            if status not in KILLED:
+                left.append((status, key, fingerprint(lines), lines))
+        killed = sum(s in KILLED for s in counted.values())
+        module_score = killed / len(counted) if counted else 1.0
+        rows.append((module, len(checked), killed, len(checked) - len(counted), module_score))
+        if module_score < GOAL:
+            under.append(module)
+    return Report(rows, left, sorted(stale), under, equivalent_file.name)
+
+
+def print_report(report: Report) -> None:
+    rows = report.rows
+    print("| module | mutants checked | killed | equivalent | score |")
+    print("|---|---|---|---|---|")
+    for module, n, killed, n_eq, module_score in rows:
+        print(f"| {module} | {n} | {killed} | {n_eq} | {module_score:.1%} |")
+    scored = sum(r[1] - r[3] for r in rows)
+    print(f"| all | {sum(r[1] for r in rows)} | {sum(r[2] for r in rows)} | {sum(r[3] for r in rows)} | "
+          f"{sum(r[2] for r in rows) / scored if scored else 1.0:.1%} |")
+    print(f"\n{len(report.left)} mutants not killed (`mutmut show <key>` prints one; an equivalent one goes into "
+          f"{report.equivalent_file} as `<key> <fingerprint> <reason>`):")
+    for status, key, fp, lines in report.left:
+        print(f"  {status:10s} {key} {fp}  {' / '.join(lines)[:200]}")
+    # a stale key would take a mutant out of the score that a test kills, or a different mutant than the
+    # one its reason is about
+    if report.stale:
+        print(f"\n{len(report.stale)} stale keys in {report.equivalent_file} (list the survivors' keys and "
+              "fingerprints instead):")
+        for key, why in report.stale:
+            print(f"  {key} ({why})")
+    if report.under:
+        print(f"\nunder the {GOAL:.0%} goal: {', '.join(report.under)}")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--mutants", type=Path, default=REPO / "mutants")
     ap.add_argument("--equivalent", type=Path, default=REPO / "experiments" / "equivalent_mutants.txt")
     args = ap.parse_args(argv)
-    by_module = collect(args.mutants)
-    if not by_module:
+    if not collect(args.mutants):
         print(f"no mutmut results under {args.mutants}: run `make mutate`", file=sys.stderr)
         return 2
-    eq = equivalent(args.equivalent)
-    rows, left, under = [], [], []
-    for module, statuses in sorted(by_module.items()):
-        checked = {k: s for k, s in statuses.items() if s != "not checked"}
-        if not checked:
-            continue  # outside this run's MUTANTS selection
-        # a listed key whose mutant was killed is stale (reported below) and counts as killed
-        counted = {k: s for k, s in checked.items() if k not in eq or s in KILLED}
-        killed = sum(s in KILLED for s in counted.values())
-        score = killed / len(counted) if counted else 1.0
-        rows.append((module, len(checked), killed, len(checked) - len(counted), score))
-        left += [(k, s) for k, s in counted.items() if s not in KILLED]
-        if score < GOAL:
-            under.append(module)
-    if not rows:
+    report = score(args.mutants, args.equivalent)
+    if not report.rows:
         print("no mutant was checked in the last run", file=sys.stderr)
         return 2
-    print("| module | mutants checked | killed | equivalent | score |")
-    print("|---|---|---|---|---|")
-    for module, n, killed, n_eq, score in rows:
-        print(f"| {module} | {n} | {killed} | {n_eq} | {score:.1%} |")
-    scored = sum(r[1] - r[3] for r in rows)
-    print(f"| all | {sum(r[1] for r in rows)} | {sum(r[2] for r in rows)} | {sum(r[3] for r in rows)} | "
-          f"{sum(r[2] for r in rows) / scored if scored else 1.0:.1%} |")
-    print(f"\n{len(left)} mutants not killed (`mutmut show <key>` prints one):")
-    for key, status in left:
-        print(f"  {status:10s} {key}")
-    # a listed key that names a killed mutant is stale (mutmut renumbered the function's mutants): it would
-    # take a mutant out of the score that a test kills
-    stale = sorted(k for statuses in by_module.values() for k, s in statuses.items() if k in eq and s in KILLED)
-    if stale:
-        print(f"\n{len(stale)} keys in {args.equivalent.name} name killed mutants (renumbered; list the survivors' "
-              "keys instead):")
-        for key in stale:
-            print(f"  {key}")
-    if under:
-        print(f"\nunder the {GOAL:.0%} goal: {', '.join(under)}")
-    return 1 if under or stale else 0
+    print_report(report)
+    return 1 if report.failed else 0
 
 
 if __name__ == "__main__":

@@ -71,9 +71,6 @@ class Backends:
                 if not name.startswith("_"):
                     self.methods[name] = method
 
-    def public_state(self, class_name: str) -> dict[str, Any]:
-        return {k: v for k, v in vars(self.instances[class_name]).items() if not k.startswith("_")}
-
 
 def stringify(result: Any) -> str:
     """The official executor's rendering of a return value."""
@@ -171,7 +168,10 @@ def execute(backends: Backends, call: ToolCall | str) -> CallRecord:
         # backends keep argument objects in their state (post_tweet stores its `mentions` list):
         # give them copies so the recorded call never changes after the fact
         result = method(*copy.deepcopy(call.args), **copy.deepcopy(call.kwargs))
+        # inside the try, as the official executor renders it: a result Python cannot write out (an integer
+        # of over 4,300 digits, power(base=10, exponent=5000)) is an error observation, not a crash
+        observation = stringify(result)
     except Exception as exc:  # the backend's own failure, reported as the official executor does
         return CallRecord(text, ERROR_PREFIX + str(exc), call, "exception" if binds else BAD_ARGUMENTS)
     error = "backend_error" if isinstance(result, dict) and "error" in result else None
-    return CallRecord(text, stringify(result), call, error)
+    return CallRecord(text, observation, call, error)

@@ -523,8 +523,8 @@ class BFCLPython(ToolFormat):
             if self._CALL_LIKE.search(body) or body.startswith("["):
                 return Parsed([], [(body, str(exc))])
             return Parsed()  # plain text: a reply, not a call
-        except (RecursionError, MemoryError) as exc:
-            return Parsed([], [(body[:1000], f"{type(exc).__name__} while parsing")])
+        except (RecursionError, MemoryError) as exc:  # pragma: no mutate (a guard: calls._parse_expression catches both itself)
+            return Parsed([], [(body[:1000], f"{type(exc).__name__} while parsing")])  # pragma: no mutate (as above)
         out = Parsed()
         for call in calls:
             reason = _replayable(call)

@@ -175,6 +175,44 @@ def test_unbounded_arithmetic_is_refused(bench):
     assert execute(backends, "power(base=2, exponent=10)").observation == '{"result": 1024}'
 
 
+def test_a_power_is_refused_once_its_result_would_pass_a_million_bits(bench):
+    entry = next(e for e in bench.values() if "MathAPI" in e.involved_classes)
+    backends = Backends(entry.involved_classes, entry.initial_config, long_context=False)
+    # exponent x bits of |base| (at least 2): 2 x 500,000 is exactly the limit and runs; 2^100 has 101 bits,
+    # 101 x 9,901 = 1,000,001 is one over; arguments by position count the same
+    assert execute(backends, "power(base=2, exponent=500000)").error == "exception"
+    assert execute(backends, f"power(base={2**100}, exponent=9901)").error == "resource_limit"
+    assert execute(backends, "power(2, 1000000)").error == "resource_limit"
+    assert execute(backends, f"power(base=-{2**100}, exponent=9901)").error == "resource_limit"
+    # the guard reads integers only: a float power overflows in the backend, a negative exponent is a fraction
+    assert execute(backends, "power(base=2, exponent=10000000.0)").observation == (
+        "Error during execution: (34, 'Numerical result out of range')")
+    assert execute(backends, "power(base=2.0, exponent=10000000)").error == "exception"
+    assert execute(backends, "power(base=2.5, exponent=2)").observation == '{"result": 6.25}'
+    assert execute(backends, "power(base=2, exponent=-1000000)").observation == '{"result": 0.0}'
+
+
+def test_a_precision_over_10000_digits_is_refused_by_name_or_by_position(bench):
+    entry = next(e for e in bench.values() if "MathAPI" in e.involved_classes)
+    backends = Backends(entry.involved_classes, entry.initial_config, long_context=False)
+    # logarithm(value, base, precision), square_root(number, precision): the precision is the last argument
+    assert execute(backends, "logarithm(10, 2, 100000000)").error == "resource_limit"
+    assert execute(backends, "square_root(4, 10001)").error == "resource_limit"
+    assert execute(backends, "square_root(number=4, precision=10000)").ok
+    # a large base is no precision
+    assert execute(backends, "logarithm(8, 20000, 5)").ok
+
+
+def test_a_result_too_long_to_write_out_is_the_official_executors_error_text(bench):
+    # bfcl-eval renders the result inside its try: Python's limit on integer digits becomes the observation
+    entry = next(e for e in bench.values() if "MathAPI" in e.involved_classes)
+    backends = Backends(entry.involved_classes, entry.initial_config, long_context=False)
+    record = execute(backends, "power(base=10, exponent=5000)")
+    assert record.error == "exception" and record.observation == (
+        "Error during execution: Exceeds the limit (4300 digits) for integer string conversion; "
+        "use sys.set_int_max_str_digits() to increase the limit")
+
+
 def test_call_list_parsing_follows_bfcl_prompting_output():
     calls = parse_call_list("[cd(folder='a'), ls()]")
     assert [c.name for c in calls] == ["cd", "ls"]

@@ -250,3 +250,126 @@ def test_step_limit_mode_is_checked():
         Episode(get_entries(["multi_turn_base_0"])[0], step_limit="trajectory")
     with pytest.raises(UserError, match="eval.step_limit='trajectory': choose turn"):
         check_step_limit("trajectory", "eval.step_limit")
+
+
+def test_the_step_rule_in_words_names_the_limit_and_whose_rule_it_is():
+    from seal.env.episode import describe_step_limit
+
+    assert describe_step_limit("episode", 30) == "30 model outputs per episode (the release's training rule)"
+    assert describe_step_limit("turn", 20) == "more than 20 steps in one turn force-quits (BFCL's rule)"
+
+
+def test_an_aborted_episode_is_over_mid_turn_and_fails_as_a_context_overflow_by_default(bench):
+    from seal.env.verifier import CONTEXT_OVERFLOW
+
+    episode = Episode(bench["multi_turn_base_0"])
+    episode.next_turn()
+    episode.abort()
+    assert episode.ended == "context_overflow" and episode.done and episode.next_turn() is None
+    assert episode.verdict().error_type == CONTEXT_OVERFLOW
+    other = Episode(bench["multi_turn_base_0"])
+    other.next_turn()
+    other.abort("force_terminated")
+    assert other.ended == "force_terminated"
+    with pytest.raises(RuntimeError, match="outside a turn"):
+        other.step([])
+
+
+class _Chat:
+    """A scripted benchmark for the episode's own rules: a conversation whose second user message comes
+    after the first turn (next_messages), optionally one reply per entry, recording what it is told."""
+
+    def __init__(self, single=False):
+        self.single, self.ended = single, []
+
+    def backends(self, entry):
+        return {"entry": entry.id}
+
+    def turns(self, entry, backends):
+        # the first turn read from the episode's own backends (as a memory entry's system message is)
+        return [[{"role": "user", "content": "first" if backends == {"entry": entry.id} else "other backends"}]]
+
+    def single_reply(self, entry):
+        return self.single
+
+    def next_messages(self, episode):
+        return [{"role": "user", "content": "second"}] if len(episode.turns) == 1 else None
+
+    def ends_episode(self, backends, calls):
+        return False
+
+    def execute(self, backends, call):
+        from seal.env.executor import CallRecord
+
+        return CallRecord(call.to_string(), f"ran {call.name}", call)
+
+    def end(self, entry, backends):
+        self.ended.append((entry.id, backends))
+
+
+@pytest.fixture()
+def chat(bench, monkeypatch):
+    import seal.env.episode as episode_module
+
+    scripted = _Chat()
+    monkeypatch.setattr(episode_module, "benchmark_of", lambda entry: scripted)
+    return scripted
+
+
+def test_a_conversations_next_user_message_opens_the_next_turn_and_its_end_is_told_once(bench, chat):
+    entry = bench["multi_turn_base_0"]
+    episode = Episode(entry)
+    first = episode.next_turn()
+    assert (first.index, first.messages) == (0, [{"role": "user", "content": "first"}])
+    with pytest.raises(RuntimeError, match="^the current turn has not ended yet$"):
+        episode.next_turn()
+    outcome = episode.step([parse_call("pwd()")], raw="calling", num_tokens=7)
+    assert outcome.observations == ["ran pwd"] and episode.result == [[["pwd()"]]]
+    record = episode.steps[0][0]
+    assert (record.raw, [r.text for r in record.calls], record.num_tokens) == ("calling", ["pwd()"], 7)
+    episode.step([])
+    assert (episode.steps[0][1].raw, episode.steps[0][1].calls, episode.steps[0][1].num_tokens) == ("", [], 0)
+    second = episode.next_turn()  # from the benchmark: the entry's own turns are not the conversation's
+    assert (second.index, second.messages) == (1, [{"role": "user", "content": "second"}])
+    assert episode.turns[1] == second.messages and chat.ended == []
+    episode.step([])
+    assert episode.next_turn() is None and episode.ended == "completed"
+    assert chat.ended == [(entry.id, {"entry": entry.id})]
+
+
+def test_a_single_reply_entry_records_its_calls_unexecuted_and_closes_the_turn(bench, chat):
+    chat.single = True
+    episode = Episode(bench["multi_turn_base_0"])
+    episode.next_turn()
+    outcome = episode.step([parse_call("cd(folder='a')"), parse_call("ls()")], raw="two calls")
+    assert outcome.turn_over and outcome.observations == []
+    assert [(r.text, r.observation, r.call.name) for r in outcome.records] == [("cd(folder='a')", "", "cd"),
+                                                                            ("ls()", "", "ls")]
+    assert episode.steps[0][0].calls == outcome.records and episode.result == [[["cd(folder='a')", "ls()"]]]
+    with pytest.raises(RuntimeError, match=r"^step\(\) called outside a turn; call next_turn\(\) first$"):
+        episode.step([])
+
+
+def test_turn_start_reads_the_entrys_turns_unless_the_episode_delivers_its_own(bench):
+    from seal.env.episode import TurnStart
+
+    entry = bench["multi_turn_base_0"]
+    assert TurnStart.of(entry, 1).messages == entry.turns[1]
+    assert TurnStart.of(entry, 0, [[{"role": "user", "content": "mine"}]]).messages == [
+        {"role": "user", "content": "mine"}]
+
+
+def test_a_force_quit_turn_is_closed(bench):
+    episode = Episode(bench["multi_turn_base_0"], max_steps=1)
+    episode.next_turn()
+    episode.step([parse_call("pwd()")])
+    outcome = episode.step([parse_call("pwd()")])
+    assert outcome.ended == "force_terminated" and outcome.turn_over
+    with pytest.raises(RuntimeError, match="outside a turn"):
+        episode.step([])
+
+
+def test_an_unknown_step_limit_names_the_choices(bench):
+    with pytest.raises(ValueError) as caught:
+        Episode(bench["multi_turn_base_0"], step_limit="round")
+    assert str(caught.value) == "step_limit 'round' is not one of turn, episode"

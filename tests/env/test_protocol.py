@@ -136,6 +136,33 @@ def test_the_config_files_are_the_protocols():
         Protocol.from_config({"over_long_prompt": "drop"})
 
 
+@pytest.mark.parametrize("node, sentence", [
+    ({"name": "official"}, "protocol='official': choose bfcl (the official harness) or release (the authors')"),
+    ({"over_long_prompt": "drop"}, "protocol.over_long_prompt='drop': choose skip or error"),
+    ({"max_observation_tokens": 100}, "protocol.max_observation_tokens=100: give a number of tokens above 100, or null"),
+    ({"max_prompt_tokens": 50}, "protocol.max_prompt_tokens=50: give a number of tokens above 100, or null"),
+    ({"strict_parse": True}, "protocol.strict_parse=true reads tool names as the release did, unchecked: "
+                             "set protocol.refuse_unavailable_tools=true with it"),
+])
+def test_a_bad_protocol_value_is_one_sentence_naming_the_key_and_its_fix(node, sentence):
+    with pytest.raises(UserError) as caught:
+        Protocol.from_config(node)
+    assert str(caught.value) == sentence
+
+
+def test_unset_keys_keep_bfcls_values_and_limits_just_over_the_margin_are_taken():
+    assert Protocol.from_config({}) == BFCL and Protocol.from_config({"name": "release"}).name == "release"
+    assert Protocol.from_config({"max_observation_tokens": 101, "max_prompt_tokens": 101}).max_prompt_tokens == 101
+    assert Protocol.from_config({"over_long_prompt": "error"}).over_long_prompt == "error"
+
+
+def test_a_protocol_describes_every_setting_for_the_reports():
+    assert RELEASE.describe() == {
+        "name": "release", "strict_parse": True, "refuse_unavailable_tools": True, "tool_response_newline": True,
+        "max_observation_tokens": 4096, "raw_context_limit": True, "max_prompt_tokens": 8192,
+        "over_long_prompt": "error", "shuffle_minibatches": False}
+
+
 def test_minibatches_keep_their_order_only_when_asked():
     from trl.trainer import grpo_trainer
 

@@ -103,3 +103,29 @@ def test_turns_played_and_passed_count_what_the_trajectory_reached(bench):
     # and turn 2 (its state and its own response match) pass
     empty_first = verify(entry, [[]] + gold[1:])
     assert (empty_first.turns_played, empty_first.turns_passed) == (3, 2)
+
+
+def test_a_turn_checked_from_the_gold_prior_state_needs_only_that_turns_own_calls(bench):
+    from seal.env.verifier import check_from_gold_prior
+
+    entry = bench["multi_turn_base_0"]
+    # turn 1's gold (cd into the folder turn 0's gold made, grep) passes from turn 0's gold state, whatever
+    # the model did before
+    assert check_from_gold_prior(entry, 1, list(entry.gold[1]), []) == "pass"
+    assert check_from_gold_prior(entry, 1, [], []) == EMPTY_TURN
+    assert check_from_gold_prior(entry, 1, list(entry.gold[1]) + ["mkdir(dir_name='extra')"], []) == STATE_MISMATCH
+    # turn 2 only reads (sort): another read leaves the state as the gold's but misses its result, unless an
+    # earlier turn of the model's produced it
+    assert entry.gold[2] == ["sort('final_report.pdf')"]
+    replay = Backends(entry.involved_classes, entry.initial_config, entry.long_context)
+    sorted_text = [execute(replay, parse_call(c)).observation for turn in entry.gold[:3] for c in turn][-1]
+    assert check_from_gold_prior(entry, 2, ["pwd()"], []) == RESPONSE_MISMATCH
+    assert check_from_gold_prior(entry, 2, ["pwd()"], ["other", sorted_text]) == "pass"
+    # a turn whose gold calls nothing is not checked
+    assert check_from_gold_prior(bench["multi_turn_miss_func_11"], 1, ["ls()"], []) == "skipped"
+
+
+def test_a_verdicts_summary_is_its_id_validity_and_error_type(bench):
+    entry = bench["multi_turn_base_0"]
+    assert verify(entry, [[]]).summary() == {"id": "multi_turn_base_0", "valid": False,
+                                             "error_type": "multi_turn:force_terminated"}

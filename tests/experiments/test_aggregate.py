@@ -39,11 +39,24 @@ def _trajectories(root, name, valid, folder="eval_after", file="trajectories.jso
     (d / file).write_text("".join(json.dumps({"id": i, "valid": v}) + "\n" for i, v in valid.items()))
 
 
+def _main(*args):
+    """experiments.aggregate's command line in this process: (exit code, stdout, stderr). In-process, so that
+    `make mutate` sees which of its functions each test reaches (and no interpreter starts per call)."""
+    import contextlib
+    import io
+
+    from experiments.aggregate import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main([str(a) for a in args])
+    return code, out.getvalue(), err.getvalue()
+
+
 def _aggregate(root, *args, rc=0):
-    proc = subprocess.run([sys.executable, "-m", "experiments.aggregate", str(root), "--bootstrap", "200", *args],
-                          cwd=REPO, capture_output=True, text=True)
-    assert proc.returncode == rc, proc.stderr
-    return proc.stdout
+    code, out, err = _main(root, "--bootstrap", "200", *args)
+    assert code == rc, err
+    return out
 
 
 def _csv(path):
@@ -418,9 +431,13 @@ def test_without_a_manifest_a_failed_run_is_counted_from_the_config_hydra_wrote(
 def test_bad_input_is_one_sentence_and_exit_2(tmp_path, args, message):
     (tmp_path / "bad.json").write_text('{"runs": 3}')
     args = [a.format(root=tmp_path) for a in args]
-    proc = subprocess.run([sys.executable, "-m", "experiments.aggregate", *args], cwd=REPO, capture_output=True,
-                          text=True)
-    assert (proc.returncode, proc.stderr, proc.stdout) == (2, message.format(root=tmp_path), "")
+    assert _main(*args) == (2, "", message.format(root=tmp_path))
+
+
+def test_the_module_runs_as_a_command(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "experiments.aggregate", str(tmp_path / "missing")], cwd=REPO,
+                          capture_output=True, text=True)
+    assert (proc.returncode, proc.stdout) == (2, "") and proc.stderr.startswith("error: ")
 
 
 def test_ablation_table_has_every_column_under_both_protocols_and_the_papers(tmp_path):
@@ -519,7 +536,10 @@ def test_the_figure_shows_a_missing_run_in_its_count(tmp_path):
 def test_the_tables_go_to_wandb_as_one_artifact(tmp_path):
     _run(tmp_path, "s0", "qwen2.5-7b", "seal", 0, eval_before=_metrics(0), eval_after=_metrics(0.4))
     out = tmp_path / "tables"
-    _aggregate(tmp_path, "--out", str(out), "--wandb", "offline")
+    # as a command: W&B's service writes the offline record out by the time the process has exited
+    proc = subprocess.run([sys.executable, "-m", "experiments.aggregate", str(tmp_path), "--bootstrap", "200", "--out",
+                           str(out), "--wandb", "offline"], cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
     (record,) = out.glob("wandb/offline-run-*/run-*.wandb")
     data = record.read_bytes()
     assert b"seal-tables" in data
@@ -630,3 +650,44 @@ def test_runs_are_grouped_by_what_they_select_never_by_their_label(tmp_path):
     config = json.loads((tmp_path / "labelled" / "run_config.json").read_text())
     (tmp_path / "labelled" / "run_config.json").write_text(json.dumps(config | {"arm": "vanilla_rl"}))
     assert {r["name"]: r["experiment"] for r in survey(tmp_path)[0]}["labelled"] == "vanilla_rl"
+
+
+def test_the_output_files_and_their_columns(tmp_path):
+    _run(tmp_path, "s0", "qwen2.5-3b", "vanilla_rl", 0, eval_before=_metrics(0), eval_after=_metrics(0.4))
+    out = tmp_path / "nested" / "tables"
+    text = _aggregate(tmp_path, "--out", out)
+    _aggregate(tmp_path, "--out", out)  # again over the same folder
+    assert (out / "tables.md").read_text() + "\n" == text
+    identity = "backbone,arm,model,protocol,runs,expected,budget"
+    per_column = ",".join(f"{c}_{s}" for c in KEYS for s in ("mean", "ci95", "n", "paper"))
+    lines = (out / "tables.csv").read_text().splitlines()
+    assert lines[0] == f"{identity},{per_column}" == (out / "table3.csv").read_text().splitlines()[0]
+    # the base model under the release protocol: no value (0 runs with one) beside the paper's Table 1 row
+    assert lines[1] == "qwen2.5-3b,base model,base model (initial),release,1,1,paper,,,0,5.75,,,0,11,,,0,6,,,0,3,,,0,3"
+    ood = ("bfcl_v4", "bfcl_v4_web_search", "bfcl_v4_memory", "tau2", "tau2_retail", "tau2_airline", "tau2_telecom")
+    assert (out / "table2.csv").read_text().splitlines()[0] == "backbone,arm,model,runs,expected,budget," + ",".join(
+        f"{c}_{s}" for c in ood for s in ("mean", "ci95", "n", "paper"))
+    assert (out / "differences.csv").read_text().splitlines()[0] == (
+        "backbone,comparison,protocol,model,diff,ci_low,ci_high,p,seeds,entries,notes")
+    assert "\r" not in (out / "tables.csv").read_text()
+
+
+def test_table_2_in_markdown_has_the_papers_numbers_and_the_note_on_the_one_kept_as_printed():
+    from experiments.aggregate import table2_markdown
+    from experiments.paper_numbers import paper_row
+
+    ood = ("bfcl_v4", "bfcl_v4_web_search", "bfcl_v4_memory", "tau2", "tau2_retail", "tau2_airline", "tau2_telecom")
+    row = {"backbone": "qwen2.5-3b", "arm": "vanilla_rl", "model": "final model", "runs": 1, "expected": 1,
+           "budget": "paper", "paper": paper_row("table2", "qwen2.5-3b", "vanilla_rl"), **{c: None for c in ood}}
+    text = table2_markdown([row])
+    assert text.splitlines()[:3] == [
+        "| backbone | arm | model | runs | budget | BFCL V4 Avg | Web Search | Memory | tau2 Avg | Retail | Airline | Telecom |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| qwen2.5-3b | vanilla_rl | final model | 1 of 1 | paper | — (5.98*) | — (0.50) | — (11.26) | — (10.60) | — (6.14) "
+        "| — (16.00) | — (9.65) |"]
+    assert text.endswith("\n\n\\* qwen2.5-3b vanilla_rl, bfcl_v4: the paper prints 5.98, though the mean of its Web "
+                         "Search 0.50 and Memory 11.26 is 5.88")
+    # another row has no such note, and a row the paper lacks has no parentheses
+    other = dict(row, arm="seal", paper=None)
+    assert table2_markdown([other]).splitlines()[2] == "| qwen2.5-3b | seal | final model | 1 of 1 | paper | — | — | — | — | — | — | — |"
+    assert "\\*" not in table2_markdown([other])

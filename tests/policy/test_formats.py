@@ -228,3 +228,88 @@ def test_release_holdout_delivery_is_bfcls_prompting_message_over_the_raw_docume
         # one JSON list of the held-out documents, then BFCL's sentence
         assert text == json.dumps(docs) + "\nI have updated some more functions you can choose from. What about now?"
         assert '"name": "sort"' in text and "<tools>" not in text
+
+
+# What each parser reads in text a model may write: (format, text, the calls' (name, kwargs), the failures as
+# (fragment, reason)); the reasons are what the model is told back and diagnosis counts.
+NOT_JSON = "not valid JSON (JSONDecodeError: "
+PWD = '{"name": "pwd", "parameters": {}}'
+READ = [
+    # a call object's arguments under the format's key, else "arguments", else "parameters", else none
+    ("llama3_json", '{"name": "cd", "parameters": {"folder": "a"}, "arguments": {"folder": "b"}}',
+     [("cd", {"folder": "a"})], []),
+    ("llama3_json", '{"name": "cd", "arguments": {"folder": "b"}, "x": 1}', [("cd", {"folder": "b"})], []),
+    ("qwen_xml", '<tool_call>{"name": "cd", "parameters": {"folder": "x"}}</tool_call>', [("cd", {"folder": "x"})], []),
+    ("qwen_xml", '<tool_call>{"name": "pwd"}</tool_call><tool_call>{"name": "cd", "arguments": null}</tool_call>',
+     [("pwd", {}), ("cd", {})], []),
+    # arguments written as a JSON string are decoded
+    ("qwen_xml", '<tool_call>{"name": "cd", "arguments": "{\\"folder\\": \\"x\\"}"}</tool_call>',
+     [("cd", {"folder": "x"})], []),
+    ("qwen_xml", '<tool_call>{"name": "cd", "arguments": "{folder"}</tool_call>', [],
+     [('<tool_call>{"name": "cd", "arguments": "{folder"}</tool_call>', '"arguments" is a string that is not JSON')]),
+    # every failing block is reported, each by its whole block
+    ("qwen_xml", '<tool_call>{"name": 1}</tool_call> <tool_call>nope</tool_call>', [],
+     [('<tool_call>{"name": 1}</tool_call>', 'the call has no "name" string'),
+      ("<tool_call>nope</tool_call>", NOT_JSON + "Expecting value: line 1 column 1 (char 0))")]),
+    ("qwen_xml", '<tool_call>\n{"name": "cd"', [],
+     [('<tool_call>\n{"name": "cd"', "unterminated <tool_call> block (no </tool_call>)")]),
+    ("qwen_xml", "done </tool_call>", [], [("done </tool_call>", "</tool_call> without an opening <tool_call>")]),
+    ("qwen_xml", '<tool_call>{"name": "pwd", "arguments": {}}</tool_call> </tool_call>', [("pwd", {})], []),
+    # Llama 3: prose around the objects is skipped, a bracket in prose and a plain list too
+    ("llama3_json", "Xavier: " + PWD, [("pwd", {})], []),
+    ("llama3_json", "ok [see above] " + PWD, [("pwd", {})], []),
+    ("llama3_json", "ok [1, 2] " + PWD, [("pwd", {})], []),
+    # a bracket whose next thing is an object starts a call list: broken, it is the failure from there on
+    ("llama3_json", "x[{bad}", [], [("[{bad}", NOT_JSON + "Expecting property name enclosed in double quotes: "
+                                                "line 1 column 4 (char 3))")]),
+    ("llama3_json", "x[ {bad}", [], [("[ {bad}", NOT_JSON + "Expecting property name enclosed in double quotes: "
+                                                  "line 1 column 5 (char 4))")]),
+    ("llama3_json", '[[{"name": 5}]', [], [('[{"name": 5}]', 'the call has no "name" string')]),
+    # BFCL's decoder: backticks, newlines and spaces around are stripped, nothing else
+    ("bfcl_python", "Xray(a=1)", [("Xray", {"a": 1})], []),
+    ("bfcl_python", "[1, 2]", [], [("[1, 2]", "expected a function call, got Constant")]),
+    ("bfcl_python", "[f(a=1e999)]", [], [("f(a=inf)", "only literal arguments are allowed, got Name")]),
+]
+
+
+@pytest.mark.parametrize("name, text, calls, failures", READ)
+def test_what_each_parser_reads_and_the_reasons_it_gives(name, text, calls, failures):
+    parsed = get_format(name).parse(text)
+    assert [(c.name, c.kwargs) for c in parsed.calls] == calls
+    assert parsed.failures == failures
+
+
+@pytest.mark.parametrize("name, kind, reason", [
+    ("qwen_xml", "bad_json", NOT_JSON + "Expecting property name enclosed in double quotes: line 1 column 30 (char 29))"),
+    ("qwen_xml", "args_not_object", '"arguments" must be a JSON object'),
+    ("qwen_xml", "no_name", 'the call has no "name" string'),
+    ("qwen_xml", "bad_name", "tool name 'os.system' is not an identifier"),
+    ("qwen_xml", "nested", "arguments are nested deeper than 32 levels"),
+    ("llama3_json", "truncated", NOT_JSON + "Unterminated string starting at: line 1 column 41 (char 40))"),
+    ("llama3_json", "args_not_object", '"parameters" must be a JSON object'),
+    ("llama3_json", "bad_name", "argument name '' is not an identifier"),
+    ("llama3_json", "inf", "a sign may only precede a number"),
+    ("bfcl_python", "attribute", "only a plain function name may be called (no attributes or expressions)"),
+    ("bfcl_python", "unpacking", "argument unpacking (**) is not allowed"),
+])
+def test_a_malformed_call_is_its_whole_text_and_the_reason(name, kind, reason):
+    text = MALFORMED[name][kind]
+    assert get_format(name).parse(text).failures == [(text.strip(), reason)]
+
+
+def test_a_call_that_cannot_be_written_back_is_a_failure_cut_to_1000_characters():
+    long = "x" * 1200
+    parsed = get_format("bfcl_python").parse(f"[f(a='{long}', b=1e999)]")
+    assert parsed.calls == [] and parsed.failures == [
+        (f"f(a='{long}', b=inf)"[:1000], "only literal arguments are allowed, got Name")]
+    # a JSON name that is not a string is refused before anything reads it as a name
+    assert get_format("qwen_xml").parse('<tool_call>{"name": 5, "arguments": {}}</tool_call>').failures[0][1] == (
+        'the call has no "name" string')
+
+
+def test_the_release_parser_reports_each_refused_block_whole():
+    text = '<tool_call>{"name": "cd"}</tool_call> <tool_call>{"name": "ls", "arguments": {}}</tool_call>'
+    parsed = get_format("qwen_xml").parse_release(text)
+    assert [c.name for c in parsed.calls] == ["ls"]
+    assert parsed.failures == [('<tool_call>{"name": "cd"}</tool_call>',
+                                "Tool call JSON must contain both 'name' and 'arguments'.")]

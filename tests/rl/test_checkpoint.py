@@ -221,3 +221,310 @@ def test_the_estimate_matches_what_transformers_writes(failed_save):
     assert (written / "model.safetensors").stat().st_size + (written / "optimizer.pt").stat().st_size == pytest.approx(
         need.checkpoint, rel=0.01)
     assert (out / "final_model" / "model.safetensors").stat().st_size == pytest.approx(need.model, rel=0.01)
+
+
+def test_the_refusal_is_one_sentence_with_the_figures_by_hand(tmp_path, monkeypatch):
+    # Qwen2.5-3B: 3,085,938,688 parameters; 12 B each = 34.5 GiB a checkpoint, 2 B each = 5.7 GiB in bf16;
+    # 3 x 34.49 + 5.75 = 109.2 GiB against 64e9 B = 59.6 GiB free
+    monkeypatch.setattr("shutil.disk_usage", lambda path: Usage(10**12, 0, 64 * 10**9))
+    with pytest.raises(UserError) as err:
+        check_disk_space(disk_need(QWEN25_3B, dtype="bfloat16", keep=2, saves=72), tmp_path, keep=2, dtype="bfloat16")
+    assert str(err.value) == (
+        f"this run needs about 109.2 GiB on the disk of {tmp_path} but 59.6 GiB are free: 3 checkpoint(s) of "
+        "34.5 GiB at once (fp32 weights and AdamW state; trainer.keep_checkpoints=2 kept plus the one being "
+        "written) and 1 model(s) of 5.7 GiB (final_model/, best_model/ in bfloat16); keep fewer "
+        "(trainer.keep_checkpoints=1), write no periodic checkpoints (trainer.save_every=null: the run cannot "
+        "resume) or put the run on a larger disk (hydra.run.dir=<directory>)")
+    with pytest.raises(UserError, match=r"\(fp32 weights and AdamW state; every checkpoint kept plus the one"):
+        check_disk_space(disk_need(QWEN25_3B, dtype="float32", keep=None, saves=3), tmp_path, keep=None,
+                         dtype="float32")
+
+
+def test_a_run_fits_when_it_needs_exactly_the_room_and_every_left_over_folder_counts(tmp_path, monkeypatch):
+    need = disk_need(QWEN25_3B, dtype="bfloat16", keep=1, saves=1, models=1, lora_params=10**6)
+    assert need.total == 12 * 10**6 + 4 * 10**6
+    seen = []
+
+    def usage(path):
+        seen.append(path)
+        return Usage(10**12, 0, need.total - 4000)
+
+    monkeypatch.setattr("shutil.disk_usage", usage)
+    out = tmp_path / "run"
+    with pytest.raises(UserError):
+        check_disk_space(need, out / "not" / "made", keep=1, dtype="bfloat16")
+    assert seen == [tmp_path]  # the nearest folder that exists
+    # 1000 bytes under each of the four folders an earlier attempt leaves, one of them nested: exactly the room
+    for name in ("checkpoints/checkpoint-3/sub", "final_model", "best_model", "validated/round_0001"):
+        (out / name).mkdir(parents=True)
+        (out / name / "weights").write_bytes(b"x" * 1000)
+    (out / "elsewhere").mkdir()
+    (out / "elsewhere" / "weights").write_bytes(b"x" * 1000)
+    check_disk_space(need, out, keep=1, dtype="bfloat16")
+    (out / "validated" / "round_0001" / "weights").write_bytes(b"x" * 999)
+    with pytest.raises(UserError):
+        check_disk_space(need, out, keep=1, dtype="bfloat16")
+    # no earlier attempt: the free space alone, one byte short
+    monkeypatch.setattr("shutil.disk_usage", lambda path: Usage(10**12, 0, need.total - 1))
+    with pytest.raises(UserError):
+        check_disk_space(need, tmp_path / "fresh", keep=1, dtype="bfloat16")
+
+
+def test_ceil_shares_and_one_model_by_default():
+    need = disk_need(QWEN25_3B, dtype="bfloat16", keep=1, saves=1, lora_params=1, shards=5)
+    assert (need.checkpoint, need.models) == (3, 1)  # 12 bytes over 5 ranks: 3 on the largest share
+
+
+def test_the_runs_saves_and_models_from_its_budget(tmp_path, monkeypatch):
+    import seal.rl.checkpoint as checkpoint_module
+    from types import SimpleNamespace
+
+    from omegaconf import OmegaConf
+
+    needs = []
+    monkeypatch.setattr(checkpoint_module, "check_disk_space", lambda need, out, keep, dtype: needs.append(
+        (need, out, keep, dtype)))
+    backbone = SimpleNamespace(model_config=lambda: QWEN25_3B, lora=None, dtype="bfloat16")
+    # the paper's budget: 66 rounds, validated every 10 and after the last (7 times), a checkpoint every 10
+    budget = SimpleNamespace(rounds_for=lambda n: {200: 66}[n], val_every=10)
+
+    def need_of(**trainer):
+        cfg = OmegaConf.create({"trainer": {"save_every": 10, "keep_checkpoints": 2} | trainer})
+        checkpoint_module.check_run_disk_space(backbone, cfg, budget, tmp_path, 200, shards=4)
+        return needs[-1]
+
+    need, out, keep, dtype = need_of()
+    assert (out, keep, dtype) == (tmp_path, 2, "bfloat16")
+    # 6 saves (rounds 10..60), 3 at once; final_model/ and best_model/
+    assert need == disk_need(QWEN25_3B, dtype="bfloat16", keep=2, saves=6, models=2, shards=4)
+    assert need_of(keep_checkpoints=None)[0].at_once == 6  # every one of the 6 kept
+    assert need_of(save_every=None, keep_checkpoints=None)[0].at_once == 0
+    cfg = OmegaConf.create({"trainer": {"save_every": 10, "keep_checkpoints": 2}, "eval_all_checkpoints_on_test": True})
+    checkpoint_module.check_run_disk_space(backbone, cfg, budget, tmp_path, 200)
+    assert needs[-1][0].models == 2 + 7  # and every validated model
+    assert needs[-1][0].checkpoint == disk_need(QWEN25_3B, dtype="bfloat16", keep=2, saves=6).checkpoint  # one rank
+    # without validation only final_model/
+    budget.val_every = None
+    assert need_of()[0].models == 1
+    # LoRA: the adapters are what a checkpoint holds
+    backbone.lora = {"r": 16}
+    from seal.policy.memory import lora_param_count
+
+    assert need_of()[0].checkpoint == -(-lora_param_count(QWEN25_3B, 16, "all-linear") * 12 // 4)
+
+
+def test_a_failed_save_is_one_sentence_naming_what_the_same_command_does(tmp_path, monkeypatch):
+    from seal.rl.checkpoint import failed_save
+
+    asked = []
+    monkeypatch.setattr("shutil.disk_usage", lambda path: asked.append(path) or Usage(10**12, 0, 3 * GiB // 2))
+    partial = tmp_path / "checkpoint-2"
+    partial.mkdir()
+    (partial / "model.safetensors").write_bytes(b"half")
+    error = failed_save(partial, OSError(28, "No space left on device"))
+    assert asked == [partial]  # the free space of the disk it was written to, before it is removed
+    assert not partial.exists() and str(error) == (
+        f"writing {partial} failed (OSError: [Errno 28] No space left on device) with 1.5 GiB free on its disk; "
+        "no earlier checkpoint exists, so the same command starts the training over once there is room (free "
+        "space, lower trainer.keep_checkpoints, or set trainer.save_every=null to write no periodic checkpoints)")
+    (tmp_path / "checkpoint-1").mkdir()
+    (tmp_path / "checkpoint-1" / SEAL_STATE).write_text("{}")
+    error = failed_save(tmp_path / "checkpoint-2", RuntimeError("  PytorchStreamWriter failed " + "x" * 300 + "\nmore"))
+    assert f"(RuntimeError: PytorchStreamWriter failed {'x' * 173}) with" in str(error)
+    assert "; checkpoint-1 is intact and the same command resumes from it once there is room" in str(error)
+    assert "(RuntimeError: ) with" in str(failed_save(tmp_path / "checkpoint-2", RuntimeError("")))
+
+
+def test_the_newest_complete_checkpoint_and_its_state(tmp_path):
+    from seal.rl.checkpoint import read_state
+
+    assert latest_complete_checkpoint(tmp_path) is None and latest_complete_checkpoint(tmp_path / "none") is None
+    for step in (1, 2, 10):
+        (tmp_path / f"checkpoint-{step}").mkdir()
+        (tmp_path / f"checkpoint-{step}" / SEAL_STATE).write_text(json.dumps({"round": step}))
+    (tmp_path / "checkpoint-11").mkdir()  # being written
+    assert latest_complete_checkpoint(tmp_path).name == "checkpoint-10"  # by number, not by name
+    assert read_state(tmp_path / "checkpoint-2") == {"round": 2}
+
+
+class _Saving(torch.nn.Module):
+    """A model that records what save_pretrained is asked to write (and writes config.json as it would)."""
+
+    def __init__(self, peft=False):
+        super().__init__()
+        self.layer = torch.nn.Linear(2, 2)
+        self.saved = []
+        if peft:
+            self.peft_config = {"default": "lora"}
+
+    def save_pretrained(self, folder, state_dict=None):
+        folder.mkdir(parents=True)
+        (folder / "config.json").write_text(json.dumps({"dtype": "float32", "model_type": "x"}))
+        self.saved.append((folder, None if state_dict is None else {k: v.dtype for k, v in state_dict.items()}))
+
+
+def test_the_final_model_is_written_from_a_model_its_ddp_wrapper_or_a_trainer(tmp_path):
+    from types import SimpleNamespace
+
+    from transformers import Trainer
+
+    model = _Saving()
+    save_final_model(SimpleNamespace(module=model), tmp_path / "a", "bfloat16")
+    assert model.saved == [(tmp_path / "a", {"layer.weight": torch.bfloat16, "layer.bias": torch.bfloat16})]
+    assert json.loads((tmp_path / "a" / "config.json").read_text()) == {"dtype": "bfloat16", "model_type": "x"}
+    # dtype None keeps the weights' own, and config.json as save_pretrained wrote it
+    save_final_model(model, tmp_path / "b", None)
+    assert model.saved[-1][1] == {"layer.weight": torch.float32, "layer.bias": torch.float32}
+    assert json.loads((tmp_path / "b" / "config.json").read_text())["dtype"] == "float32"
+    # a rank that does not write gathers with the others and leaves the disk alone
+    save_final_model(model, tmp_path / "c", "bfloat16", write=False)
+    assert len(model.saved) == 2 and not (tmp_path / "c").exists()
+
+    class _Trainer(Trainer):
+        def __init__(self, model, tokenizer):
+            self.model, self.processing_class = model, tokenizer
+
+    written = []
+    tokenizer = SimpleNamespace(save_pretrained=written.append)
+    save_final_model(_Trainer(SimpleNamespace(module=model), tokenizer), tmp_path / "d", "float32")
+    assert model.saved[-1][0] == tmp_path / "d" and written == [tmp_path / "d"]
+    save_final_model(_Trainer(model, None), tmp_path / "e", "float32")
+    assert model.saved[-1][0] == tmp_path / "e" and written == [tmp_path / "d"]
+    save_final_model(_Trainer(model, tokenizer), tmp_path / "f", "float32", write=False)
+    assert written == [tmp_path / "d"]
+
+
+def test_sharded_lora_adapters_are_refused_naming_the_write(tmp_path, monkeypatch):
+    import seal.rl.sharding as sharding_module
+
+    monkeypatch.setattr(sharding_module, "is_sharded", lambda model: True)
+    with pytest.raises(ValueError, match="^writing LoRA adapters needs whole tensors"):
+        save_final_model(_Saving(peft=True), tmp_path / "final_model", "bfloat16")
+
+
+def test_lora_adapters_are_written_as_peft_writes_them_over_an_old_folder(tmp_path):
+    model = _Saving(peft=True)
+    (tmp_path / "final_model").mkdir()
+    (tmp_path / "final_model" / "stale.bin").write_text("old")
+    save_final_model(model, tmp_path / "final_model", "bfloat16")
+    assert model.saved == [(tmp_path / "final_model", None)]  # peft's own files, fp32 as trained
+    assert not (tmp_path / "final_model" / "stale.bin").exists()
+
+
+def test_a_checkpoint_is_written_with_the_rotation_held_back_and_a_failed_one_is_one_sentence(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from seal.rl.checkpoint import write_checkpoint
+
+    monkeypatch.setattr("shutil.disk_usage", lambda path: Usage(10**12, 0, GiB))
+    trainer = SimpleNamespace(args=SimpleNamespace(output_dir=str(tmp_path), save_total_limit=2),
+                              state=SimpleNamespace(global_step=6))
+    limits = []
+    write_checkpoint(trainer, lambda: limits.append(trainer.args.save_total_limit))
+    assert limits == [None] and trainer.args.save_total_limit == 2
+
+    def full_disk():
+        (tmp_path / "checkpoint-6").mkdir()
+        raise OSError(28, "No space left on device")
+
+    with pytest.raises(UserError, match=f"^writing {tmp_path / 'checkpoint-6'} failed \\(OSError: "):
+        write_checkpoint(trainer, full_disk)
+    assert trainer.args.save_total_limit == 2 and not (tmp_path / "checkpoint-6").exists()
+
+
+def test_a_round_closes_at_its_last_step_with_its_steps_signals_averaged():
+    from types import SimpleNamespace
+
+    from seal.rl.checkpoint import OPTIMIZER_SIGNALS, SealStateCallback
+
+    finished = []
+    callback = SealStateCallback(SimpleNamespace(finish_round=lambda step, means: finished.append((step, means))), 2)
+    control = object()
+
+    def log(step, **logs):
+        return callback.on_log(None, SimpleNamespace(global_step=step), control, logs=logs)
+
+    # the end-of-training summary has neither grad_norm nor loss: not a step
+    assert log(2, train_runtime=5.0) is control and finished == []
+    assert log(1, loss=0.5, grad_norm=1.0, kl=0.25, learning_rate=1e-6, entropy=None) is control
+    log(2, grad_norm=3.0, kl=0.75, learning_rate=1e-6, unrelated=9.0)
+    assert finished == [(2, {"train/loss": 0.5, "train/grad_norm": 2.0, "train/kl": 0.5, "train/learning_rate": 1e-6,
+                             "train/grad_norm_max": 3.0})]
+    log(3, loss=1.0)  # a round without grad_norm has no max either; the next round starts afresh
+    log(4, loss=2.0)
+    assert finished[-1] == (4, {"train/loss": 1.5})
+    assert OPTIMIZER_SIGNALS == ("loss", "grad_norm", "learning_rate", "kl", "entropy", "clip_ratio/low_mean",
+                                 "clip_ratio/high_mean", "clip_ratio/region_mean", "logprob_gap")
+
+
+@pytest.mark.parametrize("epoch, replayed", [(None, 0), (0.0, 0), (1.5, 1), (2.0, 2)])
+def test_each_epoch_replays_the_sampler_to_the_epoch_about_to_start(monkeypatch, epoch, replayed):
+    from types import SimpleNamespace
+
+    import seal.rl.checkpoint as checkpoint_module
+
+    seen = []
+    monkeypatch.setattr(checkpoint_module, "replay_epoch_order", lambda loader, e: seen.append((loader, e)))
+    callback = checkpoint_module.SealStateCallback(None, 1)
+    control = object()
+    assert callback.on_epoch_begin(None, SimpleNamespace(epoch=epoch), control, train_dataloader="loader") is control
+    assert seen == [("loader", replayed)]
+
+
+def test_a_checkpoint_is_marked_complete_last_and_then_the_old_ones_go(tmp_path, monkeypatch, caplog):
+    from types import SimpleNamespace
+
+    from seal.rl.checkpoint import SealStateCallback, read_state
+
+    monkeypatch.setattr("shutil.disk_usage", lambda path: Usage(10**12, 0, GiB))
+    for step in (2, 4, 6):
+        (tmp_path / f"checkpoint-{step}").mkdir()
+    for step in (2, 4):
+        (tmp_path / f"checkpoint-{step}" / SEAL_STATE).write_text("{}")
+    callback = SealStateCallback(SimpleNamespace(state_dict=lambda: {"round": 3}), 2)
+    args = SimpleNamespace(output_dir=str(tmp_path), save_total_limit=2)
+    control = object()
+    # a rank other than 0 writes nothing
+    assert callback.on_save(args, SimpleNamespace(global_step=6, is_world_process_zero=False), control) is control
+    assert not (tmp_path / "checkpoint-6" / SEAL_STATE).exists()
+    callback.on_save(args, SimpleNamespace(global_step=6, is_world_process_zero=True), control)
+    assert read_state(tmp_path / "checkpoint-6") == {"round": 3}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint-4", "checkpoint-6"]
+    assert [p.name for p in (tmp_path / "checkpoint-6").iterdir()] == [SEAL_STATE]  # no .tmp left
+    # a marker that cannot be written is the failed save's sentence, and its traceback goes to run.log
+    (tmp_path / "checkpoint-8").mkdir()
+    (tmp_path / "checkpoint-8" / (SEAL_STATE + ".tmp")).mkdir()  # a folder where the file must go
+    with caplog.at_level("WARNING", logger="trainer.save"):
+        with pytest.raises(UserError, match=f"^writing {tmp_path / 'checkpoint-8'} failed .*; checkpoint-6 is intact"):
+            callback.on_save(args, SimpleNamespace(global_step=8, is_world_process_zero=True), control)
+    (record,) = caplog.records
+    assert record.getMessage() == f"writing {tmp_path / 'checkpoint-8'} failed" and record.exc_info is not None
+
+
+def test_an_old_checkpoint_that_cannot_be_deleted_does_not_stop_the_run(tmp_path, monkeypatch):
+    import os as os_module
+
+    for step in (1, 2):
+        (tmp_path / f"checkpoint-{step}").mkdir()
+        (tmp_path / f"checkpoint-{step}" / SEAL_STATE).write_text("{}")
+    real_unlink = os_module.unlink
+
+    def unlink(path, *args, **kwargs):
+        if "checkpoint-1" in str(path):
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_unlink(path, *args, **kwargs)
+
+    monkeypatch.setattr(os_module, "unlink", unlink)
+    rotate_checkpoints(tmp_path, 1)
+    assert latest_complete_checkpoint(tmp_path).name == "checkpoint-2"
+
+
+def test_no_sampler_under_the_loader_or_an_unshuffled_one_is_left_alone():
+    from types import SimpleNamespace
+
+    from trl.trainer.utils import RepeatSampler
+
+    replay_epoch_order(SimpleNamespace(), 3)  # nothing to replay
+    ordered = RepeatSampler(list(range(7)), mini_repeat_count=2, batch_size=2, shuffle=False, seed=5)
+    replay_epoch_order(SimpleNamespace(sampler=ordered), 3)  # no order to replay (it draws none)
+    assert list(ordered) == [i for i in range(6) for _ in range(2)]

