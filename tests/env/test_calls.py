@@ -237,6 +237,10 @@ def test_a_precision_over_10000_digits_is_refused_by_name_or_by_position(bench):
     assert within(10, lambda: execute(backends, "logarithm(10, 2, 100000000)").error) == "resource_limit"
     assert execute(backends, "square_root(4, 10001)").error == "resource_limit"
     assert execute(backends, "square_root(number=4, precision=10000)").ok
+    # by name as well: one digit over is refused (run here, not in a child: unguarded it would still end in a
+    # moment, so the guard's own test sees the call)
+    assert execute(backends, "square_root(number=4, precision=10001)").error == "resource_limit"
+    assert execute(backends, "logarithm(value=10, base=2, precision=10001)").error == "resource_limit"
     # a large base is no precision
     assert execute(backends, "logarithm(8, 20000, 5)").ok
 
