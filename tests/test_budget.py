@@ -140,5 +140,26 @@ def test_the_paper_budget_is_refused_on_a_machine_without_a_gpu_unless_allowed(n
         return
     with pytest.raises(UserError) as err:
         budget.check_device(gpus)
-    assert str(err.value).startswith("budget=paper is sized for GPUs (6 epochs of rounds of 32 prompts x 8 rollouts")
-    assert str(err.value).endswith("or add budget.allow_cpu=true to start it anyway") and "\n" not in str(err.value)
+    # the paper's budget (DESIGN: 6 epochs, 32 prompts x 8 rollouts, 4,096 new tokens) and the three ways on
+    assert str(err.value) == (
+        "budget=paper is sized for GPUs (6 epochs of rounds of 32 prompts x 8 rollouts, up to 4096 new tokens per "
+        "step) and would train for weeks on this machine, which has no GPU: run it on a GPU machine, try budget=tiny "
+        "or budget=paper_miniature here, or add budget.allow_cpu=true to start it anyway")
+
+
+@pytest.mark.parametrize("every, rounds, validated", [
+    # every 3rd round (1-based 3, 6) and the last (7), whatever its remainder
+    (3, 7, [3, 6, 7]),
+    # the last round is a multiple: validated once
+    (5, 10, [5, 10]),
+    # every round
+    (1, 3, [1, 2, 3]),
+    # the number of rounds not known: the multiples only (of rounds 1 to 10)
+    (4, None, [4, 8]),
+    # no validation part
+    (None, 7, []),
+])
+def test_the_model_is_validated_every_val_every_rounds_and_after_the_last(every, rounds, validated):
+    from seal.budget import validated_after
+
+    assert [r + 1 for r in range(rounds or 10) if validated_after(r, every, rounds)] == validated

@@ -124,7 +124,9 @@ def _turn_status(
 def verify(entry: Entry, trajectory: Trajectory, context_overflow: bool = False) -> Verdict:
     """Check a trajectory (per turn, per step, decoded calls) against the entry's gold answer."""
     if not isinstance(trajectory, list) or not all(isinstance(t, list) for t in trajectory):
-        return Verdict(entry.id, False, INFERENCE_ERROR, "model result is not a list of turns")
+        # bfcl-eval's message (its runner checks the outer list only; a turn that is not a list fails the same way)
+        return Verdict(entry.id, False, INFERENCE_ERROR,
+                       "Error during inference phase. Model did not output a list of model responses.")
     model = Backends(entry.involved_classes, entry.initial_config, entry.long_context)
     gold = Backends(entry.involved_classes, entry.initial_config, entry.long_context)
     all_model_results: list[str] = []

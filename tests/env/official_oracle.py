@@ -43,7 +43,12 @@ for n, item in enumerate(items):
     # name per trajectory keeps the checker's cached instances apart
     res = _evaluate_single_multi_turn_entry(Calls(), entry.id, item["result"], entry.gold, entry.to_bfcl(),
                                             f"oracle_{n}", entry.category)
-    out.append({"valid": res["valid"], "error_type": res.get("error", {}).get("error_type")})
+    error = res.get("error", {})
+    # the runner's own checks give their message as a one-item list, the checker's as a string
+    message = error.get("error_message")
+    out.append({"valid": res["valid"], "error_type": error.get("error_type"),
+                "error_message": message[0] if isinstance(message, list) else message,
+                "missing_items": error.get("details", {}).get("missing_items")})
 json.dump(out, sys.stdout)
 """
 

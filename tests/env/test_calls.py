@@ -1,8 +1,12 @@
 """Tool-call parsing and execution under hostile input: nothing is evaluated, nothing escapes."""
 
 import os
+import pickle
+import select
 import shutil
+import signal
 import subprocess
+import time
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -16,6 +20,40 @@ from seal.env.executor import ERROR_PREFIX, Backends, execute
 def backends(bench):
     entry = bench["multi_turn_base_0"]
     return Backends(entry.involved_classes, entry.initial_config, long_context=False)
+
+
+def within(seconds, fn):
+    """fn()'s value, computed in a forked child that is killed after `seconds`: a refusal that stops holding (a guard
+    let through) fails here in seconds, where the call itself would run for hours (10**10**10, 10^8 digits)."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: send the value (or what it raised) and leave without running pytest's teardown
+        os.close(read)
+        try:
+            payload = pickle.dumps((True, fn()))
+        except BaseException as exc:  # noqa: BLE001 - handed to the parent, which raises it
+            payload = pickle.dumps((False, repr(exc)))
+        with os.fdopen(write, "wb") as out:
+            out.write(payload)
+        os._exit(0)
+    os.close(write)
+    chunks, deadline = [], time.monotonic() + seconds
+    with os.fdopen(read, "rb") as pipe:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([pipe], [], [], left)[0]:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                pytest.fail(f"still running after {seconds} s")
+            chunk = os.read(pipe.fileno(), 1 << 16)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    os.waitpid(pid, 0)
+    ok, value = pickle.loads(b"".join(chunks))
+    if not ok:
+        pytest.fail(f"raised {value}")
+    return value
 
 
 @pytest.mark.parametrize(
@@ -170,8 +208,8 @@ def test_positional_arguments_reach_the_method(backends):
 def test_unbounded_arithmetic_is_refused(bench):
     entry = next(e for e in bench.values() if "MathAPI" in e.involved_classes)
     backends = Backends(entry.involved_classes, entry.initial_config, long_context=False)
-    assert execute(backends, "power(base=10, exponent=10000000000)").error == "resource_limit"
-    assert execute(backends, "logarithm(value=10, base=2, precision=100000000)").error == "resource_limit"
+    assert within(10, lambda: execute(backends, "power(base=10, exponent=10000000000)").error) == "resource_limit"
+    assert within(10, lambda: execute(backends, "logarithm(value=10, base=2, precision=100000000)").error) == "resource_limit"
     assert execute(backends, "power(base=2, exponent=10)").observation == '{"result": 1024}'
 
 
@@ -196,9 +234,13 @@ def test_a_precision_over_10000_digits_is_refused_by_name_or_by_position(bench):
     entry = next(e for e in bench.values() if "MathAPI" in e.involved_classes)
     backends = Backends(entry.involved_classes, entry.initial_config, long_context=False)
     # logarithm(value, base, precision), square_root(number, precision): the precision is the last argument
-    assert execute(backends, "logarithm(10, 2, 100000000)").error == "resource_limit"
+    assert within(10, lambda: execute(backends, "logarithm(10, 2, 100000000)").error) == "resource_limit"
     assert execute(backends, "square_root(4, 10001)").error == "resource_limit"
     assert execute(backends, "square_root(number=4, precision=10000)").ok
+    # by name as well: one digit over is refused (run here, not in a child: unguarded it would still end in a
+    # moment, so the guard's own test sees the call)
+    assert execute(backends, "square_root(number=4, precision=10001)").error == "resource_limit"
+    assert execute(backends, "logarithm(value=10, base=2, precision=10001)").error == "resource_limit"
     # a large base is no precision
     assert execute(backends, "logarithm(8, 20000, 5)").ok
 

@@ -7,33 +7,22 @@ from tests.env.official_oracle import official_verdicts
 from tests.env.perturb import KINDS, perturbed_set
 
 
+def _outcome(verdict):
+    """A verdict as bfcl-eval's runner states it: validity, error type, message, and for a response mismatch the
+    gold results the model's results lack (the checker's missing_items)."""
+    missing = verdict.turns[verdict.failed_turn].missing_results if verdict.error_type == RESPONSE_MISMATCH else None
+    return verdict.valid, verdict.error_type, verdict.error_message or None, missing
+
+
 def _agreement(items, bench):
     official = official_verdicts(items)
     ours = [verify(bench[item["id"]], item["result"]) for item in items]
     disagreements = [
-        (item["id"], item["kind"], (v.valid, v.error_type), (o["valid"], o["error_type"]))
+        (item["id"], item.get("kind"), _outcome(v), theirs)
         for item, v, o in zip(items, ours, official)
-        if (v.valid, v.error_type) != (o["valid"], o["error_type"])
+        if _outcome(v) != (theirs := (o["valid"], o["error_type"], o["error_message"], o["missing_items"]))
     ]
     return ours, disagreements
-
-
-def test_agrees_with_official_checker_on_perturbed_trajectories(bench, signatures):
-    entries = list(bench.values())[::4]  # 200 entries, 50 per category
-    items = perturbed_set(entries, seed=0, signatures=signatures)
-    ours, disagreements = _agreement(items, bench)
-    assert disagreements == []
-    # the generated set exercises every official outcome, not only passes
-    outcomes = {v.error_type for v in ours}
-    assert {None, EMPTY_TURN, STATE_MISMATCH, RESPONSE_MISMATCH, "multi_turn:force_terminated"} <= outcomes
-    assert {item["kind"] for item in items} == set(KINDS)
-
-
-@pytest.mark.slow
-def test_agrees_with_official_checker_on_all_entries(bench, signatures):
-    items = perturbed_set(list(bench.values()), seed=1, per_kind=2, signatures=signatures)
-    _, disagreements = _agreement(items, bench)
-    assert disagreements == []
 
 
 def test_turn_evidence_is_kept_for_every_turn(bench):
@@ -87,6 +76,16 @@ def test_context_overflow_is_a_failure_even_on_the_last_turn(bench):
 def test_non_list_result_is_an_inference_error(bench):
     verdict = verify(bench["multi_turn_base_1"], "not a list")  # type: ignore[arg-type]
     assert not verdict.valid and verdict.error_type == "multi_turn:inference_error"
+    # as bfcl-eval's runner says it, message included
+    assert _agreement([{"id": "multi_turn_base_1", "result": "not a list"}], bench)[1] == []
+    # a list holding a turn that is not a list is refused the same way (bfcl-eval would iterate the string)
+    entry = bench["multi_turn_base_1"]
+    turns = [[] for _ in entry.gold]
+    turns[1] = "not a turn"
+    broken = verify(entry, turns)
+    assert (broken.id, *_outcome(broken)) == (
+        "multi_turn_base_1", False, "multi_turn:inference_error",
+        "Error during inference phase. Model did not output a list of model responses.", None)
 
 
 def test_turns_played_and_passed_count_what_the_trajectory_reached(bench):
@@ -99,6 +98,9 @@ def test_turns_played_and_passed_count_what_the_trajectory_reached(bench):
     # ended after two turns: the third is not played, the two reached still pass
     cut = verify(entry, gold[:2])
     assert (cut.turns_played, cut.turns_passed) == (2, 2)
+    # every gold turn keeps its record, the unplayed third too, each with its index and whether its gold is empty
+    assert [(t.index, t.gold_empty, t.status) for t in cut.turns] == [
+        (0, False, "pass"), (1, True, "skipped"), (2, False, "not_played")]
     # nothing called in turn 0 (gold only reads: ls): that turn is played and fails; the skipped turn
     # and turn 2 (its state and its own response match) pass
     empty_first = verify(entry, [[]] + gold[1:])
@@ -129,3 +131,31 @@ def test_a_verdicts_summary_is_its_id_validity_and_error_type(bench):
     entry = bench["multi_turn_base_0"]
     assert verify(entry, [[]]).summary() == {"id": "multi_turn_base_0", "valid": False,
                                              "error_type": "multi_turn:force_terminated"}
+
+
+def test_a_gold_result_is_missing_once_per_copy_the_model_results_lack():
+    from seal.env.verifier import _missing
+
+    # bfcl-eval's response check: each gold result takes one matching model result (one "a" for two in the gold)
+    assert _missing(["a", "a", "b"], ["c", "a"]) == ["a", "b"]
+    assert _missing(["a", "a"], ["a", "a", "a"]) == []
+
+
+# the costly comparisons last: mutmut stops a mutant at its first failing test (-x), and the quick tests above
+# fail first for most of them
+def test_agrees_with_official_checker_on_perturbed_trajectories(bench, signatures):
+    entries = list(bench.values())[::4]  # 200 entries, 50 per category
+    items = perturbed_set(entries, seed=0, signatures=signatures)
+    ours, disagreements = _agreement(items, bench)
+    assert disagreements == []
+    # the generated set exercises every official outcome, not only passes
+    outcomes = {v.error_type for v in ours}
+    assert {None, EMPTY_TURN, STATE_MISMATCH, RESPONSE_MISMATCH, "multi_turn:force_terminated"} <= outcomes
+    assert {item["kind"] for item in items} == set(KINDS)
+
+
+@pytest.mark.slow
+def test_agrees_with_official_checker_on_all_entries(bench, signatures):
+    items = perturbed_set(list(bench.values()), seed=1, per_kind=2, signatures=signatures)
+    _, disagreements = _agreement(items, bench)
+    assert disagreements == []
