@@ -363,11 +363,16 @@ class _Saving(torch.nn.Module):
         self.saved.append((folder, None if state_dict is None else {k: v.dtype for k, v in state_dict.items()}))
 
 
-def test_the_final_model_is_written_from_a_model_its_ddp_wrapper_or_a_trainer(tmp_path):
+def test_the_final_model_is_written_from_a_model_its_ddp_wrapper_or_a_trainer(tmp_path, monkeypatch):
     from types import SimpleNamespace
 
     from transformers import Trainer
 
+    import seal.policy.weights as weights
+
+    # what each call's gathering handed back: the writing rank's whole state, nothing on the others
+    gathered, real = [], weights.full_state_dict
+    monkeypatch.setattr(weights, "full_state_dict", lambda *a, **k: gathered.append(real(*a, **k)) or gathered[-1])
     model = _Saving()
     save_final_model(SimpleNamespace(module=model), tmp_path / "a", "bfloat16")
     assert model.saved == [(tmp_path / "a", {"layer.weight": torch.bfloat16, "layer.bias": torch.bfloat16})]
@@ -379,6 +384,8 @@ def test_the_final_model_is_written_from_a_model_its_ddp_wrapper_or_a_trainer(tm
     # a rank that does not write gathers with the others and leaves the disk alone
     save_final_model(model, tmp_path / "c", "bfloat16", write=False)
     assert len(model.saved) == 2 and not (tmp_path / "c").exists()
+    # ... and holds no gathered copy (at 7B, 14 GiB of host memory per rank in bf16)
+    assert [sorted(state) for state in gathered] == [["layer.bias", "layer.weight"]] * 2 + [[]]
 
     class _Trainer(Trainer):
         def __init__(self, model, tokenizer):
