@@ -531,7 +531,11 @@ class BFCLPython(ToolFormat):
             if reason is None:
                 out.calls.append(call)
             else:
-                out.failures.append((call.to_string()[:1000], reason))
+                try:
+                    fragment = call.to_string()
+                except ValueError:  # an int Python will not write in decimal (a hex literal of over 4,300 digits)
+                    fragment = body
+                out.failures.append((fragment[:1000], reason))
         return out
 
 

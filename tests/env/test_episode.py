@@ -47,6 +47,7 @@ def test_a_step_without_calls_ends_the_turn(bench):
     assert not outcome.turn_over and outcome.observations == ['{"current_working_directory": "/workspace"}']
     outcome = episode.step([], raw="I am done.", parse_failures=[("<tool_call>{oops", "bad json")])
     assert outcome.turn_over and episode.steps[0][-1].parse_failures == [("<tool_call>{oops", "bad json")]
+    assert (outcome.observations, outcome.records, outcome.ended) == ([], [], None)  # nothing ran
     assert episode.result == [[["pwd()"]]]
     with pytest.raises(RuntimeError):
         episode.step([parse_call("pwd()")])
@@ -278,10 +279,11 @@ def test_an_aborted_episode_is_over_mid_turn_and_fails_as_a_context_overflow_by_
 
 class _Chat:
     """A scripted benchmark for the episode's own rules: a conversation whose second user message comes
-    after the first turn (next_messages), optionally one reply per entry, recording what it is told."""
+    after the first turn (next_messages), one reply for the entries named in `single`, an output calling
+    `done` ending the conversation (tau2's solo stop, told to the session), recording what it is told."""
 
-    def __init__(self, single=False):
-        self.single, self.ended = single, []
+    def __init__(self, single=()):
+        self.single, self.ended, self.executed = set(single), [], []
 
     def backends(self, entry):
         return {"entry": entry.id}
@@ -291,17 +293,21 @@ class _Chat:
         return [[{"role": "user", "content": "first" if backends == {"entry": entry.id} else "other backends"}]]
 
     def single_reply(self, entry):
-        return self.single
+        return entry.id in self.single
 
     def next_messages(self, episode):
         return [{"role": "user", "content": "second"}] if len(episode.turns) == 1 else None
 
     def ends_episode(self, backends, calls):
-        return False
+        if not any(call.name == "done" for call in calls):
+            return False
+        backends["said"] = "###STOP###"  # as tau2 tells its session the conversation is over
+        return True
 
     def execute(self, backends, call):
         from seal.env.executor import CallRecord
 
+        self.executed.append(call.name)
         return CallRecord(call.to_string(), f"ran {call.name}", call)
 
     def end(self, entry, backends):
@@ -339,7 +345,7 @@ def test_a_conversations_next_user_message_opens_the_next_turn_and_its_end_is_to
 
 
 def test_a_single_reply_entry_records_its_calls_unexecuted_and_closes_the_turn(bench, chat):
-    chat.single = True
+    chat.single = {"multi_turn_base_0"}
     episode = Episode(bench["multi_turn_base_0"])
     episode.next_turn()
     outcome = episode.step([parse_call("cd(folder='a')"), parse_call("ls()")], raw="two calls")
@@ -348,6 +354,26 @@ def test_a_single_reply_entry_records_its_calls_unexecuted_and_closes_the_turn(b
                                                                             ("ls()", "", "ls")]
     assert episode.steps[0][0].calls == outcome.records and episode.result == [[["cd(folder='a')", "ls()"]]]
     with pytest.raises(RuntimeError, match=r"^step\(\) called outside a turn; call next_turn\(\) first$"):
+        episode.step([])
+    assert chat.executed == []
+    # the benchmark decides entry by entry: another of its entries plays turns of several steps
+    other = Episode(bench["multi_turn_base_1"])
+    other.next_turn()
+    assert not other.step([parse_call("ls()")]).turn_over and chat.executed == ["ls"]
+
+
+def test_an_output_that_ends_the_conversation_runs_none_of_its_calls_and_completes_the_episode(bench, chat):
+    entry = bench["multi_turn_base_0"]
+    episode = Episode(entry)
+    episode.next_turn()
+    episode.step([parse_call("pwd()")])
+    outcome = episode.step([parse_call("ls()"), parse_call("done()")], raw="all set")
+    # tau2's solo `done`: the conversation is over, nothing of the output runs, nothing comes back to read
+    assert (outcome.observations, outcome.records, outcome.turn_over, outcome.ended) == ([], [], True, "completed")
+    assert chat.executed == ["pwd"] and episode.backends["said"] == "###STOP###"
+    assert episode.ended == "completed" and chat.ended == [(entry.id, episode.backends)]
+    assert episode.next_turn() is None
+    with pytest.raises(RuntimeError, match="outside a turn"):
         episode.step([])
 
 

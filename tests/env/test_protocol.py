@@ -84,6 +84,17 @@ def test_a_refusal_counts_towards_the_episode_step_limit():
     assert (outcome.ended, outcome.turn_over, episode.model_steps) == ("force_terminated", True, 2)
 
 
+def test_a_refusal_counts_as_one_step_of_its_turn_under_bfcls_per_turn_limit():
+    # a refused output is a step of its turn, as a step with calls is (the release counts it as one output,
+    # agent_flow.py:80-144): with at most 2 steps a turn, a call step and a refusal are 2 (the turn goes on),
+    # a second refusal is the 3rd (force-quit)
+    episode = opened(RELEASE, step_limit="turn", max_steps=2)
+    assert episode.step([CD], "a").turn_over is False
+    assert episode.step([], "b", [("x", "bad")]).ended is None
+    outcome = episode.step([], "c", [("x", "bad")])
+    assert (outcome.ended, outcome.turn_over) == ("force_terminated", True)
+
+
 def test_the_release_ends_tool_responses_with_a_newline():
     fmt = get_format("qwen_xml", "chatml")
     # bfcl_env.py:900 writes "<tool_response>\n{content}\n</tool_response>", :966 joins with "\n" and adds

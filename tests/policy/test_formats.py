@@ -307,6 +307,15 @@ def test_a_call_that_cannot_be_written_back_is_a_failure_cut_to_1000_characters(
         'the call has no "name" string')
 
 
+def test_a_number_too_long_to_write_in_decimal_is_a_failure_not_a_crash():
+    # Python writes no int of over 4,300 decimal digits (sys.int_info.default_max_str_digits), but reads one in
+    # hex: 16^4000 - 1 has floor(16000 log10 2) + 1 = 4,817 digits; the fragment is then the text as written
+    text = "[g(b=1), f(a=0x" + "f" * 4000 + ")]"
+    parsed = get_format("bfcl_python").parse(text)
+    assert [(c.name, c.kwargs) for c in parsed.calls] == [("g", {"b": 1})]
+    assert parsed.failures == [(text[:1000], "arguments cannot be written as a call (ValueError)")]
+
+
 def test_the_release_parser_reports_each_refused_block_whole():
     text = '<tool_call>{"name": "cd"}</tool_call> <tool_call>{"name": "ls", "arguments": {}}</tool_call>'
     parsed = get_format("qwen_xml").parse_release(text)

@@ -363,11 +363,16 @@ class _Saving(torch.nn.Module):
         self.saved.append((folder, None if state_dict is None else {k: v.dtype for k, v in state_dict.items()}))
 
 
-def test_the_final_model_is_written_from_a_model_its_ddp_wrapper_or_a_trainer(tmp_path):
+def test_the_final_model_is_written_from_a_model_its_ddp_wrapper_or_a_trainer(tmp_path, monkeypatch):
     from types import SimpleNamespace
 
     from transformers import Trainer
 
+    import seal.policy.weights as weights
+
+    # what each call's gathering handed back: the writing rank's whole state, nothing on the others
+    gathered, real = [], weights.full_state_dict
+    monkeypatch.setattr(weights, "full_state_dict", lambda *a, **k: gathered.append(real(*a, **k)) or gathered[-1])
     model = _Saving()
     save_final_model(SimpleNamespace(module=model), tmp_path / "a", "bfloat16")
     assert model.saved == [(tmp_path / "a", {"layer.weight": torch.bfloat16, "layer.bias": torch.bfloat16})]
@@ -379,6 +384,8 @@ def test_the_final_model_is_written_from_a_model_its_ddp_wrapper_or_a_trainer(tm
     # a rank that does not write gathers with the others and leaves the disk alone
     save_final_model(model, tmp_path / "c", "bfloat16", write=False)
     assert len(model.saved) == 2 and not (tmp_path / "c").exists()
+    # ... and holds no gathered copy (at 7B, 14 GiB of host memory per rank in bf16)
+    assert [sorted(state) for state in gathered] == [["layer.bias", "layer.weight"]] * 2 + [[]]
 
     class _Trainer(Trainer):
         def __init__(self, model, tokenizer):
@@ -507,15 +514,15 @@ def test_an_old_checkpoint_that_cannot_be_deleted_does_not_stop_the_run(tmp_path
     for step in (1, 2):
         (tmp_path / f"checkpoint-{step}").mkdir()
         (tmp_path / f"checkpoint-{step}" / SEAL_STATE).write_text("{}")
-    real_unlink = os_module.unlink
 
     def unlink(path, *args, **kwargs):
-        if "checkpoint-1" in str(path):
-            raise PermissionError(13, "Permission denied", str(path))
-        return real_unlink(path, *args, **kwargs)
+        # rmtree unlinks by the entry's name relative to an open folder (dir_fd), so no path names the checkpoint:
+        # every file refuses, and checkpoint-1's are the only ones the rotation deletes
+        raise PermissionError(13, "Permission denied", str(path))
 
     monkeypatch.setattr(os_module, "unlink", unlink)
     rotate_checkpoints(tmp_path, 1)
+    assert (tmp_path / "checkpoint-1" / SEAL_STATE).is_file()  # it could not go, and the run goes on
     assert latest_complete_checkpoint(tmp_path).name == "checkpoint-2"
 
 
