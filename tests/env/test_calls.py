@@ -108,11 +108,12 @@ HOSTILE = [
 
 @pytest.mark.parametrize("text", HOSTILE)
 def test_hostile_call_text_is_refused_without_evaluation(text, backends):
-    with pytest.raises(UnsafeCall):
+    with pytest.raises(UnsafeCall) as refusal:
         parse_call(text)
     record = execute(backends, text)
-    assert record.error == "unsafe" and record.call is None
-    assert record.observation.startswith(ERROR_PREFIX)
+    # the text as given, and the parser's own reason after the official prefix
+    assert (record.text, record.observation, record.call, record.error) == (
+        text, ERROR_PREFIX + str(refusal.value), None, "unsafe")
 
 
 @pytest.fixture()
@@ -169,6 +170,17 @@ def test_names_outside_the_allow_list_never_run(name, backends, tripwires):
 def test_unknown_and_blocked_names_match_official_messages(backends):
     assert execute(backends, "not_a_tool(x=1)").observation == f"{ERROR_PREFIX}name 'not_a_tool' is not defined"
     assert execute(backends, "kill(pid=1)").observation == f"{ERROR_PREFIX}Function call kill is not allowed."
+    record = execute(backends, "exit()")
+    assert (record.text, record.observation, record.call, record.error) == (
+        "exit()", f"{ERROR_PREFIX}Function call exit is not allowed.", ToolCall("exit"), "blocked")
+
+
+def test_a_call_by_position_that_binds_but_fails_is_the_tools_exception_not_bad_arguments(bench):
+    entry = next(e for e in bench.values() if "MathAPI" in e.involved_classes)
+    backends = Backends(entry.involved_classes, entry.initial_config, long_context=False)
+    # power(base, exponent) binds either way; a float base overflows in the tool
+    assert execute(backends, "power(2.0, 10000000)").error == "exception"
+    assert execute(backends, "power(2.0, 10000000, 3)").error == "bad_arguments"
 
 
 def test_bad_arguments_give_pythons_own_message(backends):

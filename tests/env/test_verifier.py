@@ -63,6 +63,15 @@ def test_state_mismatch_reports_the_differing_attribute(bench):
     for text in trajectory[0][0]:
         execute(alone, parse_call(text))
     assert diff["root"]["model"] == alone.instances["GorillaFileSystem"].root
+    # and so is the gold's side, though turn 3's gold moves another file into the new folder
+    gold_alone = Backends(entry.involved_classes, entry.initial_config, entry.long_context)
+    for text in entry.gold[0]:
+        execute(gold_alone, parse_call(text))
+    assert diff["root"]["ground_truth"] == gold_alone.instances["GorillaFileSystem"].root
+    replayed = Backends(entry.involved_classes, entry.initial_config, entry.long_context)
+    for text in [c for turn in entry.gold for c in turn]:
+        execute(replayed, parse_call(text))
+    assert diff["root"]["ground_truth"] != replayed.instances["GorillaFileSystem"].root
 
 
 def test_context_overflow_is_a_failure_even_on_the_last_turn(bench):
@@ -98,9 +107,11 @@ def test_turns_played_and_passed_count_what_the_trajectory_reached(bench):
     # ended after two turns: the third is not played, the two reached still pass
     cut = verify(entry, gold[:2])
     assert (cut.turns_played, cut.turns_passed) == (2, 2)
-    # every gold turn keeps its record, the unplayed third too, each with its index and whether its gold is empty
+    # every gold turn keeps its record, the unplayed ones too, each with its index and whether its gold is empty
     assert [(t.index, t.gold_empty, t.status) for t in cut.turns] == [
         (0, False, "pass"), (1, True, "skipped"), (2, False, "not_played")]
+    assert [(t.index, t.gold_empty, t.status) for t in verify(entry, gold[:1]).turns] == [
+        (0, False, "pass"), (1, True, "not_played"), (2, False, "not_played")]
     # nothing called in turn 0 (gold only reads: ls): that turn is played and fails; the skipped turn
     # and turn 2 (its state and its own response match) pass
     empty_first = verify(entry, [[]] + gold[1:])
@@ -159,3 +170,20 @@ def test_agrees_with_official_checker_on_all_entries(bench, signatures):
     items = perturbed_set(list(bench.values()), seed=1, per_kind=2, signatures=signatures)
     _, disagreements = _agreement(items, bench)
     assert disagreements == []
+
+
+@pytest.mark.parametrize("played, overflow, failed_turn", [
+    # the turn the episode was in when it stopped: the last one it reached (turn 0 when it reached none)
+    (2, False, 1), (0, False, 0), (1, False, 0),
+    (2, True, 1), (0, True, 0), (3, True, 2),
+])
+def test_an_episode_cut_short_fails_on_the_last_turn_it_reached(bench, played, overflow, failed_turn):
+    entry = bench["multi_turn_miss_func_11"]  # three gold turns: one call, none, one call
+    gold = [[list(turn)] if turn else [] for turn in entry.gold]
+    verdict = verify(entry, gold[:played], context_overflow=overflow)
+    if overflow:
+        message = "the episode outgrew the backbone's context window"
+        assert (verdict.valid, verdict.error_type, verdict.error_message) == (False, CONTEXT_OVERFLOW, message)
+    else:  # bfcl-eval's force-termination (its message is checked against bfcl-eval's runner above)
+        assert (verdict.valid, verdict.error_type) == (False, "multi_turn:force_terminated")
+    assert verdict.failed_turn == failed_turn
