@@ -8,7 +8,9 @@ module data it mutates out of the test process.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -58,6 +60,19 @@ def official_verdicts(items: list[dict]) -> list[dict]:
     return _child(_CHILD, items)
 
 
+def _mutmut_cache(script: str, items: list[dict]) -> Path | None:
+    """Under `make mutate`, where bfcl-eval's answer cannot change from one mutant to the next (no module the
+    child imports to decide it is mutated: the checker is bfcl-eval's, the entries its data), the file that keeps
+    it for the group's run: its stats run writes it (mutmut runs from mutants/), each mutant's run reads it. None
+    outside mutmut: ordinary test runs always ask bfcl-eval."""
+    if "MUTANT_UNDER_TEST" not in os.environ:
+        return None
+    from importlib.metadata import version
+
+    key = hashlib.sha256(json.dumps([version("bfcl-eval"), script, items]).encode()).hexdigest()[:16]
+    return Path.cwd() / ".official-cache" / f"{key}.json"
+
+
 _EXECUTE = r"""
 import json, sys
 from seal.env.benchmark import load_benchmark, prepare_bfcl_import
@@ -77,11 +92,18 @@ json.dump(out, sys.stdout)
 
 
 def _child(script: str, items: list[dict]):
+    cache = _mutmut_cache(script, items)
+    if cache is not None and "__mutmut_" in os.environ["MUTANT_UNDER_TEST"] and cache.exists():
+        return json.loads(cache.read_text())
     proc = subprocess.run([sys.executable, "-c", script], input=json.dumps(items), capture_output=True,
                           text=True, check=False, cwd=REPO)
     if proc.returncode != 0:
         raise RuntimeError(f"official bfcl-eval process failed:\n{proc.stderr[-3000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    answer = json.loads(proc.stdout.strip().splitlines()[-1])
+    if cache is not None:
+        cache.parent.mkdir(exist_ok=True)
+        cache.write_text(json.dumps(answer))
+    return answer
 
 
 def official_observations(items: list[dict]) -> list[list[list[str]]]:
