@@ -146,7 +146,11 @@ def test_table_1s_selected_models_and_the_headline_model():
     runs = [_r("s0", "qwen2.5-7b", "seal", 0, headline="best_on_val", **val),
             _r("s1", "qwen2.5-7b", "seal", 1, headline="final", initial=_eval(0.1), final=_eval(0.30)),
             _r("v0", "qwen2.5-7b", "vanilla_rl", 0, initial=_eval(0.20), final=_eval(0.30))]
-    rows = {(r["arm"], r["key"]): r for r in agg.main_table(runs, ("best_on_val", "test_selected", "headline"))}
+    # a 3B run that selected nothing: no selected rows for 3B, and the 7B ones after it are still there
+    without = _r("q0", "qwen2.5-3b", "seal", 0, final=_eval(0.1))
+    rows = {(r["arm"], r["key"]): r for r in agg.main_table([without, *runs], ("best_on_val", "test_selected", "headline"))
+            if r["backbone"] == "qwen2.5-7b"}
+    assert [(r["backbone"], r["key"]) for r in agg.main_table([without], ("best_on_val", "test_selected"))] == []
     assert sorted(rows) == [("seal", "best_on_val"), ("seal", "headline"), ("seal", "test_selected"),
                             ("vanilla_rl", "headline")]
     # one of seal's two runs selected on validation: 41 over 1 of 2
@@ -363,3 +367,145 @@ def test_table_3_has_each_ablation_and_seal_for_a_backbone_that_has_or_expects_a
     # the headline model by default
     runs[2]["evals"]["headline"] = _eval(0.36)
     assert agg.ablation_table(runs[:3])[0][("official", "avg")]["mean"] == pytest.approx(36.0)
+
+
+def test_a_cell_prints_two_decimals_its_half_width_and_a_shortfall_of_runs():
+    assert agg._fmt(None) == "—"
+    assert agg._fmt({"mean": 41.0, "half": 12.7062, "n": 2, "of": 2}) == "41.00 ± 12.71"
+    assert agg._fmt({"mean": 40.0, "half": None, "n": 1, "of": 3}) == "40.00 (n=1 of 3)"
+    assert agg._fmt({"mean": 0.0, "half": 0.0, "n": 2, "of": 3}) == "0.00 ± 0.00 (n=2 of 3)"
+    # the paper's numbers: averages and Table 2 with two decimals, Table 1/3's categories whole
+    assert [agg._paper_fmt(v, c, t) for v, c, t in [(14.0, "avg", "table1"), (22, "base", "table1"),
+                                                   (36, "miss_func", "table3"), (8.63, "bfcl_v4", "table2"),
+                                                   (2.0, "bfcl_v4_web_search", "table2"), (11.76, "tau2", "table2"),
+                                                   (16.0, "tau2_airline", "table2"), (None, "avg", "table1")]] == [
+        "14.00", "22", "36", "8.63", "2.00", "11.76", "16.00", "—"]
+    # an average has two decimals whatever the table it stands in
+    assert [agg._paper_fmt(9.0, c, "table3") for c in ("avg", "bfcl_v4", "tau2", "base")] == ["9.00", "9.00", "9.00", "9"]
+    # the CSV: mean, half-width, runs with a value; an empty cell is no value over 0 runs
+    assert agg._csv_cell({"mean": 40.0, "half": 1.5, "n": 2, "of": 3}) == [40.0, 1.5, 2]
+    assert agg._csv_cell(None) == [None, None, 0]
+
+
+def test_a_rows_expected_seeds_are_its_runs_and_its_named_problems_and_the_base_model_has_every_seed():
+    runs = [_r("s0", "qwen2.5-7b", "seal", 0), _r("v1", "qwen2.5-7b", "vanilla_rl", 1)]
+    problems = [{"dir": "s2", "backbone": "qwen2.5-7b", "experiment": "seal", "seed": 2, "kind": "absent", "state": "x"},
+                {"dir": "z", "kind": "absent", "state": "not started"},  # no configuration: no identity
+                {"dir": "u", "backbone": "qwen2.5-7b", "experiment": "seal", "seed": 7, "kind": "unlisted", "state": "x"},
+                {"dir": "d", "backbone": "qwen2.5-3b", "experiment": "seal", "seed": 4, "kind": "duplicate", "state": "x"}]
+    assert agg.expected_seeds(runs, problems) == {("qwen2.5-7b", "seal"): {0, 2}, ("qwen2.5-7b", "vanilla_rl"): {1},
+                                                   ("qwen2.5-7b", agg.BASE): {0, 1, 2}, ("qwen2.5-3b", "seal"): {4},
+                                                   ("qwen2.5-3b", agg.BASE): {4}}
+
+
+def test_two_finished_runs_of_one_backbone_arm_and_seed_are_both_named_and_neither_kept():
+    runs = [_r("a", "qwen2.5-7b", "seal", 0), _r("b", "qwen2.5-7b", "seal", 0), _r("c", "qwen2.5-7b", "seal", 1),
+            _r("d", "qwen2.5-3b", "seal", 0), _r("e", "qwen2.5-7b", "vanilla_rl", 0), _r("f", "qwen2.5-7b", "seal", 0)]
+    problems = []
+    kept = agg._without_duplicates(runs, problems)
+    assert [r["name"] for r in kept] == ["c", "d", "e"]
+    assert [(p["dir"], p["backbone"], p["experiment"], p["seed"], p["kind"]) for p in problems] == [
+        (n, "qwen2.5-7b", "seal", 0, "duplicate") for n in "abf"]
+    assert problems[1]["state"] == ("duplicate: qwen2.5-7b seal seed 0 is also a, f; neither is used (remove one, or "
+                                    "aggregate with a manifest that lists one)")
+
+
+def test_an_older_runs_test_selected_score_moves_to_the_release_key_only_when_the_release_protocol_played_alone():
+    official, release = f"{OFFICIAL}/avg", f"{RELEASE}/avg"
+    selected = {official: 0.45, "round": "round_0009"}
+    moved = {release: 0.45, "round": "round_0009"}
+    assert agg._test_selected({"test_selected_diagnostic": selected, "test_final": {release: 0.3}}) == moved
+    # left as stored: the final evaluation had the official protocol too, or neither, or the score has both keys
+    for final in ({release: 0.3, official: 0.2}, {}, {official: 0.2}):
+        assert agg._test_selected({"test_selected_diagnostic": selected, "test_final": final}) == selected
+    both = {official: 0.45, release: 0.5}
+    assert agg._test_selected({"test_selected_diagnostic": both, "test_final": {release: 0.3}}) == both
+    assert agg._test_selected({"test_selected_diagnostic": {release: 0.5}, "test_final": {release: 0.3}}) == {release: 0.5}
+    assert agg._test_selected({"test_selected_diagnostic": selected}) == selected  # no test_final at all
+    assert agg._test_selected({"test_final": {release: 0.3}}) is None
+    assert agg._test_selected({"test_selected_diagnostic": {}}) is None
+
+
+def _run_dir(root, name, config, metrics):
+    d = root / name
+    d.mkdir(parents=True)
+    (d / "run_config.json").write_text(json.dumps({"backbone": {"name": "qwen2.5-7b"}, "experiment_name": "seal",
+                                                   "seed": 3, "budget": {"name": "paper"}} | config))
+    (d / "metrics.json").write_text(json.dumps(metrics))
+    return d
+
+
+def test_a_run_with_a_validation_part_is_read_from_its_test_evaluations_and_the_rest_from_eval_before_after(tmp_path):
+    val, test = _eval(0.9) | {"num_entries": 48}, dict(
+        test_before=_eval(0.1), test_final=_eval(0.38) | {"num_entries": 400},
+        test_best_on_val=_eval(0.41) | {"selected": {"round": 59}}, test_selected_diagnostic=_eval(0.45))
+    ood = {"tau2": {"eval/tau2/avg": 0.2}}
+    run = agg.read_run(_run_dir(tmp_path, "v", {"heldout_part": "val"},
+                                {"eval_before": val, "eval_after": val, "ood_before": ood, **test}), "v")
+    assert run["evals"] == {"initial": test["test_before"], "final": test["test_final"],
+                            "best_on_val": test["test_best_on_val"], "test_selected": test["test_selected_diagnostic"],
+                            "headline": test["test_best_on_val"]}
+    assert run["folders"] == {"initial": "eval_test_before", "final": "eval_test_final", "best_on_val": "eval_test_best",
+                              "headline": "eval_test_best"}
+    assert {k: run[k] for k in ("dir", "name", "backbone", "experiment", "seed", "part", "budget", "headline",
+                                "selected_round", "no_test", "entries", "ood_before", "ood_after")} == {
+        "dir": str(tmp_path / "v"), "name": "v", "backbone": "qwen2.5-7b", "experiment": "seal", "seed": 3,
+        "part": "val", "budget": "paper", "headline": "best_on_val", "selected_round": 59, "no_test": None,
+        "entries": 400, "ood_before": ood, "ood_after": {}}
+    # no validation part (heldout_part defaults to test): the before/after evaluation is on test
+    plain = agg.read_run(_run_dir(tmp_path, "t", {}, {"eval_before": _eval(0.1), "eval_after": _eval(0.3)}), "t")
+    assert plain["evals"] == {"initial": _eval(0.1), "final": _eval(0.3), "headline": _eval(0.3)}
+    assert plain["folders"] == {"initial": "eval_before", "final": "eval_after", "headline": "eval_after"}
+    assert (plain["part"], plain["headline"], plain["selected_round"], plain["no_test"], plain["entries"]) == (
+        "test", "final", None, None, None)
+    # a validation part without test evaluations: its before/after (validation) is never a test number
+    lost = agg.read_run(_run_dir(tmp_path, "l", {"heldout_part": "val"}, {"eval_before": val, "eval_after": val}), "l")
+    assert (lost["evals"], lost["folders"], lost["headline"]) == ({}, {}, "final")
+    assert lost["no_test"].startswith("finished, not evaluated on test: its before/after evaluation is on the validation")
+    # a validated run whose final model was scored but no model chosen: the final model is its headline
+    final_only = agg.read_run(_run_dir(tmp_path, "f", {"heldout_part": "val"}, {"test_final": _eval(0.3)}), "f")
+    assert (final_only["headline"], final_only["evals"]["headline"], final_only["folders"]["headline"]) == (
+        "final", _eval(0.3), "eval_test_final")
+
+
+def test_a_runs_arm_is_what_it_recorded_else_its_label_when_its_config_names_no_arm_group():
+    assert agg.arm({"arm": "vanilla_rl", "experiment_name": "my label"}) == "vanilla_rl"
+    assert agg.arm({"arm": "", "experiment_name": "seal"}) == "seal"
+    # budget alone (or some of the arm groups) is not enough to work the arm out
+    assert agg.arm({"experiment_name": "seal", "budget": {"name": "paper"}, "reweighting": {"mode": "off"}}) == "seal"
+
+
+def test_the_comparisons_default_bootstrap_has_10000_replicates(tmp_path):
+    import numpy as np
+
+    runs = [_traj_run(tmp_path, "s0", "seal", 0, {"x": True, "y": False, "z": False}),
+            _traj_run(tmp_path, "v0", "vanilla_rl", 0, {"x": False, "y": False, "z": False})]
+    # one seed, differences (+100, 0, 0): a replicate is 0 when none of its 3 entry draws is x
+    rng = np.random.default_rng(0)
+    rng.integers(0, 1, size=(10000, 1))
+    share_zero = float(((rng.integers(0, 3, size=(10000, 3)) == 0).sum(axis=1) == 0).mean())
+    (row,) = [d for d in agg.differences(runs) if d["protocol"] == "official"]
+    assert (row["diff"], row["p"]) == (pytest.approx(100 / 3), pytest.approx(2 * share_zero, abs=1e-12))
+
+
+def test_survey_names_each_kind_of_run_left_out(tmp_path):
+    def run_dir(name, seed, metrics, part="test", budget=None):
+        return _run_dir(tmp_path, name, {"seed": seed, "heldout_part": part, "budget": budget or {"name": "paper"}}, metrics)
+
+    run_dir("ok", 0, {"eval_before": _eval(0.1), "eval_after": _eval(0.3)})
+    (tmp_path / "ok" / "eval_after").mkdir()
+    (tmp_path / "ok" / "eval_after" / "trajectories.jsonl").write_text('{"id": "a", "valid": true}\n')
+    run_dir("val", 1, {"eval_after": _eval(0.5)}, part="val", budget={"name": "paper", "val_every": 10})
+    run_dir("dup0", 2, {"eval_after": _eval(0.5)})
+    run_dir("dup1", 2, {"eval_after": _eval(0.6)})
+    run_dir("stray", 9, {"eval_after": _eval(0.9)})
+    manifest = [{"dir": n} for n in ("ok", "val", "dup0", "dup1")] + [
+        {"dir": "never", "backbone": "qwen2.5-7b", "experiment": "seal", "seed": 5}]
+    runs, problems = agg.survey(tmp_path, manifest)
+    assert [r["name"] for r in runs] == ["ok", "val"]
+    assert sorted((p["dir"], p["kind"]) for p in problems) == [
+        ("dup0", "duplicate"), ("dup1", "duplicate"), ("never", "absent"), ("stray", "unlisted"), ("val", "no test")]
+    # a problem with a configuration carries the run's identity; an unlisted one only its folder and why
+    identity = {p["dir"]: (p.get("backbone"), p.get("experiment"), p.get("seed")) for p in problems}
+    assert identity == {"dup0": ("qwen2.5-7b", "seal", 2), "dup1": ("qwen2.5-7b", "seal", 2),
+                        "never": ("qwen2.5-7b", "seal", 5), "stray": (None, None, None), "val": ("qwen2.5-7b", "seal", 1)}
