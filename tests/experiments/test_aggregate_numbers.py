@@ -509,3 +509,55 @@ def test_survey_names_each_kind_of_run_left_out(tmp_path):
     identity = {p["dir"]: (p.get("backbone"), p.get("experiment"), p.get("seed")) for p in problems}
     assert identity == {"dup0": ("qwen2.5-7b", "seal", 2), "dup1": ("qwen2.5-7b", "seal", 2),
                         "never": ("qwen2.5-7b", "seal", 5), "stray": (None, None, None), "val": ("qwen2.5-7b", "seal", 1)}
+
+
+def test_a_run_directory_is_finished_failed_unfinished_not_started_or_missing(tmp_path):
+    def folder(name, files):
+        d = tmp_path / name
+        d.mkdir()
+        for file, text in files.items():
+            (d / file).write_text(text)
+        return d
+
+    config, metrics = {"run_config.json": "{}"}, {"metrics.json": "{}"}
+    assert agg.run_state(tmp_path / "nowhere") == "missing: the run directory was never created"
+    assert agg.run_state(folder("done", config | metrics | {"error.txt": "an earlier try"})) == "finished"
+    assert agg.run_state(folder("crash", {"error.txt": "Traceback\n  ...\nValueError: boom  \n\n"})) == (
+        "failed: ValueError: boom")
+    assert agg.run_state(folder("blank", {"error.txt": "\n  \n"})) == "failed: see error.txt"
+    assert agg.run_state(folder("two", config | {"metrics.jsonl": '{"round": 0}\n{"round": 1}\n'})) == (
+        "unfinished: 2 round(s) done")
+    assert agg.run_state(folder("none", config)) == "unfinished: 0 round(s) done"
+    assert agg.run_state(folder("metrics_only", metrics)) == "not started"
+    assert agg.run_state(folder("empty", {})) == "not started"
+
+
+def test_a_manifest_is_a_list_of_runs_each_with_its_directory(tmp_path):
+    from seal.errors import UserError
+
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps({"runs": [{"dir": "a", "seed": 0}, {"dir": "b"}]}))
+    assert agg.read_manifest(good) == [{"dir": "a", "seed": 0}, {"dir": "b"}]
+    for text in ('{"runs": [{"dir": "a"}, {"seed": 1}]}', '{"runs": ["a_dir"]}', '{"runs": {"dir": "a"}}',
+                 '{"jobs": []}', "not json", "[1]"):
+        (tmp_path / "bad.json").write_text(text)
+        with pytest.raises(UserError, match="is not a manifest experiments.reproduce wrote"):
+            agg.read_manifest(tmp_path / "bad.json")
+
+
+def test_a_row_counts_its_runs_of_those_expected_and_its_csv_lines_hold_each_cells_numbers():
+    assert [agg._runs({"runs": k, "expected": n}) for k, n in ((2, 3), (0, 1), (0, 0))] == ["2 of 3", "0 of 1", "no run"]
+    cells = {(p, c): None for p in agg.PROTOCOLS for c in agg.COLUMNS}
+    cells[("release", "avg")] = {"mean": 60.0, "half": 127.062, "n": 2, "of": 3}
+    cells[("official", "base")] = {"mean": 30.0, "half": None, "n": 1, "of": 3}
+    row = {"backbone": "qwen2.5-7b", "arm": "seal", "model": "final model", "runs": 2, "expected": 3, "budget": "paper",
+           "paper": {"avg": 40.25, "base": 58, "miss_func": 36, "miss_param": 34, "long_context": 33}, **cells}
+    identity = ["qwen2.5-7b", "seal", "final model"]
+    # per column: mean, 95% half-width, runs with a value, and the paper's number beside the release protocol only
+    assert agg._protocol_rows([row]) == [
+        [*identity, "release", 2, 3, "paper", 60.0, 127.062, 2, 40.25, None, None, 0, 58, None, None, 0, 36,
+         None, None, 0, 34, None, None, 0, 33],
+        [*identity, "official", 2, 3, "paper", None, None, 0, None, 30.0, None, 1, None, None, None, 0, None,
+         None, None, 0, None, None, None, 0, None]]
+    # a row the paper lacks
+    assert agg._protocol_rows([row | {"paper": None}])[0][7:11] == [60.0, 127.062, 2, None]
