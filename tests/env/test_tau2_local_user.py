@@ -199,3 +199,78 @@ def test_whole_conversations_with_an_in_process_user_end_as_their_verdicts_say()
         failed = rollout.episode.backends.failure is not None
         assert (rollout.ended == "user_simulator_error") == failed
         assert (rollout.verdict.error_type == USER_SIMULATOR_FAILED) == failed
+
+
+def test_the_simulators_tool_results_travel_together_and_the_conversation_goes_on_after_them():
+    user = Scripted([])
+    user.check()
+    call = {"id": "u0", "type": "function", "function": {"name": "toggle_roaming", "arguments": '{"on": true}'}}
+    messages = [{"role": "system", "content": "S"}, {"role": "user", "content": "Hi"},
+                {"role": "assistant", "content": "", "tool_calls": [call, call]},
+                {"role": "tool", "tool_call_id": "u0", "content": "A"}, {"role": "tool", "tool_call_id": "u0", "content": "B"},
+                {"role": "assistant", "content": "Roaming is on."}, {"role": "user", "content": "Good."}]
+    # Qwen2.5's chat template by hand: the calls as <tool_call> blocks, consecutive results in one user message
+    block = '<tool_call>\n{"name": "toggle_roaming", "arguments": {"on": true}}\n</tool_call>'
+    assert user.prompt(messages, []) == (
+        "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
+        f"<|im_start|>assistant\n{block}\n{block}<|im_end|>\n"
+        "<|im_start|>user\n<tool_response>\nA\n</tool_response>\n<tool_response>\nB\n</tool_response><|im_end|>\n"
+        "<|im_start|>assistant\nRoaming is on.<|im_end|>\n<|im_start|>user\nGood.<|im_end|>\n<|im_start|>assistant\n")
+    # in a Python-style format the same calls are written as Python calls by keyword
+    from seal.policy.formats import get_format
+
+    user.format = get_format("bfcl_python", chat="chatml", tools="release")
+    assert "<|im_start|>assistant\n[toggle_roaming(on=True), toggle_roaming(on=True)]<|im_end|>\n" in user.prompt(messages, [])
+
+
+def test_a_positional_argument_to_a_tool_the_user_lacks_is_dropped_and_the_call_left_to_user_turn():
+    from seal.policy.formats import get_format
+
+    user = Scripted([])
+    user.check()
+    user.format = get_format("bfcl_python", chat="chatml", tools="release")
+    reply = user.reply('[reboot("hard")]', [])
+    assert reply["tool_calls"][0]["function"] == {"name": "reboot", "arguments": "{}"}
+
+
+def test_the_simulator_stops_at_the_end_of_its_message_or_of_the_text():
+    user = Scripted([])
+    user.check()
+    vocab = user.policy.tokenizer.get_vocab()
+    # ChatML's message end and the base model's end of text, as SmolLM2's tokenizer numbers them
+    assert user.stop_ids == [vocab["<|im_end|>"], vocab["<|endoftext|>"]]
+
+
+def test_the_simulators_defaults_are_the_configs():
+    from seal.env.tau2_user import OpenAIUser
+    from seal.policy.simulated_user import user_simulator
+    from tests.test_configs import compose_with
+
+    user = compose_with("benchmark=tau2").benchmark.user
+    assert user_simulator(url="http://127.0.0.1:9/v1").timeout_s == float(user.timeout_s) == 120.0
+    assert isinstance(user_simulator(url="http://127.0.0.1:9/v1"), OpenAIUser)
+    assert user_simulator(backbone="tiny-random").max_new_tokens == user.max_new_tokens == 512
+    assert LocalUser("tiny-random").max_new_tokens == 512
+    assert LocalUser("tiny-random", max_new_tokens=1).max_new_tokens == 1  # one token is enough to answer
+
+
+def test_an_endpoints_key_is_read_from_the_named_variable(monkeypatch):
+    from seal.policy.simulated_user import user_simulator
+
+    monkeypatch.setenv("SEAL_TEST_USER_KEY", "k3y")
+    assert user_simulator(url="http://127.0.0.1:9/v1", api_key_env="SEAL_TEST_USER_KEY").key == "k3y"
+
+
+def test_two_ways_named_at_once_are_named_in_the_sentence():
+    from seal.io import CONF_DIR
+    from seal.policy.simulated_user import user_simulator
+
+    with pytest.raises(UserError) as err:
+        user_simulator(url="http://h/v1", backbone="tiny-random")
+    assert str(err.value) == ("benchmark.user: url=http://h/v1 and backbone=tiny-random are set; choose one (an "
+                              "OpenAI-compatible endpoint, a backbone loaded in-process, or a script) and set the "
+                              "others to null")
+    with pytest.raises(UserError) as err:
+        LocalUser("qwen9-1t")
+    known = sorted(p.stem for p in (CONF_DIR / "backbone").glob("*.yaml"))
+    assert str(err.value) == f"benchmark.user.backbone=qwen9-1t: no such backbone; choose among {', '.join(known)}"
