@@ -3,6 +3,7 @@ named by its conf/backbone file, sees the conversation as its own chat template 
 and its tool calls (telecom: the user's phone) are decoded by its tool format and run in the task's environment."""
 
 import json
+from types import SimpleNamespace
 
 import pytest
 from hydra.utils import instantiate
@@ -274,3 +275,56 @@ def test_two_ways_named_at_once_are_named_in_the_sentence():
         LocalUser("qwen9-1t")
     known = sorted(p.stem for p in (CONF_DIR / "backbone").glob("*.yaml"))
     assert str(err.value) == f"benchmark.user.backbone=qwen9-1t: no such backbone; choose among {', '.join(known)}"
+
+
+class ContractModel:
+    """What LocalUser.generate asks of a transformers model, for one sequence, by transformers' rules: an argument
+    left None falls back to the model's generation_config, here a sampling one as Qwen2.5-Instruct ships it
+    (do_sample true, no stop of the chat's); greedy decoding continues with `greedy`, sampling with `sampled`;
+    decoding ends after the first stop id it emits (which the output keeps) or after max_new_tokens."""
+
+    def __init__(self, greedy, sampled):
+        self.greedy, self.sampled = greedy, sampled
+        self.generation_config = SimpleNamespace(do_sample=True, eos_token_id=None)
+
+    def generate(self, ids, attention_mask=None, max_new_tokens=20, do_sample=None, eos_token_id=None, pad_token_id=None):
+        import torch
+
+        sample = self.generation_config.do_sample if do_sample is None else do_sample
+        stops = self.generation_config.eos_token_id if eos_token_id is None else eos_token_id
+        stops = [stops] if isinstance(stops, int) else list(stops or [])
+        out = []
+        for token in self.sampled if sample else self.greedy:
+            if len(out) == max_new_tokens:
+                break
+            out.append(token)
+            if token in stops:
+                break
+        return torch.cat([ids, torch.tensor([out], dtype=ids.dtype)], dim=1)
+
+
+def test_the_answer_is_the_greedy_continuation_up_to_the_message_end_without_it():
+    user = LocalUser("tiny-random", max_new_tokens=16)
+    user.check()
+    tokenizer = user.policy.tokenizer
+    encode = lambda text: tokenizer(text, add_special_tokens=False)["input_ids"]  # noqa: E731
+    user.policy.model = ContractModel(encode("It says 5G.<|im_end|>Thanks"), encode("Maybe 4G?<|im_end|>"))
+    prompt = "<|im_start|>user\nWhat does the status bar say?<|im_end|>\n<|im_start|>assistant\n"
+    assert user.generate(prompt) == "It says 5G."
+    user.max_new_tokens = 2
+    assert user.generate(prompt) == tokenizer.decode(encode("It says 5G.")[:2])
+
+
+def test_the_conversation_and_the_answer_may_fill_the_context_exactly():
+    user = LocalUser("tiny-random", max_new_tokens=4)
+    user.check()
+    tokenizer = user.policy.tokenizer
+    user.policy.model = ContractModel(tokenizer("Yes.<|im_end|>", add_special_tokens=False)["input_ids"], [])
+    prompt = "<|im_start|>user\nIs it on?<|im_end|>\n<|im_start|>assistant\n"
+    n = len(tokenizer(prompt, add_special_tokens=False)["input_ids"])
+    user.backbone = SimpleNamespace(context_length=n + 4)
+    assert user.generate(prompt) == "Yes."
+    user.backbone = SimpleNamespace(context_length=n + 3)
+    with pytest.raises(SimulatorError, match=rf"^the conversation \({n} tokens\) and the user simulator's answer \(4\) "
+                                             rf"outgrow tiny-random's context of {n + 3}$"):
+        user.generate(prompt)
