@@ -328,3 +328,12 @@ def test_the_conversation_and_the_answer_may_fill_the_context_exactly():
     with pytest.raises(SimulatorError, match=rf"^the conversation \({n} tokens\) and the user simulator's answer \(4\) "
                                              rf"outgrow tiny-random's context of {n + 3}$"):
         user.generate(prompt)
+
+
+def test_the_simulator_speaks_its_tokenizers_chat_whatever_its_tool_format():
+    # tiny-random's tokenizer is SmolLM2's (ChatML); llama3_json alone would be wrapped in Llama 3's chat
+    user = LocalUser("tiny-random")
+    user.config.tool_format = "llama3_json"
+    user.check()
+    assert user.format.name == "llama3_json" and user.format.chat.name == "chatml"
+    assert user.prompt([{"role": "system", "content": "S"}], []).startswith("<|im_start|>system\nS<|im_end|>\n")

@@ -395,8 +395,11 @@ def test_an_entry_of_a_split_its_domain_lacks_is_refused():
         "domain": "airline", "split": "nope", "task": task}, involved_classes=[], functions=[])
     with pytest.raises(UserError, match=r"^benchmark.split=nope: "):
         task_of(entry)
-    with pytest.raises(UserError, match=r"^benchmark.split=nope: "):
-        Tau2(domains=["airline"], split="nope").prepare()
+    from seal.env.benchmarks.tau2 import Tau2Solo
+
+    for benchmark in (Tau2(domains=["airline"], split="nope"), Tau2Solo(domains=["telecom"], split="nope")):
+        with pytest.raises(UserError, match=r"^benchmark.split=nope: "):
+            benchmark.prepare()  # before any model is loaded
 
 
 def test_tau2s_solo_agent_accepts_a_history_of_tool_calls_only():
@@ -470,8 +473,8 @@ def test_the_benchmark_defaults_to_the_papers_domains_and_the_configs_turn_cap()
     assert Tau2().max_user_turns == instantiate(compose_with("benchmark=tau2").benchmark).max_user_turns == 30
     from seal.env.benchmarks.tau2 import Tau2Solo
 
-    for cls in (Tau2, Tau2Solo):
-        with pytest.raises(UserError, match=r"^benchmark.name=bfcl_v3: this benchmark's class is registered as tau2"):
+    for cls, name in ((Tau2, "tau2"), (Tau2Solo, "tau2_solo")):
+        with pytest.raises(UserError, match=rf"^benchmark.name=bfcl_v3: this benchmark's class is registered as {name}$"):
             cls(name="bfcl_v3")
     assert Tau2Solo(domains=["mock"], split=None).entries("mock")[0].initial_config["split"] is None
 
