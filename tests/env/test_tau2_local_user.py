@@ -281,15 +281,20 @@ class ContractModel:
     """What LocalUser.generate asks of a transformers model, for one sequence, by transformers' rules: an argument
     left None falls back to the model's generation_config, here a sampling one as Qwen2.5-Instruct ships it
     (do_sample true, no stop of the chat's); greedy decoding continues with `greedy`, sampling with `sampled`;
-    decoding ends after the first stop id it emits (which the output keeps) or after max_new_tokens."""
+    decoding ends after the first stop id it emits (which the output keeps) or after max_new_tokens. Its weights
+    live on `device`: ids elsewhere raise, as torch does."""
 
-    def __init__(self, greedy, sampled):
-        self.greedy, self.sampled = greedy, sampled
+    def __init__(self, greedy, sampled, device="cpu"):
+        import torch
+
+        self.greedy, self.sampled, self.device = greedy, sampled, torch.device(device)
         self.generation_config = SimpleNamespace(do_sample=True, eos_token_id=None)
 
     def generate(self, ids, attention_mask=None, max_new_tokens=20, do_sample=None, eos_token_id=None, pad_token_id=None):
         import torch
 
+        if ids.device != self.device:
+            raise RuntimeError(f"Expected all tensors to be on the same device, but found {ids.device} and {self.device}")
         sample = self.generation_config.do_sample if do_sample is None else do_sample
         stops = self.generation_config.eos_token_id if eos_token_id is None else eos_token_id
         stops = [stops] if isinstance(stops, int) else list(stops or [])
@@ -300,7 +305,8 @@ class ContractModel:
             out.append(token)
             if token in stops:
                 break
-        return torch.cat([ids, torch.tensor([out], dtype=ids.dtype)], dim=1)
+        # the prompt's positions are never read back (meta tensors hold no values)
+        return torch.cat([torch.zeros(ids.shape, dtype=torch.long), torch.tensor([out], dtype=torch.long)], dim=1)
 
 
 def test_the_answer_is_the_greedy_continuation_up_to_the_message_end_without_it():
@@ -308,7 +314,9 @@ def test_the_answer_is_the_greedy_continuation_up_to_the_message_end_without_it(
     user.check()
     tokenizer = user.policy.tokenizer
     encode = lambda text: tokenizer(text, add_special_tokens=False)["input_ids"]  # noqa: E731
-    user.policy.model = ContractModel(encode("It says 5G.<|im_end|>Thanks"), encode("Maybe 4G?<|im_end|>"))
+    # the model on an accelerator (torch's meta device stands in for one): the prompt's ids are moved there
+    user.policy.model = ContractModel(encode("It says 5G.<|im_end|>Thanks"), encode("Maybe 4G?<|im_end|>"), "meta")
+    user.policy.device = "meta"
     prompt = "<|im_start|>user\nWhat does the status bar say?<|im_end|>\n<|im_start|>assistant\n"
     assert user.generate(prompt) == "It says 5G."
     user.max_new_tokens = 2
@@ -322,6 +330,16 @@ def test_the_conversation_and_the_answer_may_fill_the_context_exactly():
     user.policy.model = ContractModel(tokenizer("Yes.<|im_end|>", add_special_tokens=False)["input_ids"], [])
     prompt = "<|im_start|>user\nIs it on?<|im_end|>\n<|im_start|>assistant\n"
     n = len(tokenizer(prompt, add_special_tokens=False)["input_ids"])
+    # a tokenizer that puts its own begin token in front, as Llama 3's does: the prompt already opens with the
+    # chat's, so none is added and the count is the prompt's own tokens
+    import copy
+
+    from tokenizers.processors import TemplateProcessing
+
+    user.policy.tokenizer = tokenizer = copy.deepcopy(tokenizer)
+    tokenizer.backend_tokenizer.post_processor = TemplateProcessing(single="<|im_start|> $A",
+                                                                    special_tokens=[("<|im_start|>", 1)])
+    assert len(tokenizer(prompt)["input_ids"]) == n + 1
     user.backbone = SimpleNamespace(context_length=n + 4)
     assert user.generate(prompt) == "Yes."
     user.backbone = SimpleNamespace(context_length=n + 3)
