@@ -280,14 +280,16 @@ def test_two_ways_named_at_once_are_named_in_the_sentence():
 class ContractModel:
     """What LocalUser.generate asks of a transformers model, for one sequence, by transformers' rules: an argument
     left None falls back to the model's generation_config, here a sampling one as Qwen2.5-Instruct ships it
-    (do_sample true, no stop of the chat's); greedy decoding continues with `greedy`, sampling with `sampled`;
-    decoding ends after the first stop id it emits (which the output keeps) or after max_new_tokens. Its weights
-    live on `device`: ids elsewhere raise, as torch does."""
+    (do_sample true, no stop of the chat's); without a mask, one is inferred from the pad id when that is not a
+    stop (generation/utils.py, _prepare_attention_mask_for_generation). Greedy decoding of the whole prompt
+    continues with `greedy`; sampling, or a prompt partly masked out, with `other`. Decoding ends after the first
+    stop id it emits (which the output keeps) or after max_new_tokens. Its weights live on `device`: ids elsewhere
+    raise, as torch does."""
 
-    def __init__(self, greedy, sampled, device="cpu"):
+    def __init__(self, greedy, other, device="cpu"):
         import torch
 
-        self.greedy, self.sampled, self.device = greedy, sampled, torch.device(device)
+        self.greedy, self.other, self.device = greedy, other, torch.device(device)
         self.generation_config = SimpleNamespace(do_sample=True, eos_token_id=None)
 
     def generate(self, ids, attention_mask=None, max_new_tokens=20, do_sample=None, eos_token_id=None, pad_token_id=None):
@@ -298,8 +300,11 @@ class ContractModel:
         sample = self.generation_config.do_sample if do_sample is None else do_sample
         stops = self.generation_config.eos_token_id if eos_token_id is None else eos_token_id
         stops = [stops] if isinstance(stops, int) else list(stops or [])
+        masked = False
+        if attention_mask is None and pad_token_id is not None and pad_token_id not in stops:
+            masked = bool(ids.eq(pad_token_id).any())
         out = []
-        for token in self.sampled if sample else self.greedy:
+        for token in self.other if sample or masked else self.greedy:
             if len(out) == max_new_tokens:
                 break
             out.append(token)
