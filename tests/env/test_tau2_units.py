@@ -607,7 +607,7 @@ def test_the_gold_replay_writes_the_agents_gold_calls_then_states_what_it_must_c
     assert [a.requestor for a in gold] == ["assistant"]
     # its one gold action, from tau2's mock tasks.json: update_task_status(task_id='task_2', status='completed')
     assert benchmark.oracle_message(episode, entry, fmt) == "[update_task_status(task_id='task_2', status='completed')]"
-    episode.step([ToolCall_of(gold[0])])
+    episode.step([gold_call(gold[0])])
     assert benchmark.oracle_message(episode, entry, fmt) == ("Done. The agent acknowledged the previous context The "
                                                              "agent confirmed the task status was updated successfully")
     # a task without criteria has nothing to communicate
@@ -615,7 +615,7 @@ def test_the_gold_replay_writes_the_agents_gold_calls_then_states_what_it_must_c
     assert benchmark.oracle_message(episode, entry, fmt) == "Done."
 
 
-def ToolCall_of(action):  # noqa: N802
+def gold_call(action):
     from seal.env.calls import ToolCall
 
     return ToolCall(action.name, (), dict(action.arguments))
@@ -632,7 +632,7 @@ def test_the_solo_gold_replay_writes_every_gold_call_left_then_done():
     episode = Episode(entry)
     episode.next_turn()
     assert benchmark.oracle_message(episode, entry, fmt) == "[create_task(user_id='user_1', title='Important Meeting')]"
-    episode.step([ToolCall_of(episode.backends.task.evaluation_criteria.actions[0])])
+    episode.step([gold_call(episode.backends.task.evaluation_criteria.actions[0])])
     assert benchmark.oracle_message(episode, entry, fmt) == "[done()]"
 
 
