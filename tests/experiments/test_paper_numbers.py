@@ -88,3 +88,26 @@ def test_every_printed_average_is_its_columns_mean_but_the_one_kept_as_printed()
 def test_the_avg_of_an_ablation_arm_comes_from_table_3():
     assert (paper_avg("qwen2.5-7b", "seal"), paper_avg("qwen2.5-7b", "wo_closed_loop")) == (40.25, 33.00)
     assert paper_avg("qwen2.5-3b", "wo_closed_loop") is None  # the paper ablates on Qwen2.5-7B only
+
+
+def test_the_markdown_prints_every_number_as_the_paper_does():
+    """What `python -m experiments.paper_numbers` prints: per table its title, the columns, then each row with its
+    numbers as the paper prints them (a whole number without decimals, the others with two), and under Table 2
+    the note on the number kept as printed."""
+    from experiments.paper_numbers import markdown
+
+    def block(title, columns, typed, note=None):
+        rows = [f"| {backbone} | {arm} | " + " | ".join(cells) + " |"
+                for backbone, arm, *cells in ([c.strip() for c in line.split("|")] for line in typed.strip().splitlines())]
+        lines = [f"**{title}**", "", "| backbone | arm | " + " | ".join(columns) + " |",
+                 "|---|---|" + "---:|" * len(columns), *rows]
+        return "\n".join(lines + (["", note] if note else []))
+
+    table1 = ("avg", "base", "miss_func", "miss_param", "long_context")
+    table2 = ("bfcl_v4", "bfcl_v4_web_search", "bfcl_v4_memory", "tau2", "tau2_retail", "tau2_airline", "tau2_telecom")
+    assert markdown() == "\n\n".join([
+        block("Table 1: BFCL V3 multi-turn, 400 held-out entries (accuracy %)", table1, TABLE1),
+        block("Table 2: out of domain, BFCL V4 agentic and tau2-bench (accuracy %)", table2, TABLE2,
+              "Note: qwen2.5-3b, vanilla_rl, bfcl_v4: the paper prints 5.98, though the mean of its Web Search 0.50 and "
+              "Memory 11.26 is 5.88."),
+        block("Table 3: ablations on Qwen2.5-7B, BFCL V3 multi-turn (accuracy %)", table1, TABLE3)])

@@ -194,6 +194,13 @@ def test_the_loss_adds_the_papers_kl_without_the_importance_ratio(tmp_path, monk
     model.eval()
     assert trainer.compute_loss(model, out).item() == pytest.approx(expected.item(), rel=1e-4)
     assert trainer._metrics["eval"]["kl"] == [pytest.approx((k3 * (n - 1) + 10.0) / n, rel=1e-4)]
+    # a micro-batch that trains one token only: the logged KL is that token's (10), and the loss is
+    # episode 0's one-token mean over the 4 episodes (the other three train nothing and count 0)
+    out["tool_mask"] = torch.zeros_like(out["tool_mask"])
+    out["tool_mask"][0, first] = 1
+    one = (-ratio * out["advantages"][0] + 0.5 * 10.0) / 4
+    assert trainer.compute_loss(model, out).item() == pytest.approx(one.item(), rel=1e-4)
+    assert trainer._metrics["eval"]["kl"][-1] == pytest.approx(10.0, rel=1e-6)
 
 
 # ---------------------------------------------------------------------------------------- padding
