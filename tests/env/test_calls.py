@@ -273,3 +273,63 @@ def test_call_list_parsing_follows_bfcl_prompting_output():
     assert parse_call_list("cd(folder=docs)", bare_names=True)[0].kwargs == {"folder": "docs"}
     with pytest.raises(UnsafeCall):
         parse_call_list("cd(folder=docs)")
+
+
+def test_backend_classes_are_bfcl_evals_but_for_the_search_engine_and_the_vector_memory(monkeypatch):
+    import importlib
+
+    from seal.env import executor, vector_memory
+    from seal.env.search import SearchAPI
+
+    assert executor.backend_class("WebSearchAPI") is SearchAPI
+    # the vector memory comes through the loader that finds its encoder on local disk
+    stand_in = type("MemoryAPI_vector", (), {})
+    monkeypatch.setattr(vector_memory, "vector_memory_class", lambda: stand_in)
+    assert executor.backend_class("MemoryAPI_vector") is stand_in
+    filesystem = executor.CLASS_FILE_PATH_MAPPING["GorillaFileSystem"]
+    assert executor.backend_class("GorillaFileSystem") is importlib.import_module(filesystem).GorillaFileSystem
+    with pytest.raises(KeyError) as unknown:
+        executor.backend_class("NoSuchAPI")
+    assert unknown.value.args == ("unknown BFCL backend class 'NoSuchAPI'",)
+
+
+def test_an_episode_can_call_every_public_method_and_no_private_one(backends):
+    classes = [type(instance) for instance in backends.instances.values()]
+    public = {n for cls in classes for n in dir(cls) if not n.startswith("_") and callable(getattr(cls, n))}
+    assert set(backends.methods) == public and "cd" in public
+
+
+def test_every_kind_of_record_keeps_its_text_its_call_and_its_error(bench):
+    entry = bench["multi_turn_base_4"]  # TwitterAPI (logged in), GorillaFileSystem
+    backends = Backends(entry.involved_classes, entry.initial_config, long_context=False)
+
+    def fields(text):
+        record = execute(backends, text)
+        return record.text, record.observation, record.call, record.error
+
+    assert fields("not_a_tool(x=1)") == (
+        "not_a_tool(x=1)", f"{ERROR_PREFIX}name 'not_a_tool' is not defined", ToolCall("not_a_tool", (), {"x": 1}),
+        "unknown_function")
+    # the backend's own error answer (a dict with "error"), as bfcl-eval's file system words it
+    assert fields("cd(folder='nope')") == (
+        "cd(folder='nope')", '{"error": "cd: \'nope\': No such file or directory"}',
+        ToolCall("cd", (), {"folder": "nope"}), "backend_error")
+    # an argument the backend keeps (the tweet's tag list) is a copy: changing the stored tweet leaves the record
+    record = execute(backends, "post_tweet('hi', ['#a'], ['@b'])")
+    assert record.error is None and record.call == ToolCall("post_tweet", ("hi", ["#a"], ["@b"]))
+    stored = backends.instances["TwitterAPI"].tweets[2]
+    stored["tags"].append("#changed"), stored["mentions"].append("@changed")
+    assert record.call == ToolCall("post_tweet", ("hi", ["#a"], ["@b"]))
+
+
+def test_a_refused_or_failing_math_call_keeps_its_text_and_call(bench):
+    entry = next(e for e in bench.values() if "MathAPI" in e.involved_classes)
+    backends = Backends(entry.involved_classes, entry.initial_config, long_context=False)
+    refused = execute(backends, "power(2, 1000000)")
+    assert (refused.text, refused.observation, refused.call, refused.error) == (
+        "power(2, 1000000)", f"{ERROR_PREFIX}power refused: the result would exceed the executor's size limit",
+        ToolCall("power", (2, 1000000)), "resource_limit")
+    failed = execute(backends, "power(2.0, 10000000)")
+    assert (failed.text, failed.observation, failed.call, failed.error) == (
+        "power(2.0, 10000000)", f"{ERROR_PREFIX}(34, 'Numerical result out of range')",
+        ToolCall("power", (2.0, 10000000)), "exception")
