@@ -282,9 +282,16 @@ def test_backend_classes_are_bfcl_evals_but_for_the_search_engine_and_the_vector
     from seal.env.search import SearchAPI
 
     assert executor.backend_class("WebSearchAPI") is SearchAPI
-    # the vector memory comes through the loader that finds its encoder on local disk
+    # the vector memory comes through the loader that finds its encoder on local disk, not from a plain import of
+    # bfcl-eval's module (which would fetch the encoder from the hub): here that module is a decoy
+    import sys
+    import types
+
     stand_in = type("MemoryAPI_vector", (), {})
     monkeypatch.setattr(vector_memory, "vector_memory_class", lambda: stand_in)
+    decoy = types.ModuleType("decoy")
+    decoy.MemoryAPI_vector = type("MemoryAPI_vector", (), {})
+    monkeypatch.setitem(sys.modules, executor.CLASS_FILE_PATH_MAPPING["MemoryAPI_vector"], decoy)
     assert executor.backend_class("MemoryAPI_vector") is stand_in
     filesystem = executor.CLASS_FILE_PATH_MAPPING["GorillaFileSystem"]
     assert executor.backend_class("GorillaFileSystem") is importlib.import_module(filesystem).GorillaFileSystem
