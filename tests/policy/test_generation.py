@@ -246,3 +246,46 @@ def test_batched_decoding_equals_one_at_a_time_at_different_positions(tiny_polic
         (single,) = alone.generate([request], temperature=0.0, stops=stops)
         assert out.ids == single.ids == ids and out.stop == single.stop == stop
         assert out.logprobs == pytest.approx(logprobs, abs=1e-4) and single.logprobs == pytest.approx(logprobs, abs=1e-4)
+
+
+# ---------------------------------------------------------------------------------------- the KV-cache budget
+
+
+def test_the_capacity_is_the_tokens_whose_cache_fits_the_budget_twice():
+    from seal.policy.generation_hf import TransformersGenerator
+
+    gen = TransformersGenerator(None, pad_id=0, memory_bytes=0)
+    gen._kvb = 512
+    # ten tokens kept and ten more in a step's batched copy fit, an eleventh does not
+    gen.budget = 2 * 512 * 10 + 2 * 512 - 1
+    assert gen.capacity_tokens() == 10 and isinstance(gen.capacity_tokens(), int)
+
+
+def test_eviction_drops_other_episodes_oldest_cache_first_then_the_oldest_shared_prefix():
+    from collections import OrderedDict
+
+    from seal.policy.generation_hf import TransformersGenerator
+
+    gen = TransformersGenerator(None, pad_id=0, memory_bytes=0)
+    # stored in the order they were made: episode 1's cache first
+    gen._caches = OrderedDict([(1, "cache 1"), (2, "cache 2"), (3, "cache 3")])
+    gen._prefixes = OrderedDict([((7,), "prefix a"), ((8,), "prefix b")])
+    # episode 1 is being fitted: its own cache is never the one dropped
+    assert gen._evict(exclude={1}) is True and list(gen._caches) == [1, 3]
+    assert gen._evict(exclude={1}) is True and list(gen._caches) == [1]
+    assert gen.stats["evictions"] == 2
+    # no other episode's cache left: the shared prefixes go, oldest first, and are not counted as evictions
+    assert gen._evict(exclude={1}) is True and list(gen._prefixes) == [(8,)]
+    assert gen._evict(exclude={1}) is True and not gen._prefixes
+    assert gen._evict(exclude={1}) is False
+    assert list(gen._caches) == [1] and gen.stats["evictions"] == 2
+
+
+def test_the_free_memory_of_a_gpu_counts_the_blocks_its_allocator_holds_unused(monkeypatch):
+    from seal.policy.generation_hf import free_memory_bytes
+
+    # what the driver reports free, plus reserved blocks that no tensor uses
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device: (1000, 8000))
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device: 300)
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device: 100)
+    assert free_memory_bytes(torch.device("cuda")) == 1000 + 300 - 100
