@@ -289,3 +289,55 @@ def test_the_free_memory_of_a_gpu_counts_the_blocks_its_allocator_holds_unused(m
     monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device: 300)
     monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device: 100)
     assert free_memory_bytes(torch.device("cuda")) == 1000 + 300 - 100
+
+
+def _cache(tokens):
+    """A one-layer cache holding `tokens` positions (batch, heads, positions, dims), as _cache_len reads it."""
+    return [(torch.empty(1, 1, tokens, 1), torch.empty(1, 1, tokens, 1))]
+
+
+def _budgeted(budget, caches=(), prefixes=()):
+    from collections import OrderedDict
+
+    from seal.policy.generation_hf import TransformersGenerator
+
+    gen = TransformersGenerator(None, pad_id=0, memory_bytes=budget)
+    gen.budget, gen._kvb = budget, 10
+    gen._caches, gen._prefixes = OrderedDict(caches), OrderedDict(prefixes)
+    return gen
+
+
+def test_the_stored_caches_count_a_shared_prefix_once():
+    shared = _cache(6)
+    # episode 3 started from the second system prompt's cache: the same tensors under two names
+    gen = _budgeted(0, caches=[(1, _cache(5)), (2, _cache(3)), (3, shared)],
+                    prefixes=[((7,), _cache(4)), ((8,), shared)])
+    assert gen._stored_bytes() == (5 + 3 + 6 + 4) * 10
+    assert gen._stored_bytes(exclude={1, 3}) == (3 + 6 + 4) * 10  # the prefix itself is still kept
+
+
+def test_a_steps_bytes_are_twice_its_left_padded_batch_with_room_to_decode():
+    from seal.policy.generation import GenerationRequest
+
+    gen = _budgeted(0, caches=[(1, _cache(5))])
+    one = GenerationRequest(key=1, ids=list(range(9)), seed=0, max_new_tokens=3)  # 5 cached, 4 new
+    two = GenerationRequest(key=2, ids=list(range(6)), seed=0, max_new_tokens=7)  # nothing cached, 6 new
+    # the longest kept cache (5) and the longest new part (6) left-padded, room for 7 decoded tokens and one
+    # more column (the buffer _generate_chunk allocates); the per-row caches cut out of it as much again
+    assert gen._step_bytes([one, two]) == 2 * 2 * (5 + 6 + 7 + 1) * 10
+
+
+def test_a_chunk_takes_the_requests_that_fit_and_evicts_other_episodes_when_not_even_one_does():
+    from seal.errors import UserError
+    from seal.policy.generation import GenerationRequest
+
+    todo = [GenerationRequest(key=k, ids=list(range(10)), seed=0, max_new_tokens=5) for k in (1, 2, 3)]
+    # one row's step: 2 x (10 + 5 + 1) tokens; two rows': twice that; episode 9's kept cache: 20 tokens
+    one, two, kept = 32 * 10, 64 * 10, 20 * 10
+    assert _budgeted(two)._next_chunk(todo) == todo[:2]
+    assert _budgeted(kept + two, caches=[(9, _cache(20))])._next_chunk(todo) == todo[:2]
+    assert _budgeted(kept + two - 1, caches=[(9, _cache(20))])._next_chunk(todo) == todo[:1]
+    gen = _budgeted(one, caches=[(9, _cache(20))])
+    assert gen._next_chunk(todo) == todo[:1] and not gen._caches and gen.stats["evictions"] == 1
+    with pytest.raises(UserError, match=r"cannot hold one episode of 15 tokens .*raise budget.rollout_memory_gb"):
+        _budgeted(one - 1)._next_chunk(todo)
