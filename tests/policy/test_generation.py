@@ -284,11 +284,13 @@ def test_eviction_drops_other_episodes_oldest_cache_first_then_the_oldest_shared
 def test_the_free_memory_of_a_gpu_counts_the_blocks_its_allocator_holds_unused(monkeypatch):
     from seal.policy.generation_hf import free_memory_bytes
 
-    # what the driver reports free, plus reserved blocks that no tensor uses
-    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device: (1000, 8000))
-    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device: 300)
-    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device: 100)
-    assert free_memory_bytes(torch.device("cuda")) == 1000 + 300 - 100
+    # what the driver reports free on the model's GPU (the second one here, not the current one), plus the
+    # blocks reserved there that no tensor uses
+    gpu = torch.device("cuda", 1)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device: {gpu: (1000, 8000)}[device])
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device: {gpu: 300}[device])
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device: {gpu: 100}[device])
+    assert free_memory_bytes(gpu) == 1000 + 300 - 100
 
 
 def _cache(tokens):
