@@ -341,5 +341,11 @@ def test_a_chunk_takes_the_requests_that_fit_and_evicts_other_episodes_when_not_
     assert _budgeted(kept + two - 1, caches=[(9, _cache(20))])._next_chunk(todo) == todo[:1]
     gen = _budgeted(one, caches=[(9, _cache(20))])
     assert gen._next_chunk(todo) == todo[:1] and not gen._caches and gen.stats["evictions"] == 1
-    with pytest.raises(UserError, match=r"cannot hold one episode of 15 tokens .*raise budget.rollout_memory_gb"):
-        _budgeted(one - 1)._next_chunk(todo)
+    # 16 MiB a token: one row's step is 32 x 16 MiB = 0.5 GiB, a quarter of a GiB cannot hold it
+    gen = _budgeted(2**28)
+    gen._kvb = 2**24
+    with pytest.raises(UserError) as refused:
+        gen._next_chunk(todo)
+    assert str(refused.value) == (
+        "the rollout KV-cache budget (0.25 GiB) cannot hold one episode of 15 tokens (it needs 0.50 GiB): raise "
+        "budget.rollout_memory_gb (or budget.rollout_memory_fraction), or lower the context length")

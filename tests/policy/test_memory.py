@@ -364,3 +364,12 @@ def test_the_three_moments_and_the_table_in_gib():
         ("rollout prefill", 2048.0), ("rollout kv", 4096.0),
         # gradients and the head's backward; the rollout's three; the resident part plus the larger phase
         ("training phase", 4.0 + 456.0), ("rollout phase", 7168.0), ("total", 515.0 + 7168.0)]
+
+
+def test_a_config_that_names_no_kv_heads_has_one_per_query_head_as_transformers_defaults_it():
+    from transformers import LlamaConfig
+
+    mha = {k: v for k, v in SMALL.items() if k != "num_key_value_heads"}
+    assert LlamaConfig(**mha).num_key_value_heads == 4
+    # 2 layers x 4 KV heads x 4 dims x (k, v) x 2 bytes
+    assert kv_bytes_per_token(mha, "bfloat16") == kv_bytes_per_token(LlamaConfig(**mha), "bfloat16") == 128
