@@ -373,3 +373,5 @@ def test_a_config_that_names_no_kv_heads_has_one_per_query_head_as_transformers_
     assert LlamaConfig(**mha).num_key_value_heads == 4
     # 2 layers x 4 KV heads x 4 dims x (k, v) x 2 bytes
     assert kv_bytes_per_token(mha, "bfloat16") == kv_bytes_per_token(LlamaConfig(**mha), "bfloat16") == 128
+    # and a head of hidden / heads dimensions, a whole number
+    assert type(kv_bytes_per_token(mha, "bfloat16")) is int and type(param_count(mha)) is int
