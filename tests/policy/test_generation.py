@@ -246,3 +246,106 @@ def test_batched_decoding_equals_one_at_a_time_at_different_positions(tiny_polic
         (single,) = alone.generate([request], temperature=0.0, stops=stops)
         assert out.ids == single.ids == ids and out.stop == single.stop == stop
         assert out.logprobs == pytest.approx(logprobs, abs=1e-4) and single.logprobs == pytest.approx(logprobs, abs=1e-4)
+
+
+# ---------------------------------------------------------------------------------------- the KV-cache budget
+
+
+def test_the_capacity_is_the_tokens_whose_cache_fits_the_budget_twice():
+    from seal.policy.generation_hf import TransformersGenerator
+
+    gen = TransformersGenerator(None, pad_id=0, memory_bytes=0)
+    gen._kvb = 512
+    # ten tokens kept and ten more in a step's batched copy fit, an eleventh does not
+    gen.budget = 2 * 512 * 10 + 2 * 512 - 1
+    assert gen.capacity_tokens() == 10 and isinstance(gen.capacity_tokens(), int)
+
+
+def test_eviction_drops_other_episodes_oldest_cache_first_then_the_oldest_shared_prefix():
+    from collections import OrderedDict
+
+    from seal.policy.generation_hf import TransformersGenerator
+
+    gen = TransformersGenerator(None, pad_id=0, memory_bytes=0)
+    # stored in the order they were made: episode 1's cache first
+    gen._caches = OrderedDict([(1, "cache 1"), (2, "cache 2"), (3, "cache 3")])
+    gen._prefixes = OrderedDict([((7,), "prefix a"), ((8,), "prefix b")])
+    # episode 1 is being fitted: its own cache is never the one dropped
+    assert gen._evict(exclude={1}) is True and list(gen._caches) == [1, 3]
+    assert gen._evict(exclude={1}) is True and list(gen._caches) == [1]
+    assert gen.stats["evictions"] == 2
+    # no other episode's cache left: the shared prefixes go, oldest first, and are not counted as evictions
+    assert gen._evict(exclude={1}) is True and list(gen._prefixes) == [(8,)]
+    assert gen._evict(exclude={1}) is True and not gen._prefixes
+    assert gen._evict(exclude={1}) is False
+    assert list(gen._caches) == [1] and gen.stats["evictions"] == 2
+
+
+def test_the_free_memory_of_a_gpu_counts_the_blocks_its_allocator_holds_unused(monkeypatch):
+    from seal.policy.generation_hf import free_memory_bytes
+
+    # what the driver reports free on the model's GPU (the second one here, not the current one), plus the
+    # blocks reserved there that no tensor uses
+    gpu = torch.device("cuda", 1)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device: {gpu: (1000, 8000)}[device])
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device: {gpu: 300}[device])
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device: {gpu: 100}[device])
+    assert free_memory_bytes(gpu) == 1000 + 300 - 100
+
+
+def _cache(tokens):
+    """A one-layer cache holding `tokens` positions (batch, heads, positions, dims), as _cache_len reads it."""
+    return [(torch.empty(1, 1, tokens, 1), torch.empty(1, 1, tokens, 1))]
+
+
+def _budgeted(budget, caches=(), prefixes=()):
+    from collections import OrderedDict
+
+    from seal.policy.generation_hf import TransformersGenerator
+
+    gen = TransformersGenerator(None, pad_id=0, memory_bytes=budget)
+    gen.budget, gen._kvb = budget, 10
+    gen._caches, gen._prefixes = OrderedDict(caches), OrderedDict(prefixes)
+    return gen
+
+
+def test_the_stored_caches_count_a_shared_prefix_once():
+    shared = _cache(6)
+    # episode 3 started from the second system prompt's cache: the same tensors under two names
+    gen = _budgeted(0, caches=[(1, _cache(5)), (2, _cache(3)), (3, shared)],
+                    prefixes=[((7,), _cache(4)), ((8,), shared)])
+    assert gen._stored_bytes() == (5 + 3 + 6 + 4) * 10
+    assert gen._stored_bytes(exclude={1, 3}) == (3 + 6 + 4) * 10  # the prefix itself is still kept
+
+
+def test_a_steps_bytes_are_twice_its_left_padded_batch_with_room_to_decode():
+    from seal.policy.generation import GenerationRequest
+
+    gen = _budgeted(0, caches=[(1, _cache(5))])
+    one = GenerationRequest(key=1, ids=list(range(9)), seed=0, max_new_tokens=3)  # 5 cached, 4 new
+    two = GenerationRequest(key=2, ids=list(range(6)), seed=0, max_new_tokens=7)  # nothing cached, 6 new
+    # the longest kept cache (5) and the longest new part (6) left-padded, room for 7 decoded tokens and one
+    # more column (the buffer _generate_chunk allocates); the per-row caches cut out of it as much again
+    assert gen._step_bytes([one, two]) == 2 * 2 * (5 + 6 + 7 + 1) * 10
+
+
+def test_a_chunk_takes_the_requests_that_fit_and_evicts_other_episodes_when_not_even_one_does():
+    from seal.errors import UserError
+    from seal.policy.generation import GenerationRequest
+
+    todo = [GenerationRequest(key=k, ids=list(range(10)), seed=0, max_new_tokens=5) for k in (1, 2, 3)]
+    # one row's step: 2 x (10 + 5 + 1) tokens; two rows': twice that; episode 9's kept cache: 20 tokens
+    one, two, kept = 32 * 10, 64 * 10, 20 * 10
+    assert _budgeted(two)._next_chunk(todo) == todo[:2]
+    assert _budgeted(kept + two, caches=[(9, _cache(20))])._next_chunk(todo) == todo[:2]
+    assert _budgeted(kept + two - 1, caches=[(9, _cache(20))])._next_chunk(todo) == todo[:1]
+    gen = _budgeted(one, caches=[(9, _cache(20))])
+    assert gen._next_chunk(todo) == todo[:1] and not gen._caches and gen.stats["evictions"] == 1
+    # 16 MiB a token: one row's step is 32 x 16 MiB = 0.5 GiB, a quarter of a GiB cannot hold it
+    gen = _budgeted(2**28)
+    gen._kvb = 2**24
+    with pytest.raises(UserError) as refused:
+        gen._next_chunk(todo)
+    assert str(refused.value) == (
+        "the rollout KV-cache budget (0.25 GiB) cannot hold one episode of 15 tokens (it needs 0.50 GiB): raise "
+        "budget.rollout_memory_gb (or budget.rollout_memory_fraction), or lower the context length")

@@ -229,3 +229,149 @@ def test_the_figures_of_the_memory_page_are_the_plans():
     # and what the page says of them
     assert bench_usable == USABLE and plans["qwen2.5-3b"]["ddp x4"].total > USABLE
     assert plans["llama-3.1-8b"]["fsdp2 x2"].total > USABLE
+
+
+# a small GQA decoder (4 query heads, 2 KV heads) counted by torch itself, on the meta device (no weights)
+SMALL = dict(vocab_size=40, hidden_size=16, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+             intermediate_size=24)
+
+
+def meta_model(config):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    with torch.device("meta"):
+        return AutoModelForCausalLM.from_config(config)
+
+
+def numel(module, trainable_only=False):
+    return sum(p.numel() for p in module.parameters() if p.requires_grad or not trainable_only)
+
+
+@pytest.mark.parametrize("kind", ["llama", "qwen2", "qwen3"])
+@pytest.mark.parametrize("tie", [True, False], ids=["tied", "untied"])
+def test_the_parameter_counts_are_what_transformers_builds(kind, tie):
+    from transformers import LlamaConfig, Qwen2Config, Qwen3Config
+
+    # Qwen3 with a head_dim (8) other than hidden / heads (4), as its published configs have
+    extra = {"qwen3": dict(head_dim=8)}.get(kind, {})
+    config = {"llama": LlamaConfig, "qwen2": Qwen2Config, "qwen3": Qwen3Config}[kind](
+        **SMALL, **extra, tie_word_embeddings=tie)
+    model = meta_model(config)
+    assert param_count(config) == numel(model)
+    assert layer_param_count(config) == numel(model.model.layers[0])
+
+
+def test_a_config_that_names_no_tie_nor_type_is_an_untied_llama_as_transformers_defaults_it():
+    from transformers import LlamaConfig
+
+    assert LlamaConfig(**SMALL).tie_word_embeddings is False
+    model = meta_model(LlamaConfig(**SMALL))
+    assert param_count(dict(SMALL)) == numel(model)
+    assert layer_param_count(dict(SMALL)) == numel(model.model.layers[0])
+
+
+@pytest.mark.parametrize("targets", ["all-linear", None, ["q_proj", "v_proj"], ["down_proj", "o_proj"],
+                                     ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]],
+                         ids=["all-linear", "default", "q v", "down o", "all seven named"])
+def test_the_adapter_count_is_what_peft_trains(targets):
+    from peft import LoraConfig, get_peft_model
+    from transformers import Qwen2Config
+
+    from seal.policy.memory import lora_param_count
+
+    config = Qwen2Config(**SMALL)
+    # seal reads None as every projection, which peft calls all-linear (the LM head left out)
+    peft_targets = "all-linear" if targets is None else targets
+    model = get_peft_model(meta_model(config), LoraConfig(r=3, target_modules=peft_targets))
+    assert lora_param_count(config, 3, targets) == numel(model, trainable_only=True)
+
+
+def test_a_micro_batch_of_two_episodes_holds_what_one_twice_as_long_does():
+    two = training_memory(arch("qwen2.5-3b"), compute_dtype="bfloat16", episode_tokens=CTX // 2, micro_batch=2)
+    one = plan("qwen2.5-3b")
+    assert (two.activations, two.recomputed_layer, two.lm_head) == (one.activations, one.recomputed_layer, one.lm_head)
+
+
+@pytest.mark.parametrize("kwargs", [dict(sharding="fsdp2", ranks=3), dict(lora_params=1001), dict(ranks=3)],
+                         ids=["fsdp2 over 3", "lora", "ddp over 3"])
+def test_every_term_of_the_plan_is_a_whole_number_of_bytes(kwargs):
+    m = plan("qwen2.5-7b", **kwargs)
+    terms = {name: getattr(m, name) for name in (*m.RESIDENT, *m.TRAINING, *m.ROLLOUT)}
+    assert all(type(v) is int for v in terms.values()), terms
+
+
+def test_lora_keeps_the_base_in_the_compute_dtype_and_trains_fp32_adapters_by_hand():
+    m = plan("qwen2.5-3b", lora_params=1000)
+    # bf16 base plus fp32 adapters; the reference is the base with the adapters off (no copy)
+    assert (m.weights, m.reference) == (2 * N_3B + 4 * 1000, 0)
+    # AdamW's two fp32 moments and the fp32 gradients of the adapters only
+    assert (m.optimizer, m.gradients) == (8 * 1000, 4 * 1000)
+    # autocast casts the fp32 adapters in the forward; the backward recomputes over bf16 weights: no copies
+    assert (m.forward_copies, m.backward_copies) == (2 * 1000, 0)
+    # generating under autocast caches the adapters' bf16 casts, not the (already bf16) base
+    assert m.rollout_weights == 2 * 1000
+
+
+def test_fp32_training_has_no_masters_so_autocast_casts_nothing():
+    m = training_memory(arch("qwen2.5-3b"), compute_dtype="float32", episode_tokens=CTX)
+    # the weights are themselves the fp32 tensors the optimizer steps; the reference is an fp32 copy
+    assert (m.weights, m.reference, m.optimizer, m.gradients) == (4 * N_3B, 4 * N_3B, 8 * N_3B, 4 * N_3B)
+    assert (m.forward_copies, m.backward_copies, m.rollout_weights) == (0, 0, 0)
+
+
+def test_without_checkpointing_a_bf16_stream_keeps_each_layers_saved_set_and_no_fp32_input():
+    m = plan("qwen2.5-7b", sharding="fsdp2", ranks=4, gradient_checkpointing=False)
+    # as in the checkpointed case: each norm's fp32 upcast and bf16 output, the two shared projection inputs,
+    # SDPA's tensors and log-sum-exp, the MLP's four; the bf16 rotary cos/sin shared by every layer
+    saved = 2 * 4 * 3584 + 2 * 2 * 3584 + 2 * 2 * 3584 + (2 * 3584 * 2 + 2 * 512 * 2 + 4 * 28) + 4 * 18944 * 2
+    assert m.activations == CTX * (28 * saved + 2 * 128 * 2)
+    assert m.recomputed_layer == CTX * (2 * 18944 * 2 + 2 * 3584)
+
+
+def test_the_prefill_defaults_to_one_episode_of_one_chunk_and_no_kv_budget():
+    from seal.policy.generation_hf import PREFILL_CHUNK
+
+    m = plan("qwen2.5-3b")
+    # one episode forwarding PREFILL_CHUNK tokens: its q/k/v/o-sized and MLP-sized tensors in bf16
+    assert m.rollout_prefill == PREFILL_CHUNK * (6 * 2048 + 3 * 11008) * 2 and m.rollout_kv == 0
+
+
+def test_an_unknown_sharding_and_lora_under_fsdp2_are_refused_in_one_sentence():
+    with pytest.raises(ValueError, match=r"^sharding 'zero3': choose one of ddp, fsdp2$"):
+        plan("qwen2.5-3b", sharding="zero3")
+    with pytest.raises(ValueError, match=r"^LoRA adapters are trained with ddp only$"):
+        plan("qwen2.5-3b", sharding="fsdp2", ranks=2, lora_params=1000)
+
+
+def test_the_three_moments_and_the_table_in_gib():
+    from seal.policy.memory import TrainingMemory
+
+    # a distinct power of two per term, so that every sum names its terms
+    m = TrainingMemory(weights=GiB, optimizer=2 * GiB, reference=0, gradients=4 * GiB, activations=8 * GiB,
+                       recomputed_layer=16 * GiB, forward_copies=32 * GiB, backward_copies=64 * GiB,
+                       lm_head=128 * GiB, lm_head_grads=256 * GiB, ddp_buckets=512 * GiB, rollout_copy=0,
+                       rollout_weights=1024 * GiB, rollout_prefill=2048 * GiB, rollout_kv=4096 * GiB)
+    # the forward: checkpoints, the weight copies and the larger of a recomputed layer and the head
+    # the head's backward: checkpoints, the backward's copies, the head's working set and its gradients
+    # a layer's backward: checkpoints, the backward's copies, the recomputed layer
+    assert m.moments() == {"forward": (8 + 32 + 128) * GiB, "head backward": (8 + 64 + 128 + 256) * GiB,
+                           "layer backward": (8 + 64 + 16) * GiB}
+    assert m.table() == [
+        ("weights", 1.0), ("optimizer", 2.0), ("reference", 0.0), ("ddp buckets", 512.0), ("rollout copy", 0.0),
+        ("gradients", 4.0), ("activations", 8.0), ("recomputed layer", 16.0), ("forward copies", 32.0),
+        ("backward copies", 64.0), ("lm head", 128.0), ("lm head grads", 256.0), ("rollout weights", 1024.0),
+        ("rollout prefill", 2048.0), ("rollout kv", 4096.0),
+        # gradients and the head's backward; the rollout's three; the resident part plus the larger phase
+        ("training phase", 4.0 + 456.0), ("rollout phase", 7168.0), ("total", 515.0 + 7168.0)]
+
+
+def test_a_config_that_names_no_kv_heads_has_one_per_query_head_as_transformers_defaults_it():
+    from transformers import LlamaConfig
+
+    mha = {k: v for k, v in SMALL.items() if k != "num_key_value_heads"}
+    assert LlamaConfig(**mha).num_key_value_heads == 4
+    # 2 layers x 4 KV heads x 4 dims x (k, v) x 2 bytes
+    assert kv_bytes_per_token(mha, "bfloat16") == kv_bytes_per_token(LlamaConfig(**mha), "bfloat16") == 128
+    # and a head of hidden / heads dimensions, a whole number
+    assert type(kv_bytes_per_token(mha, "bfloat16")) is int and type(param_count(mha)) is int

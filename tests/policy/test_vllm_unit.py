@@ -981,3 +981,23 @@ def test_an_adapter_without_a_bias_does_not_hide_the_next_ones_bias(fake_vllm):
                                bias + 3 * layer.lora_B["biased"].bias.detach())
     merged = copy.deepcopy(model).merge_and_unload()
     torch.testing.assert_close(weights["transformer.h.0.attn.c_attn.bias"][1], merged.transformer.h[0].attn.c_attn.bias)
+
+
+def test_a_checkpoint_reload_that_fails_half_way_is_done_again_at_the_next_play(fake_vllm, monkeypatch):
+    """Without a trained model the engine reads the checkpoint from disk after a level-2 sleep; a read that
+    stopped part-way leaves its weights unknown, so the next play reads the checkpoint again."""
+    fake_vllm.cpu = False
+    gen = _generator()
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    rpc = gen.llm.collective_rpc
+
+    def broken(method, kwargs=None):
+        raise RuntimeError("out of memory")
+
+    gen.llm.collective_rpc = broken
+    with pytest.raises(RuntimeError, match="out of memory"):
+        gen.begin()
+    gen.llm.collective_rpc = rpc
+    gen.begin()
+    assert "reload_weights(disk)" in _names(gen.llm.events)
+    gen.generate(_requests()[:1], temperature=1.0, stops=[(50,)])

@@ -2,7 +2,9 @@
 
 import json
 
+import pytest
 import torch
+from safetensors import safe_open
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
 
@@ -39,12 +41,71 @@ def test_a_model_is_written_on_a_rank_other_than_0_as_save_pretrained_writes_it_
     monkeypatch.setattr(mixin, "_get_torch_distributed_rank", lambda: 1)
     model.save_pretrained(tmp_path / "rank1_transformers")
     assert not (tmp_path / "rank1_transformers" / "model.safetensors").exists()
-    write_pretrained(model, tmp_path / "rank1")
-    ours, theirs = load_file(tmp_path / "rank1" / "model.safetensors"), load_file(tmp_path / "rank0" / "model.safetensors")
+    write_pretrained(model, tmp_path / "rank1" / "nested")
+    ours = load_file(tmp_path / "rank1" / "nested" / "model.safetensors")
+    theirs = load_file(tmp_path / "rank0" / "model.safetensors")
     # the same tensors under the same names: the tied head stored once, under the embedding's name
     assert ours.keys() == theirs.keys() and "lm_head.weight" not in ours
     assert all(torch.equal(ours[k], theirs[k]) for k in ours)
-    config = json.loads((tmp_path / "rank1" / "config.json").read_text())
+    # the header metadata transformers writes ({"format": "pt"}), which its loaders check
+    with safe_open(tmp_path / "rank1" / "nested" / "model.safetensors", "pt") as a, \
+            safe_open(tmp_path / "rank0" / "model.safetensors", "pt") as b:
+        assert a.metadata() == b.metadata() == {"format": "pt"}
+    config = json.loads((tmp_path / "rank1" / "nested" / "config.json").read_text())
     assert config["architectures"] == ["LlamaForCausalLM"] and config["dtype"] == "float32"
-    loaded = AutoModelForCausalLM.from_pretrained(tmp_path / "rank1")
+    loaded = AutoModelForCausalLM.from_pretrained(tmp_path / "rank1" / "nested")
+    # a folder that exists already (a cache entry rebuilt) is written into
+    write_pretrained(model, tmp_path / "rank1" / "nested")
+    assert load_file(tmp_path / "rank1" / "nested" / "model.safetensors").keys() == ours.keys()
     assert all(torch.equal(a, b) for a, b in zip(loaded.state_dict().values(), model.state_dict().values(), strict=True))
+
+
+class Buffers(torch.nn.Module):
+    """A non-persistent cache registered before a persistent integer counter, which a submodule also holds."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(2, 2)
+        self.register_buffer("cache", torch.zeros(2), persistent=False)
+        self.register_buffer("steps", torch.tensor([3]))
+        self.inner = torch.nn.Module()
+        self.inner.register_buffer("steps", self.steps)
+
+
+def test_the_full_state_dict_has_every_persistent_buffer_under_every_name_and_casts_only_floats():
+    model = Buffers()
+    state = full_state_dict(model, torch.bfloat16)
+    # what state_dict holds: the shared counter under both its names, the cache (after which it comes) left out
+    assert state.keys() == model.state_dict().keys() == {"linear.weight", "linear.bias", "steps", "inner.steps"}
+    assert state["steps"] is state["inner.steps"]
+    # an integer tensor keeps its dtype and value; the floating-point ones are cast
+    assert state["steps"].dtype == torch.int64 and state["steps"].tolist() == [3]
+    assert state["linear.weight"].dtype == torch.bfloat16
+
+
+def test_the_full_state_dict_copies_to_host_memory_only_where_it_is_kept():
+    with torch.device("meta"):
+        model = torch.nn.Linear(2, 2)
+    # a tensor on the meta device has no data to copy to the host: a rank that keeps the state tries to
+    with pytest.raises(NotImplementedError, match="meta tensor"):
+        full_state_dict(model)
+    # a rank that does not keep it takes part in the gathering and never copies
+    assert full_state_dict(model, keep=False) == {}
+
+
+def test_a_sharded_parameter_is_gathered_into_a_plain_whole_tensor():
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.tensor import DTensor, Shard, distribute_tensor
+
+    # a one-rank gloo group: a DTensor sharded over it is a whole tensor behind DTensor's interface
+    dist.init_process_group("gloo", rank=0, world_size=1, store=dist.HashStore())
+    try:
+        linear = torch.nn.Linear(4, 2)
+        plain = linear.weight.detach().clone()
+        linear.weight = torch.nn.Parameter(distribute_tensor(plain, DeviceMesh("cpu", [0]), [Shard(0)]))
+        state = full_state_dict(linear)
+    finally:
+        dist.destroy_process_group()
+    assert not any(isinstance(v, DTensor) for v in state.values())
+    assert torch.equal(state["weight"], plain)

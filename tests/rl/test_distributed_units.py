@@ -168,3 +168,10 @@ def test_leaving_the_group_lets_an_in_process_vllm_engine_remove_its_own_groups_
     monkeypatch.setitem(sys.modules, "torch.distributed", _fake_torch_distributed(calls, initialized=False))
     distributed.close()
     assert calls == ["vllm", "torch"]
+
+
+def test_a_torch_built_without_distributed_has_no_group_to_leave(monkeypatch):
+    # torch built with USE_DISTRIBUTED=0: torch.distributed says it is unavailable and has no is_initialized
+    monkeypatch.setitem(sys.modules, "torch.distributed", types.SimpleNamespace(is_available=lambda: False))
+    monkeypatch.delitem(sys.modules, "vllm.distributed.parallel_state", raising=False)
+    distributed.close()
