@@ -145,6 +145,66 @@ def test_dotted_tool_names_are_shown_with_underscores_and_checked_against_the_do
     assert reply(entry, single_turn.possible_answer_calls(entry)).valid
 
 
+def test_the_possible_answer_passes_bfcl_evals_checker_on_every_passable_entry():
+    # the per-category stand-in for the costly engine run above: the oracle's calls, checked unexecuted
+    failing = {e.id for c in single_turn.AST_CATEGORIES for e in load_category(c)
+               if not single_turn.check_single_turn(e, single_turn.possible_answer_calls(e), True)[0]}
+    assert failing == UNPASSABLE
+
+
+def test_the_possible_answer_takes_the_first_acceptable_value_and_leaves_out_what_may_be_left_out():
+    def calls(category, entry_id):
+        entry = next(e for e in load_category(category) if e.id == entry_id)
+        return [(c.name, c.args, c.kwargs) for c in single_turn.possible_answer_calls(entry)]
+
+    # BFCL_v4_simple_python.json entry 200: fuel_efficiency ["", 25.0] is required by the doc, so given;
+    # efficiency_reduction [0, ""] is optional, so left out
+    assert calls("simple_python", "simple_python_200") == [
+        ("calculate_emissions", (), {"distance": 12000, "fuel_type": "gas", "fuel_efficiency": 25.0})]
+    # entry 17: formatted [true, ""] is required
+    assert calls("simple_python", "simple_python_17") == [("get_prime_factors", (), {"number": 450, "formatted": True})]
+    # live_simple_40-17-0: inside the body dict, the keys whose acceptable values hold "" are left out
+    assert calls("live_simple", "live_simple_40-17-0") == [("ThinQ_Connect", (), {"body": {
+        "airConJobMode": "AIR_CLEAN", "windStrength": "HIGH", "monitoringEnabled": True,
+        "airCleanOperationMode": "POWER_ON"}})]
+    # live_multiple_507-149-4 (unpassable): origin_airport is required but only "" is acceptable; the
+    # required argument is still given
+    (name, _, kwargs), = calls("live_multiple", "live_multiple_507-149-4")
+    assert name == "Flights_4_SearchOnewayFlight"
+    assert set(kwargs) == {"origin_airport", "destination_airport", "departure_date", "number_of_tickets"}
+    # a relevance entry has no possible answer: its first tool, called without arguments
+    relevant = data_file("BFCL_v4_live_relevance.json")[0]["function"][0]["name"].replace(".", "_")  # as shown
+    assert calls("live_relevance", "live_relevance_0-0-0") == [(relevant, (), {})]
+
+
+def test_a_possible_answer_needs_no_parameters_block_and_no_required_list():
+    from seal.env.benchmark import Entry
+
+    functions = [{"name": "now", "description": "the time"},  # a tool without parameters
+                 {"name": "find", "description": "search", "parameters": {"type": "dict", "properties": {
+                     "q": {"type": "string"}, "page": {"type": "integer"}, "filters": {"type": "dict"}}}}]
+    answers = [{"now": {}}, {"find": {"q": ["jazz"], "page": ["", 2],
+                                      "filters": [{"genre": ["bebop", "swing"], "year": ["", 1959], "label": "Blue Note"}]}}]
+    entry = Entry("hand_0", "simple_python", 0, [], {}, [], functions, kind="ast", answers=answers,
+                  benchmark="bfcl_single_turn")
+    # nothing is required, so every argument that may be left out is; a nested value given as itself stays
+    assert [(c.name, c.args, c.kwargs) for c in single_turn.possible_answer_calls(entry)] == [
+        ("now", (), {}), ("find", (), {"q": "jazz", "filters": {"genre": "bebop", "label": "Blue Note"}})]
+
+
+def test_the_oracle_writes_the_possible_answer_in_the_tool_format():
+    from seal.env.benchmarks.base import ORACLE_REPLY
+    from seal.policy.formats import ChatML, QwenXML
+
+    fmt, bench = QwenXML(ChatML()), BFCLSingleTurn()
+    entry = single("simple_python", 17)  # get_prime_factors(number=450, formatted=True)
+    assert entry.id == "simple_python_17"
+    assert bench.oracle_message(Episode(entry), entry, fmt) == (
+        '<tool_call>\n{"name": "get_prime_factors", "arguments": {"number": 450, "formatted": true}}\n</tool_call>')
+    irrelevant = single("irrelevance", 0)
+    assert bench.oracle_message(Episode(irrelevant), irrelevant, fmt) == ORACLE_REPLY
+
+
 # ------------------------------------------------------------------------------------------------ memory
 
 MEMORY_QUESTIONS = 155  # BFCL_v4_memory.json
@@ -557,6 +617,9 @@ def test_an_out_of_domain_verdict_is_one_checked_turn(tmp_path):
     assert verdict(entry, [[_step("Michael")], [_step("x", ToolCall("memory_retrieve"))]]).valid
     simple = load_category("simple_python")[0]
     assert verdict(simple, []).error_type == "ast_decoder:decoder_wrong_output_format"
+    over = verdict(simple, [[_step("", ToolCall("calculate_triangle_area", (), {"base": 10, "height": 5}))]],
+                   "context_overflow")
+    assert (over.id, over.valid, over.error_type, over.failed_turn) == (simple.id, False, CONTEXT_OVERFLOW, 0)
     failed = StepRecord("calculate_triangle_area(base=", [], [("calculate_triangle_area(base=", "syntax")])
     assert verdict(simple, [[failed]]).error_type == "ast_decoder:decoder_failed"
     right = _step("", ToolCall("calculate_triangle_area", (), {"base": 10, "height": 5}))
