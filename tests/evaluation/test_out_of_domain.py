@@ -275,6 +275,37 @@ def test_a_memory_question_is_asked_with_bfcls_memory_instructions_and_a_wrong_a
     assert right.verdict().valid
 
 
+def test_the_memory_oracle_files_every_answer_once_and_reads_its_own_back(tmp_path):
+    import ast
+
+    from seal.env.benchmarks.base import ORACLE_REPLY
+    from seal.env.executor import CallRecord
+    from seal.policy.formats import BFCLPython, ChatML
+
+    fmt, bench = BFCLPython(ChatML()), BFCLV4Memory()
+    entries = {e.id: e for e in load_category("memory_kv", tmp_path)}
+
+    def oracle(entry_id, turn=0, *observations):
+        steps = [StepRecord("", [CallRecord("call()", o)]) for o in observations]
+        return bench.oracle_message(SimpleNamespace(turn=turn, steps=[steps]), entries[entry_id], fmt)
+
+    # the possible-answer file's customer questions (ids memory_<n>-customer-<k>): key q_<k>, first answer
+    truth = [t for t in data_file("possible_answer/BFCL_v4_memory.json") if "-customer-" in t["id"]]
+    filed = ", ".join(f"archival_memory_add(key='q_{k}', value='q_{k}: {a}|')" for k, a in (
+        (t["id"].rsplit("-", 1)[1], t["ground_truth"][0]) for t in truth))
+    first = next(i for i in entries if "_prereq_" in i and i.endswith("-customer-0"))
+    assert oracle(first) == f"[{filed}]"
+    # once: not after its own calls, not in a later turn, not in the scenario's later conversations
+    later = next(i for i in entries if "_prereq_" in i and i.endswith("-customer-1"))
+    assert oracle(first, 0, "ok") == oracle(first, 1) == oracle(later) == ORACLE_REPLY
+    # a question reads its key back and answers with what the memory returned, else BFCL's "I do not know"
+    assert oracle("memory_kv_0-customer-0") == "[archival_memory_retrieve(key='q_0')]"
+    assert truth[0]["ground_truth"][0] == "Michael"
+    answer = lambda text: ast.literal_eval(text)["answer"]  # noqa: E731
+    assert answer(oracle("memory_kv_0-customer-0", 0, '"q_10: Anna| q_0: Michael|"')) == "Michael"
+    assert answer(oracle("memory_kv_0-customer-0", 0, '"q_10: Anna|"')) == "I do not know"
+
+
 def test_a_missing_encoder_stops_a_vector_run_with_one_sentence(tmp_path, capsys, monkeypatch):
     monkeypatch.delitem(sys.modules, "bfcl_eval.eval_checker.multi_turn_eval.func_source_code.memory_vector",
                         raising=False)
@@ -333,6 +364,34 @@ def test_a_wrong_web_search_answer_fails_and_a_dead_engine_is_an_observation(sea
     assert outcome.records[0].error == "backend_error" and "error" in outcome.observations[0]
     episode.step([], "{'answer': 'Zhang Yiming', 'context': ''}")
     assert episode.verdict().valid  # bfcl-eval checks only the final answer
+
+
+def test_the_web_search_oracle_searches_fetches_the_first_result_and_answers_only_from_the_page():
+    import ast
+
+    from seal.env.executor import CallRecord
+    from seal.policy.formats import BFCLPython, ChatML
+
+    entry = load_category("web_search_base", search_url="http://127.0.0.1:1/search")[0]
+    question = data_file("BFCL_v4_web_search.json")[0]["question"][0][0]["content"]
+    fmt, bench = BFCLPython(ChatML()), benchmark_of(entry)
+
+    def oracle(*observations):
+        steps = [StepRecord("", [CallRecord("call()", o)]) for o in observations]
+        return bench.oracle_message(SimpleNamespace(turns=entry.turns, steps=[steps]), entry, fmt)
+
+    def answer(text):  # BFCL's agentic reply layout: {'answer': ..., 'context': ...}
+        return ast.literal_eval(text)["answer"]
+
+    assert oracle() == f"[search_engine_query(keywords={question!r})]"
+    # bfcl-eval's search results: Python's rendering of a list of dicts; the first href is fetched
+    results = repr([{"title": "a", "href": "http://127.0.0.1:1/a", "body": "x"}, {"title": "b", "href": "http://b"}])
+    assert oracle(results) == "[fetch_url_content(url='http://127.0.0.1:1/a', mode='truncate')]"
+    # no result, or an engine's error: BFCL's words for an unknown answer
+    assert answer(oracle("[]")) == answer(oracle('{"error": "down"}')) == answer(oracle("not a list")) == "I do not know"
+    # the page (JSON text, its escapes read back) holds the answer in any case, or does not
+    assert answer(oracle(results, '{"content": "\\u005aHANG YIMING\\u2019s wealth"}')) == "Zhang Yiming"
+    assert answer(oracle(results, '{"content": "Zhong Shanshan"}')) == "I do not know"
 
 
 def test_web_search_without_a_key_or_an_engine_stops_with_one_sentence(tmp_path, capsys, monkeypatch):
@@ -561,6 +620,15 @@ def test_the_final_answer_is_the_last_message_without_a_call_as_bfcl_reads_it(tm
     official = agentic_checker("It is Bob.", ["Michael"])
     assert agentic.check_agentic(entry, [_step("It is Bob.")]) == (False, official["error_type"], official["error_message"])
     assert official["error_type"] == "agentic:answer_not_found"
+    # the scripted oracle answers in the layout BFCL's agentic system message asks for
+    import ast
+    import re
+
+    from bfcl_eval.constants.default_prompts import ADDITIONAL_SYSTEM_PROMPT_FOR_AGENTIC_RESPONSE_FORMAT as layout
+
+    said = ast.literal_eval(agentic.agentic_reply("Michael"))
+    assert list(said) == re.findall(r"'(\w+)': ", layout)[:2] == ["answer", "context"]
+    assert said["answer"] == "Michael" and said["context"]
 
 
 def test_single_turn_checks_give_bfcls_error_types_and_messages():

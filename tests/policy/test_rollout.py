@@ -300,6 +300,40 @@ def test_context_overflow_is_a_clean_failure(oracle_policy, short_entries):
     assert len(r.prompt_ids) + len(r.completion_ids) + 8 > n + 8
 
 
+def test_only_an_environment_piece_past_the_window_is_dropped(bench):
+    from seal.policy.rollout import Segment, _Run
+
+    def played(*pieces):
+        """A run with a 4-token prompt, then (ids, model?) pieces; model tokens carry logprob -1."""
+        run = _Run(0, next(iter(bench.values())), PLAIN, 20, 0, "turn")
+        run.prompt_ids = [1, 2, 3, 4]
+        run.segments.append(Segment("prompt", [1, 2, 3, 4], False))
+        for ids, model in pieces:
+            run.append("x", ids, model, [-1.0] * len(ids) if model else None)
+        return run
+
+    def state(run):
+        return run.ids, run.mask, run.logprobs, [s.ids for s in run.segments[1:]]
+
+    # 4 prompt + 2 model + 3 environment tokens = 9: over a window of 8, the environment's 3 go
+    run = played(([5, 6], True), ([7, 8, 9], False))
+    run.drop_overflow(8)
+    assert state(run) == ([5, 6], [1, 1], [-1.0, -1.0], [[5, 6]])
+    # within the window (9 <= 9) nothing goes, unless always (the release drops the last message anyway)
+    run = played(([5, 6], True), ([7, 8, 9], False))
+    run.drop_overflow(9)
+    assert state(run) == ([5, 6, 7, 8, 9], [1, 1, 0, 0, 0], [-1.0, -1.0, 0.0, 0.0, 0.0], [[5, 6], [7, 8, 9]])
+    run.drop_overflow(9, always=True)
+    assert state(run) == ([5, 6], [1, 1], [-1.0, -1.0], [[5, 6]])
+    # a model piece last, or the prompt alone, is never dropped
+    run = played(([5, 6], False), ([7, 8], True))
+    run.drop_overflow(1, always=True)
+    assert state(run) == ([5, 6, 7, 8], [0, 0, 1, 1], [0.0, 0.0, -1.0, -1.0], [[5, 6], [7, 8]])
+    run = played()
+    run.drop_overflow(1, always=True)
+    assert (state(run), [s.ids for s in run.segments]) == (([], [], [], []), [[1, 2, 3, 4]])
+
+
 def test_an_output_both_malformed_and_calling_a_held_out_tool_reads_the_parse_error(oracle_policy, bench):
     # miss_func_0 holds `sort` out until turn 3. The output runs cd, calls sort, then writes a malformed
     # block. The release's answer to the same text (its parser and env_handler run in a scratch folder):
