@@ -394,6 +394,20 @@ def test_the_web_search_oracle_searches_fetches_the_first_result_and_answers_onl
     assert answer(oracle(results, '{"content": "Zhong Shanshan"}')) == "I do not know"
 
 
+def test_out_of_domain_benchmarks_check_their_name_and_categories_like_every_benchmark():
+    from seal.errors import UserError
+
+    assert BFCLV4WebSearch().categories == ["web_search_base", "web_search_no_snippet"]
+    assert BFCLV4WebSearch(categories=["web_search_no_snippet"]).categories == ["web_search_no_snippet"]
+    with pytest.raises(UserError) as wrong:
+        BFCLV4WebSearch(categories=["web_search"])
+    assert str(wrong.value) == "benchmark.categories=['web_search']: choose among web_search_base, web_search_no_snippet"
+    for cls, other in ((BFCLV4WebSearch, "bfcl_v4_memory"), (BFCLV4Memory, "bfcl_v4_web_search")):
+        with pytest.raises(UserError) as wrong:
+            cls(name=other)
+        assert str(wrong.value) == f"benchmark.name={other}: this benchmark's class is registered as {cls.name}"
+
+
 def test_web_search_without_a_key_or_an_engine_stops_with_one_sentence(tmp_path, capsys, monkeypatch):
     monkeypatch.delenv("SERPAPI_API_KEY", raising=False)
     with pytest.raises(SystemExit) as stop:
@@ -620,7 +634,9 @@ def test_the_final_answer_is_the_last_message_without_a_call_as_bfcl_reads_it(tm
     official = agentic_checker("It is Bob.", ["Michael"])
     assert agentic.check_agentic(entry, [_step("It is Bob.")]) == (False, official["error_type"], official["error_message"])
     assert official["error_type"] == "agentic:answer_not_found"
-    # the scripted oracle answers in the layout BFCL's agentic system message asks for
+
+
+def test_the_oracles_final_answer_is_in_the_layout_bfcls_agentic_prompt_asks_for():
     import ast
     import re
 

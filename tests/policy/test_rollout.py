@@ -441,9 +441,11 @@ def test_for_backbone_builds_from_config(tiny_policy):
     eng = RolloutEngine.for_backbone(TinyRandomBackbone(), tiny_policy, budget("budget.step_limit=episode",
                                      "budget.rollout_memory_gb=0.5", "budget.rollout_memory_fraction=0.3"),
                                      tool_rendering="release")
-    assert (eng.format.tools, eng.step_limit) == ("release", "episode")
+    assert (eng.format.tools, eng.step_limit, eng.protocol) == ("release", "episode", BFCL)
     # 0.5 GiB of KV cache, in bytes, and the budget's share of free memory
     assert eng.generator.memory_bytes == 2**29 and eng.generator.memory_fraction == 0.3
+    eng = RolloutEngine.for_backbone(TinyRandomBackbone(), tiny_policy, budget(), protocol=RELEASE)
+    assert eng.protocol is RELEASE
     # the chat template is the tokenizer's (SmolLM2's ChatML), not the tool format's usual one (Llama 3)
     assert get_format("llama3_json").chat.name == "llama3"
     eng = RolloutEngine.for_backbone(TinyRandomBackbone(tool_format="llama3_json"), tiny_policy, budget())
