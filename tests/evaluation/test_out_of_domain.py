@@ -301,9 +301,9 @@ def test_the_memory_oracle_files_every_answer_once_and_reads_its_own_back(tmp_pa
     # a question reads its key back and answers with what the memory returned, else BFCL's "I do not know"
     assert oracle("memory_kv_0-customer-0") == "[archival_memory_retrieve(key='q_0')]"
     assert truth[0]["ground_truth"][0] == "Michael"
-    answer = lambda text: ast.literal_eval(text)["answer"]  # noqa: E731
-    assert answer(oracle("memory_kv_0-customer-0", 0, '"q_10: Anna| q_0: Michael|"')) == "Michael"
-    assert answer(oracle("memory_kv_0-customer-0", 0, '"q_10: Anna|"')) == "I do not know"
+    said = ast.literal_eval(oracle("memory_kv_0-customer-0", 0, '"q_10: Anna| q_0: Michael|"'))
+    assert said["answer"] == "Michael"
+    assert ast.literal_eval(oracle("memory_kv_0-customer-0", 0, '"q_10: Anna|"'))["answer"] == "I do not know"
 
 
 def test_a_missing_encoder_stops_a_vector_run_with_one_sentence(tmp_path, capsys, monkeypatch):
