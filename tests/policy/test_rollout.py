@@ -416,6 +416,45 @@ def test_a_model_outgrowing_the_window_is_a_clean_failure(tiny_policy, short_ent
     assert length <= n + 40 and (r.transcript[-1].model or length + 8 > n + 40)
 
 
+def test_an_episode_that_ends_before_its_first_turn_keeps_the_entrys_first_prompt(oracle_policy, bench, monkeypatch):
+    from seal.env.benchmarks.bfcl_v3 import BFCLV3
+
+    entry = bench["multi_turn_base_0"]  # its turns are of different lengths
+    eng = engine(oracle_policy, oracle=True)
+    (played,) = eng.play([entry], temperature=0.0)
+
+    def user_left(self, episode):  # a conversation whose user leaves before saying anything
+        episode.abort("user_left")
+
+    monkeypatch.setattr(BFCLV3, "turns", lambda self, entry, backends: [])
+    monkeypatch.setattr(BFCLV3, "next_messages", user_left)
+    (r,) = eng.play([entry], temperature=0.0)
+    assert (r.ended, r.completion_ids, r.num_model_tokens) == ("user_left", [], 0)
+    assert r.prompt_ids == played.prompt_ids and [s.ids for s in r.transcript] == [played.prompt_ids]
+
+
+def test_a_refusal_comes_first_then_the_interfaces_feedback_and_the_release_clips_both():
+    from types import SimpleNamespace
+
+    from seal.env.protocol import TRUNCATION_MARKER
+    from seal.policy.rollout import environment_answer
+
+    fmt = get_format("qwen_xml")
+    refused = SimpleNamespace(turn_over=False, error="[ERROR] refused", records=[])
+
+    def user_says(text):  # the release sends a refusal as a user message
+        return fmt.turn_opening([{"role": "user", "content": text}])
+
+    assert environment_answer(fmt, RELEASE, PLAIN, refused, "use <tool_call>", frozenset()) == user_says(
+        "[ERROR] refused\nuse <tool_call>")
+    assert environment_answer(fmt, RELEASE, PLAIN, refused, None, frozenset()) == user_says("[ERROR] refused")
+    # over the release's 4,096 tokens (here one a word) the message is cut and marked, its refusal kept
+    said = environment_answer(fmt, RELEASE, PLAIN, refused, " ".join(["hint"] * 5000), frozenset(),
+                              lambda text: len(text.split()))
+    assert TRUNCATION_MARKER in said
+    assert "[ERROR] refused\nhint hint" in said and said.count("hint") < 4096
+
+
 def test_prompt_tokens_is_the_prompt_length(oracle_policy, bench):
     eng = engine(oracle_policy, oracle=True)
     # the first turn's prompt, not the second's (base_0's turns are different lengths)
@@ -466,21 +505,21 @@ def test_for_backbone_hands_the_oracle_the_dtype_and_vllm_their_settings(tiny_po
     from seal.policy.oracle import OracleBackbone
     from tests.test_configs import compose_with
 
-    budget = Budget.from_config(compose_with("budget.rollout_memory_gb=1.5").budget)
-    # the oracle plays its script: no generator, whatever the budget's memory
-    oracle = OracleBackbone()
-    eng = RolloutEngine.for_backbone(oracle, oracle.load(), budget)
-    assert eng.oracle and eng.generator is None and eng.model is None
-    # activations and the KV cache in the policy's compute dtype, not the weights' float32
-    bf16 = dataclasses.replace(tiny_policy, compute_dtype=torch.bfloat16)
-    eng = RolloutEngine.for_backbone(TinyRandomBackbone(), bf16, budget)
-    assert not eng.oracle and eng.generator.compute_dtype == torch.bfloat16
-
     class Recorded:
         def __init__(self, model_path, **kw):
             self.args = dict(kw, model_path=model_path)
 
     monkeypatch.setattr(gv, "VLLMGenerator", Recorded)
+    budget = Budget.from_config(compose_with("budget.rollout_memory_gb=1.5").budget)
+    # the oracle plays its script: no generator, whatever the budget's memory
+    oracle = OracleBackbone()
+    eng = RolloutEngine.for_backbone(oracle, oracle.load(), budget)
+    assert eng.oracle and eng.generator is None and eng.model is None
+    # activations and the KV cache in the policy's compute dtype, not the weights' float32; not vLLM's
+    bf16 = dataclasses.replace(tiny_policy, compute_dtype=torch.bfloat16)
+    eng = RolloutEngine.for_backbone(TinyRandomBackbone(), bf16, budget)
+    assert not isinstance(eng.generator, Recorded)
+    assert not eng.oracle and eng.generator.compute_dtype == torch.bfloat16
     backbone = TinyRandomBackbone(generation="vllm", context_length=4096, dtype="bfloat16",
                                   vllm={"gpu_memory_utilization": 0.4, "enforce_eager": True})
     eng = RolloutEngine.for_backbone(backbone, tiny_policy, budget)
