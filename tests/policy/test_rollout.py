@@ -395,6 +395,12 @@ def test_the_release_stops_on_the_unclipped_context_at_the_limit_and_bfcl_past_i
     assert r.transcript[-1].model and r.completion_ids == output
     # one token more and the model writes its next output
     assert outputs(RELEASE, raw_length + m + 1)[1] >= 2
+    # the unclipped count adds up over the episode: after two floods the release stops at the limit
+    two = len(prompt) + 2 * (len(output) + len(raw))
+    eng = Scripted(oracle_policy, "qwen_xml", [PWD_CALL, PWD_CALL, "Done."], max_new_tokens=m, context_length=two + m,
+                   protocol=RELEASE)
+    (r,) = eng.play([entry], Flood(), temperature=0.0)
+    assert (r.ended, r.episode.model_steps) == ("context_overflow", 2)
     # BFCL shows the message whole (no newline before its end) and stops only when the next output could
     # pass the window: not at equality, one token later
     whole = oracle_policy.tokenizer("\n" + fmt.tool_results([Flood.FLOOD]), add_special_tokens=False)["input_ids"]
