@@ -411,6 +411,38 @@ def test_the_release_stops_on_the_unclipped_context_at_the_limit_and_bfcl_past_i
     assert (r.ended, steps) == ("context_overflow", 1)
 
 
+class FloodedHint(Flood):
+    """A training view whose recovery hint for a malformed output is the flood; tools it shows only when visible."""
+
+    def tool_response(self, record, visible):
+        return self.FLOOD if record.call.name in visible else "hidden"
+
+    def parse_error_feedback(self, failures, visible):
+        return self.FLOOD
+
+
+def test_the_release_counts_a_refusals_hint_and_a_visible_tools_answer_unclipped(oracle_policy, bench):
+    entry, m = bench["multi_turn_base_0"], 64
+    fmt = get_format("qwen_xml")
+    malformed = '<tool_call>\n{"name": "pwd", "arguments": {</tool_call>'
+    (probe,) = Scripted(oracle_policy, "qwen_xml", [malformed, PWD_CALL], max_new_tokens=m, protocol=RELEASE).play(
+        [entry], FloodedHint(), temperature=0.0)
+    error = probe.episode.steps[0][0].error
+    assert error.startswith("[ERROR]") and probe.transcript[2].text.endswith("... truncate ...<|im_end|>\n<|im_start|>assistant\n")
+    # the release counts the refusal with its hint whole (ChatML's "\n" closes the output first)
+    raw = oracle_policy.tokenizer("\n" + fmt.error_message(error + "\n" + Flood.FLOOD), add_special_tokens=False)["input_ids"]
+    limit = len(probe.transcript[0].ids) + len(probe.transcript[1].ids) + len(raw)
+    # pwd is visible in base_0's first turn: its flood is shown clipped and counted whole
+    flood = oracle_policy.tokenizer("\n" + fmt.tool_results([Flood.FLOOD], newline=True), add_special_tokens=False)["input_ids"]
+    assert probe.transcript[4].text.endswith("... truncate ...<|im_end|>\n<|im_start|>assistant\n")
+    two = limit + len(probe.transcript[3].ids) + len(flood)
+    for context, steps in ((limit + m, 1), (two + m, 2)):
+        eng = Scripted(oracle_policy, "qwen_xml", [malformed, PWD_CALL, "Done."], max_new_tokens=m,
+                       context_length=context, protocol=RELEASE)
+        (r,) = eng.play([entry], FloodedHint(), temperature=0.0)
+        assert (r.ended, r.episode.model_steps) == ("context_overflow", steps)
+
+
 @pytest.mark.costly
 def test_a_model_outgrowing_the_window_is_a_clean_failure(tiny_policy, short_entries):
     entry = short_entries[0]
