@@ -84,6 +84,9 @@ def test_the_docs_example_is_one_module_played_by_the_episode(echo):
     episode.step([], "It is red.")  # one reply ends the entry
     assert episode.next_turn() is None and episode.ended == "completed"
     assert (episode.verdict().valid, episode.verdict().error_type) == (False, "echo:wrong_colour")
+    # the example gives no message; its one turn expected an answer (not an abstention)
+    assert episode.verdict().error_message == ""
+    assert [(t.index, t.gold_empty, t.status) for t in episode.verdict().turns] == [(0, False, "echo:wrong_colour")]
 
 
 def test_task_eval_plays_and_scores_the_docs_example_with_the_scripted_oracle(echo, tmp_path):
@@ -120,6 +123,11 @@ def test_base_defaults_are_the_multi_turn_protocol():
     assert defaults.oracle_message(None, entry, None) is None and defaults.end(entry, None) is None
     assert defaults.select([entry] * 3, 2) == ([], [entry, entry]) and defaults.select([entry], None) == ([], [entry])
     assert defaults.prerequisite_groups([entry]) == {}
+    assert defaults.select([entry] * 3, 0) == ([], []) and defaults.select([entry], -1) == ([], [])
+    # a long-context entry's backends load bfcl-eval's long-context scenario (its file system says so)
+    long = BFCLV3().entries("long_context")[0]
+    assert defaults.backends(long).instances["GorillaFileSystem"].long_context is True
+    assert defaults.backends(entry).instances["GorillaFileSystem"].long_context is False
 
 
 def test_training_evaluates_only_registered_out_of_domain_benchmarks_with_a_config(echo):

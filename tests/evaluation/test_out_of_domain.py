@@ -145,6 +145,66 @@ def test_dotted_tool_names_are_shown_with_underscores_and_checked_against_the_do
     assert reply(entry, single_turn.possible_answer_calls(entry)).valid
 
 
+def test_the_possible_answer_passes_bfcl_evals_checker_on_every_passable_entry():
+    # the per-category stand-in for the costly engine run above: the oracle's calls, checked unexecuted
+    failing = {e.id for c in single_turn.AST_CATEGORIES for e in load_category(c)
+               if not single_turn.check_single_turn(e, single_turn.possible_answer_calls(e), True)[0]}
+    assert failing == UNPASSABLE
+
+
+def test_the_possible_answer_takes_the_first_acceptable_value_and_leaves_out_what_may_be_left_out():
+    def calls(category, entry_id):
+        entry = next(e for e in load_category(category) if e.id == entry_id)
+        return [(c.name, c.args, c.kwargs) for c in single_turn.possible_answer_calls(entry)]
+
+    # BFCL_v4_simple_python.json entry 200: fuel_efficiency ["", 25.0] is required by the doc, so given;
+    # efficiency_reduction [0, ""] is optional, so left out
+    assert calls("simple_python", "simple_python_200") == [
+        ("calculate_emissions", (), {"distance": 12000, "fuel_type": "gas", "fuel_efficiency": 25.0})]
+    # entry 17: formatted [true, ""] is required
+    assert calls("simple_python", "simple_python_17") == [("get_prime_factors", (), {"number": 450, "formatted": True})]
+    # live_simple_40-17-0: inside the body dict, the keys whose acceptable values hold "" are left out
+    assert calls("live_simple", "live_simple_40-17-0") == [("ThinQ_Connect", (), {"body": {
+        "airConJobMode": "AIR_CLEAN", "windStrength": "HIGH", "monitoringEnabled": True,
+        "airCleanOperationMode": "POWER_ON"}})]
+    # live_multiple_507-149-4 (unpassable): origin_airport is required but only "" is acceptable; the
+    # required argument is still given
+    (name, _, kwargs), = calls("live_multiple", "live_multiple_507-149-4")
+    assert name == "Flights_4_SearchOnewayFlight"
+    assert set(kwargs) == {"origin_airport", "destination_airport", "departure_date", "number_of_tickets"}
+    # a relevance entry has no possible answer: its first tool, called without arguments
+    relevant = data_file("BFCL_v4_live_relevance.json")[0]["function"][0]["name"].replace(".", "_")  # as shown
+    assert calls("live_relevance", "live_relevance_0-0-0") == [(relevant, (), {})]
+
+
+def test_a_possible_answer_needs_no_parameters_block_and_no_required_list():
+    from seal.env.benchmark import Entry
+
+    functions = [{"name": "now", "description": "the time"},  # a tool without parameters
+                 {"name": "find", "description": "search", "parameters": {"type": "dict", "properties": {
+                     "q": {"type": "string"}, "page": {"type": "integer"}, "filters": {"type": "dict"}}}}]
+    answers = [{"now": {}}, {"find": {"q": ["jazz"], "page": ["", 2],
+                                      "filters": [{"genre": ["bebop", "swing"], "year": ["", 1959], "label": "Blue Note"}]}}]
+    entry = Entry("hand_0", "simple_python", 0, [], {}, [], functions, kind="ast", answers=answers,
+                  benchmark="bfcl_single_turn")
+    # nothing is required, so every argument that may be left out is; a nested value given as itself stays
+    assert [(c.name, c.args, c.kwargs) for c in single_turn.possible_answer_calls(entry)] == [
+        ("now", (), {}), ("find", (), {"q": "jazz", "filters": {"genre": "bebop", "label": "Blue Note"}})]
+
+
+def test_the_oracle_writes_the_possible_answer_in_the_tool_format():
+    from seal.env.benchmarks.base import ORACLE_REPLY
+    from seal.policy.formats import ChatML, QwenXML
+
+    fmt, bench = QwenXML(ChatML()), BFCLSingleTurn()
+    entry = single("simple_python", 17)  # get_prime_factors(number=450, formatted=True)
+    assert entry.id == "simple_python_17"
+    assert bench.oracle_message(Episode(entry), entry, fmt) == (
+        '<tool_call>\n{"name": "get_prime_factors", "arguments": {"number": 450, "formatted": true}}\n</tool_call>')
+    irrelevant = single("irrelevance", 0)
+    assert bench.oracle_message(Episode(irrelevant), irrelevant, fmt) == ORACLE_REPLY
+
+
 # ------------------------------------------------------------------------------------------------ memory
 
 MEMORY_QUESTIONS = 155  # BFCL_v4_memory.json
@@ -215,6 +275,37 @@ def test_a_memory_question_is_asked_with_bfcls_memory_instructions_and_a_wrong_a
     assert right.verdict().valid
 
 
+def test_the_memory_oracle_files_every_answer_once_and_reads_its_own_back(tmp_path):
+    import ast
+
+    from seal.env.benchmarks.base import ORACLE_REPLY
+    from seal.env.executor import CallRecord
+    from seal.policy.formats import BFCLPython, ChatML
+
+    fmt, bench = BFCLPython(ChatML()), BFCLV4Memory()
+    entries = {e.id: e for e in load_category("memory_kv", tmp_path)}
+
+    def oracle(entry_id, turn=0, *observations):
+        steps = [StepRecord("", [CallRecord("call()", o)]) for o in observations]
+        return bench.oracle_message(SimpleNamespace(turn=turn, steps=[steps]), entries[entry_id], fmt)
+
+    # the possible-answer file's customer questions (ids memory_<n>-customer-<k>): key q_<k>, first answer
+    truth = [t for t in data_file("possible_answer/BFCL_v4_memory.json") if "-customer-" in t["id"]]
+    filed = ", ".join(f"archival_memory_add(key='q_{k}', value='q_{k}: {a}|')" for k, a in (
+        (t["id"].rsplit("-", 1)[1], t["ground_truth"][0]) for t in truth))
+    first = next(i for i in entries if "_prereq_" in i and i.endswith("-customer-0"))
+    assert oracle(first) == f"[{filed}]"
+    # once: not after its own calls, not in a later turn, not in the scenario's later conversations
+    later = next(i for i in entries if "_prereq_" in i and i.endswith("-customer-1"))
+    assert oracle(first, 0, "ok") == oracle(first, 1) == oracle(later) == ORACLE_REPLY
+    # a question reads its key back and answers with what the memory returned, else BFCL's "I do not know"
+    assert oracle("memory_kv_0-customer-0") == "[archival_memory_retrieve(key='q_0')]"
+    assert truth[0]["ground_truth"][0] == "Michael"
+    said = ast.literal_eval(oracle("memory_kv_0-customer-0", 0, '"q_10: Anna| q_0: Michael|"'))
+    assert said["answer"] == "Michael"
+    assert ast.literal_eval(oracle("memory_kv_0-customer-0", 0, '"q_10: Anna|"'))["answer"] == "I do not know"
+
+
 def test_a_missing_encoder_stops_a_vector_run_with_one_sentence(tmp_path, capsys, monkeypatch):
     monkeypatch.delitem(sys.modules, "bfcl_eval.eval_checker.multi_turn_eval.func_source_code.memory_vector",
                         raising=False)
@@ -273,6 +364,48 @@ def test_a_wrong_web_search_answer_fails_and_a_dead_engine_is_an_observation(sea
     assert outcome.records[0].error == "backend_error" and "error" in outcome.observations[0]
     episode.step([], "{'answer': 'Zhang Yiming', 'context': ''}")
     assert episode.verdict().valid  # bfcl-eval checks only the final answer
+
+
+def test_the_web_search_oracle_searches_fetches_the_first_result_and_answers_only_from_the_page():
+    import ast
+
+    from seal.env.executor import CallRecord
+    from seal.policy.formats import BFCLPython, ChatML
+
+    entry = load_category("web_search_base", search_url="http://127.0.0.1:1/search")[0]
+    question = data_file("BFCL_v4_web_search.json")[0]["question"][0][0]["content"]
+    fmt, bench = BFCLPython(ChatML()), benchmark_of(entry)
+
+    def oracle(*observations):
+        steps = [StepRecord("", [CallRecord("call()", o)]) for o in observations]
+        return bench.oracle_message(SimpleNamespace(turns=entry.turns, steps=[steps]), entry, fmt)
+
+    def answer(text):  # BFCL's agentic reply layout: {'answer': ..., 'context': ...}
+        return ast.literal_eval(text)["answer"]
+
+    assert oracle() == f"[search_engine_query(keywords={question!r})]"
+    # bfcl-eval's search results: Python's rendering of a list of dicts; the first href is fetched
+    results = repr([{"title": "a", "href": "http://127.0.0.1:1/a", "body": "x"}, {"title": "b", "href": "http://b"}])
+    assert oracle(results) == "[fetch_url_content(url='http://127.0.0.1:1/a', mode='truncate')]"
+    # no result, or an engine's error: BFCL's words for an unknown answer
+    assert answer(oracle("[]")) == answer(oracle('{"error": "down"}')) == answer(oracle("not a list")) == "I do not know"
+    # the page (JSON text, its escapes read back) holds the answer in any case, or does not
+    assert answer(oracle(results, '{"content": "\\u005aHANG YIMING\\u2019s wealth"}')) == "Zhang Yiming"
+    assert answer(oracle(results, '{"content": "Zhong Shanshan"}')) == "I do not know"
+
+
+def test_out_of_domain_benchmarks_check_their_name_and_categories_like_every_benchmark():
+    from seal.errors import UserError
+
+    assert BFCLV4WebSearch().categories == ["web_search_base", "web_search_no_snippet"]
+    assert BFCLV4WebSearch(categories=["web_search_no_snippet"]).categories == ["web_search_no_snippet"]
+    with pytest.raises(UserError) as wrong:
+        BFCLV4WebSearch(categories=["web_search"])
+    assert str(wrong.value) == "benchmark.categories=['web_search']: choose among web_search_base, web_search_no_snippet"
+    for cls, other in ((BFCLV4WebSearch, "bfcl_v4_memory"), (BFCLV4Memory, "bfcl_v4_web_search")):
+        with pytest.raises(UserError) as wrong:
+            cls(name=other)
+        assert str(wrong.value) == f"benchmark.name={other}: this benchmark's class is registered as {cls.name}"
 
 
 def test_web_search_without_a_key_or_an_engine_stops_with_one_sentence(tmp_path, capsys, monkeypatch):
@@ -503,6 +636,17 @@ def test_the_final_answer_is_the_last_message_without_a_call_as_bfcl_reads_it(tm
     assert official["error_type"] == "agentic:answer_not_found"
 
 
+def test_the_oracles_final_answer_is_in_the_layout_bfcls_agentic_prompt_asks_for():
+    import ast
+    import re
+
+    from bfcl_eval.constants.default_prompts import ADDITIONAL_SYSTEM_PROMPT_FOR_AGENTIC_RESPONSE_FORMAT as layout
+
+    said = ast.literal_eval(agentic.agentic_reply("Michael"))
+    assert list(said) == re.findall(r"'(\w+)': ", layout)[:2] == ["answer", "context"]
+    assert said["answer"] == "Michael" and said["context"]
+
+
 def test_single_turn_checks_give_bfcls_error_types_and_messages():
     from bfcl_eval.constants.enums import Language
 
@@ -557,6 +701,9 @@ def test_an_out_of_domain_verdict_is_one_checked_turn(tmp_path):
     assert verdict(entry, [[_step("Michael")], [_step("x", ToolCall("memory_retrieve"))]]).valid
     simple = load_category("simple_python")[0]
     assert verdict(simple, []).error_type == "ast_decoder:decoder_wrong_output_format"
+    over = verdict(simple, [[_step("", ToolCall("calculate_triangle_area", (), {"base": 10, "height": 5}))]],
+                   "context_overflow")
+    assert (over.id, over.valid, over.error_type, over.failed_turn) == (simple.id, False, CONTEXT_OVERFLOW, 0)
     failed = StepRecord("calculate_triangle_area(base=", [], [("calculate_triangle_area(base=", "syntax")])
     assert verdict(simple, [[failed]]).error_type == "ast_decoder:decoder_failed"
     right = _step("", ToolCall("calculate_triangle_area", (), {"base": 10, "height": 5}))

@@ -300,6 +300,40 @@ def test_context_overflow_is_a_clean_failure(oracle_policy, short_entries):
     assert len(r.prompt_ids) + len(r.completion_ids) + 8 > n + 8
 
 
+def test_only_an_environment_piece_past_the_window_is_dropped(bench):
+    from seal.policy.rollout import Segment, _Run
+
+    def played(*pieces):
+        """A run with a 4-token prompt, then (ids, model?) pieces; model tokens carry logprob -1."""
+        run = _Run(0, next(iter(bench.values())), PLAIN, 20, 0, "turn")
+        run.prompt_ids = [1, 2, 3, 4]
+        run.segments.append(Segment("prompt", [1, 2, 3, 4], False))
+        for ids, model in pieces:
+            run.append("x", ids, model, [-1.0] * len(ids) if model else None)
+        return run
+
+    def state(run):
+        return run.ids, run.mask, run.logprobs, [s.ids for s in run.segments[1:]]
+
+    # 4 prompt + 2 model + 3 environment tokens = 9: over a window of 8, the environment's 3 go
+    run = played(([5, 6], True), ([7, 8, 9], False))
+    run.drop_overflow(8)
+    assert state(run) == ([5, 6], [1, 1], [-1.0, -1.0], [[5, 6]])
+    # within the window (9 <= 9) nothing goes, unless always (the release drops the last message anyway)
+    run = played(([5, 6], True), ([7, 8, 9], False))
+    run.drop_overflow(9)
+    assert state(run) == ([5, 6, 7, 8, 9], [1, 1, 0, 0, 0], [-1.0, -1.0, 0.0, 0.0, 0.0], [[5, 6], [7, 8, 9]])
+    run.drop_overflow(9, always=True)
+    assert state(run) == ([5, 6], [1, 1], [-1.0, -1.0], [[5, 6]])
+    # a model piece last, or the prompt alone, is never dropped
+    run = played(([5, 6], False), ([7, 8], True))
+    run.drop_overflow(1, always=True)
+    assert state(run) == ([5, 6, 7, 8], [0, 0, 1, 1], [0.0, 0.0, -1.0, -1.0], [[5, 6], [7, 8]])
+    run = played()
+    run.drop_overflow(1, always=True)
+    assert (state(run), [s.ids for s in run.segments]) == (([], [], [], []), [[1, 2, 3, 4]])
+
+
 def test_an_output_both_malformed_and_calling_a_held_out_tool_reads_the_parse_error(oracle_policy, bench):
     # miss_func_0 holds `sort` out until turn 3. The output runs cd, calls sort, then writes a malformed
     # block. The release's answer to the same text (its parser and env_handler run in a scratch folder):
@@ -361,6 +395,12 @@ def test_the_release_stops_on_the_unclipped_context_at_the_limit_and_bfcl_past_i
     assert r.transcript[-1].model and r.completion_ids == output
     # one token more and the model writes its next output
     assert outputs(RELEASE, raw_length + m + 1)[1] >= 2
+    # the unclipped count adds up over the episode: after two floods the release stops at the limit
+    two = len(prompt) + 2 * (len(output) + len(raw))
+    eng = Scripted(oracle_policy, "qwen_xml", [PWD_CALL, PWD_CALL, "Done."], max_new_tokens=m, context_length=two + m,
+                   protocol=RELEASE)
+    (r,) = eng.play([entry], Flood(), temperature=0.0)
+    assert (r.ended, r.episode.model_steps) == ("context_overflow", 2)
     # BFCL shows the message whole (no newline before its end) and stops only when the next output could
     # pass the window: not at equality, one token later
     whole = oracle_policy.tokenizer("\n" + fmt.tool_results([Flood.FLOOD]), add_special_tokens=False)["input_ids"]
@@ -369,6 +409,38 @@ def test_the_release_stops_on_the_unclipped_context_at_the_limit_and_bfcl_past_i
     assert steps >= 2 and r.transcript[2].ids == whole
     r, steps = outputs(BFCL, bfcl_length + m - 1)
     assert (r.ended, steps) == ("context_overflow", 1)
+
+
+class FloodedHint(Flood):
+    """A training view whose recovery hint for a malformed output is the flood; tools it shows only when visible."""
+
+    def tool_response(self, record, visible):
+        return self.FLOOD if record.call.name in visible else "hidden"
+
+    def parse_error_feedback(self, failures, visible):
+        return self.FLOOD
+
+
+def test_the_release_counts_a_refusals_hint_and_a_visible_tools_answer_unclipped(oracle_policy, bench):
+    entry, m = bench["multi_turn_base_0"], 64
+    fmt = get_format("qwen_xml")
+    malformed = '<tool_call>\n{"name": "pwd", "arguments": {</tool_call>'
+    (probe,) = Scripted(oracle_policy, "qwen_xml", [malformed, PWD_CALL], max_new_tokens=m, protocol=RELEASE).play(
+        [entry], FloodedHint(), temperature=0.0)
+    error = probe.episode.steps[0][0].error
+    assert error.startswith("[ERROR]") and probe.transcript[2].text.endswith("... truncate ...<|im_end|>\n<|im_start|>assistant\n")
+    # the release counts the refusal with its hint whole (ChatML's "\n" closes the output first)
+    raw = oracle_policy.tokenizer("\n" + fmt.error_message(error + "\n" + Flood.FLOOD), add_special_tokens=False)["input_ids"]
+    limit = len(probe.transcript[0].ids) + len(probe.transcript[1].ids) + len(raw)
+    # pwd is visible in base_0's first turn: its flood is shown clipped and counted whole
+    flood = oracle_policy.tokenizer("\n" + fmt.tool_results([Flood.FLOOD], newline=True), add_special_tokens=False)["input_ids"]
+    assert probe.transcript[4].text.endswith("... truncate ...<|im_end|>\n<|im_start|>assistant\n")
+    two = limit + len(probe.transcript[3].ids) + len(flood)
+    for context, steps in ((limit + m, 1), (two + m, 2)):
+        eng = Scripted(oracle_policy, "qwen_xml", [malformed, PWD_CALL, "Done."], max_new_tokens=m,
+                       context_length=context, protocol=RELEASE)
+        (r,) = eng.play([entry], FloodedHint(), temperature=0.0)
+        assert (r.ended, r.episode.model_steps) == ("context_overflow", steps)
 
 
 @pytest.mark.costly
@@ -380,6 +452,45 @@ def test_a_model_outgrowing_the_window_is_a_clean_failure(tiny_policy, short_ent
     # it stopped before a message that could not fit; an environment reply past the window is dropped
     length = len(r.prompt_ids) + len(r.completion_ids)
     assert length <= n + 40 and (r.transcript[-1].model or length + 8 > n + 40)
+
+
+def test_an_episode_that_ends_before_its_first_turn_keeps_the_entrys_first_prompt(oracle_policy, bench, monkeypatch):
+    from seal.env.benchmarks.bfcl_v3 import BFCLV3
+
+    entry = bench["multi_turn_base_0"]  # its turns are of different lengths
+    eng = engine(oracle_policy, oracle=True)
+    (played,) = eng.play([entry], temperature=0.0)
+
+    def user_left(self, episode):  # a conversation whose user leaves before saying anything
+        episode.abort("user_left")
+
+    monkeypatch.setattr(BFCLV3, "turns", lambda self, entry, backends: [])
+    monkeypatch.setattr(BFCLV3, "next_messages", user_left)
+    (r,) = eng.play([entry], temperature=0.0)
+    assert (r.ended, r.completion_ids, r.num_model_tokens) == ("user_left", [], 0)
+    assert r.prompt_ids == played.prompt_ids and [s.ids for s in r.transcript] == [played.prompt_ids]
+
+
+def test_a_refusal_comes_first_then_the_interfaces_feedback_and_the_release_clips_both():
+    from types import SimpleNamespace
+
+    from seal.env.protocol import TRUNCATION_MARKER
+    from seal.policy.rollout import environment_answer
+
+    fmt = get_format("qwen_xml")
+    refused = SimpleNamespace(turn_over=False, error="[ERROR] refused", records=[])
+
+    def user_says(text):  # the release sends a refusal as a user message
+        return fmt.turn_opening([{"role": "user", "content": text}])
+
+    assert environment_answer(fmt, RELEASE, PLAIN, refused, "use <tool_call>", frozenset()) == user_says(
+        "[ERROR] refused\nuse <tool_call>")
+    assert environment_answer(fmt, RELEASE, PLAIN, refused, None, frozenset()) == user_says("[ERROR] refused")
+    # over the release's 4,096 tokens (here one a word) the message is cut and marked, its refusal kept
+    said = environment_answer(fmt, RELEASE, PLAIN, refused, " ".join(["hint"] * 5000), frozenset(),
+                              lambda text: len(text.split()))
+    assert TRUNCATION_MARKER in said
+    assert "[ERROR] refused\nhint hint" in said and said.count("hint") < 4096
 
 
 def test_prompt_tokens_is_the_prompt_length(oracle_policy, bench):
@@ -407,9 +518,11 @@ def test_for_backbone_builds_from_config(tiny_policy):
     eng = RolloutEngine.for_backbone(TinyRandomBackbone(), tiny_policy, budget("budget.step_limit=episode",
                                      "budget.rollout_memory_gb=0.5", "budget.rollout_memory_fraction=0.3"),
                                      tool_rendering="release")
-    assert (eng.format.tools, eng.step_limit) == ("release", "episode")
+    assert (eng.format.tools, eng.step_limit, eng.protocol) == ("release", "episode", BFCL)
     # 0.5 GiB of KV cache, in bytes, and the budget's share of free memory
     assert eng.generator.memory_bytes == 2**29 and eng.generator.memory_fraction == 0.3
+    eng = RolloutEngine.for_backbone(TinyRandomBackbone(), tiny_policy, budget(), protocol=RELEASE)
+    assert eng.protocol is RELEASE
     # the chat template is the tokenizer's (SmolLM2's ChatML), not the tool format's usual one (Llama 3)
     assert get_format("llama3_json").chat.name == "llama3"
     eng = RolloutEngine.for_backbone(TinyRandomBackbone(tool_format="llama3_json"), tiny_policy, budget())
@@ -430,21 +543,21 @@ def test_for_backbone_hands_the_oracle_the_dtype_and_vllm_their_settings(tiny_po
     from seal.policy.oracle import OracleBackbone
     from tests.test_configs import compose_with
 
-    budget = Budget.from_config(compose_with("budget.rollout_memory_gb=1.5").budget)
-    # the oracle plays its script: no generator, whatever the budget's memory
-    oracle = OracleBackbone()
-    eng = RolloutEngine.for_backbone(oracle, oracle.load(), budget)
-    assert eng.oracle and eng.generator is None and eng.model is None
-    # activations and the KV cache in the policy's compute dtype, not the weights' float32
-    bf16 = dataclasses.replace(tiny_policy, compute_dtype=torch.bfloat16)
-    eng = RolloutEngine.for_backbone(TinyRandomBackbone(), bf16, budget)
-    assert not eng.oracle and eng.generator.compute_dtype == torch.bfloat16
-
     class Recorded:
         def __init__(self, model_path, **kw):
             self.args = dict(kw, model_path=model_path)
 
     monkeypatch.setattr(gv, "VLLMGenerator", Recorded)
+    budget = Budget.from_config(compose_with("budget.rollout_memory_gb=1.5").budget)
+    # the oracle plays its script: no generator, whatever the budget's memory
+    oracle = OracleBackbone()
+    eng = RolloutEngine.for_backbone(oracle, oracle.load(), budget)
+    assert eng.oracle and eng.generator is None and eng.model is None
+    # activations and the KV cache in the policy's compute dtype, not the weights' float32; not vLLM's
+    bf16 = dataclasses.replace(tiny_policy, compute_dtype=torch.bfloat16)
+    eng = RolloutEngine.for_backbone(TinyRandomBackbone(), bf16, budget)
+    assert not isinstance(eng.generator, Recorded)
+    assert not eng.oracle and eng.generator.compute_dtype == torch.bfloat16
     backbone = TinyRandomBackbone(generation="vllm", context_length=4096, dtype="bfloat16",
                                   vllm={"gpu_memory_utilization": 0.4, "enforce_eager": True})
     eng = RolloutEngine.for_backbone(backbone, tiny_policy, budget)
