@@ -70,6 +70,17 @@ def test_scores_survivors_and_stale_equivalent_keys(tmp_path, capsys):
     assert "seal.m.x_f__mutmut_3 (its change is now" in out and "+    return a * 1" in out
     assert "x_f__mutmut_5" not in out and "seal.other" not in out  # right, and a module outside the run
 
+    # a listed mutant that timed out stays equivalent (a loaded machine times out equivalent mutants' tests too),
+    # as long as its change is the listed one
+    args = write(tmp_path / "t", {"seal.m.x_f__mutmut_1": 1, "seal.m.x_f__mutmut_5": 36},
+                 {"seal.m.x_f__mutmut_5": fp5})
+    assert mutation_report.main(args) == 0
+    assert "| seal/m.py | 2 | 1 | 1 | 100.0% |" in capsys.readouterr().out
+    args = write(tmp_path / "u", {"seal.m.x_f__mutmut_1": 1, "seal.m.x_f__mutmut_3": 36},
+                 {"seal.m.x_f__mutmut_3": fp5})
+    assert mutation_report.main(args) == 1
+    assert "seal.m.x_f__mutmut_3 (its change is now" in capsys.readouterr().out
+
     args = write(tmp_path / "c", codes, {"seal.m.x_f__mutmut_5": fp5})
     assert mutation_report.main(args) == 1  # mutant 3 survives: 1 killed of 2
     args = write(tmp_path / "d", {"seal.m.x_f__mutmut_1": 1, "seal.m.x_f__mutmut_5": 0},
