@@ -93,9 +93,30 @@ def vllm() -> None:
             ratio = f"{rates['vllm'] / rates['transformers']:9.2f}x" if name == "vllm" else ""
             print(f"{label:33} {temperature:11.1f} {name:>13} {seconds:8.1f} {tokens / seconds:12.1f} "
                   f"{60 * len(entries) / seconds:13.2f} {ratio:>10}")
+    reload_from_disk_or_memory(generator, policy.model)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2
     print(f"resident memory with both models and vLLM's KV cache loaded: {loaded_gib:.2f} GiB; peak of this "
           f"process (both engines' plays): {peak:.2f} GiB")
     print(f"load average (1, 5, 15 min) at the end: {', '.join(f'{x:.1f}' for x in os.getloadavg())} "
           "(other processes on this machine slow every figure)")
     generator.close()
+
+
+def reload_from_disk_or_memory(generator, model, repeats: int = 3) -> None:
+    """What a play before training costs on top of its generation once a level-2 sleep discarded the engine's
+    weights: reading the checkpoint from disk again (vLLM's reload_weights from its model path, what the engine
+    did before training until seal attached the loaded model), or taking the loaded model's weights from memory
+    (seal.tasks.train.generate_with_the_loaded_model; on a GPU under fsdp2 the fp32 masters in host memory)."""
+    timings = {}
+    for name, source in (("the checkpoint from disk", None), ("the loaded model in memory", model)):
+        seconds = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            generator._load(source)
+            seconds.append(time.perf_counter() - start)
+        timings[name] = min(seconds)
+    size = sum(p.numel() * p.element_size() for p in model.parameters()) / 2**20
+    print(f"\nweights into the engine before training (best of {repeats}; {size:.0f} MiB of fp32 weights, the "
+          "checkpoint file in the page cache):")
+    for name, seconds in timings.items():
+        print(f"  {name:28} {seconds:7.2f} s")

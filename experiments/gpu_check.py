@@ -6,6 +6,11 @@
     python -m experiments.gpu_check -- trainer.learning_rate=1e-5      # Hydra overrides for both runs
     python -m experiments.gpu_check --tiny                             # a tiny shape (automatic without CUDA)
     python -m experiments.gpu_check --processes 2                      # on a CPU: the same steps on two gloo ranks
+    python -m experiments.gpu_check --sharding fsdp2 --engine vllm     # one GPU, the 4-GPU node's FSDP2 path
+
+The disk the runs need (checkpoints, models, the built model) is printed first, and a disk too small is
+refused before anything is built; each run's timeout grows with what it loads and writes. On a node with more
+GPUs than --processes the runs see only the first --processes of them (CUDA_VISIBLE_DEVICES), which is printed.
 
 Steps, each timed:
   build       a randomly initialised model of the backbone's published shape (`arch` in
@@ -62,6 +67,15 @@ COMMON = ["logger.mode=disabled"]
 # the paper arm at the paper budget with only its sizes shrunk (conf/budget/paper_miniature.yaml): its rounds,
 # validation, out-of-domain and test evaluations, a checkpoint after every round (the last one kept)
 TRAIN = ["task=train", "experiment=seal", "budget=paper_miniature"]
+
+
+def train_overrides(processes: int, overrides: list[str]) -> list[str]:
+    """The train step's overrides for a launch of `processes` ranks: the miniature's round (2 prompts x 2
+    rollouts in 2 optimizer steps) splits over at most 2 ranks, so a larger node plays one prompt per rank in
+    each of its 2 rounds (prompts_per_round and train_entries grow with the ranks) unless the user sets them."""
+    sizes = [] if processes <= 2 else [f"budget.prompts_per_round={processes}", f"budget.train_entries={2 * processes}"]
+    mine = {o.split("=", 1)[0] for o in overrides}
+    return [*TRAIN, *(o for o in sizes if o.split("=", 1)[0] not in mine)]
 SHARDINGS = ("ddp", "fsdp2")
 ENGINES = ("transformers", "vllm")
 # concurrent episodes of the throughput step (the bench's largest)
@@ -91,24 +105,30 @@ class Step:
 
 # -- the model --------------------------------------------------------------------------------------
 
+def _compose(name: str, overrides: list[str], mine: list[str] | None = None) -> Any:
+    """The run config of backbone `name` with `overrides`, as run.py composes it; one sentence naming the user's
+    overrides (`mine`, default: all of them) if they do not apply."""
+    from hydra import compose, initialize_config_dir
+
+    try:
+        with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+            return compose(config_name="config", overrides=[f"backbone={name}", *overrides])
+    except Exception as exc:
+        raise UserError(f"the overrides {' '.join(overrides if mine is None else mine)} do not apply to backbone "
+                        f"{name}: {str(exc).strip().splitlines()[0]}") from exc
+
+
 def published_backbone(name: str, overrides: list[str]) -> dict[str, Any]:
     """conf/backbone/<name>.yaml composed with the `backbone.` overrides (dtype, context length, ...)."""
     with_arch = sorted(p.stem for p in (CONF / "backbone").glob("*.yaml") if _yaml(p).get("arch"))
     if name not in with_arch:
         raise UserError(f"--backbone {name}: choose a backbone with a published architecture "
                         f"(`arch` in conf/backbone/<name>.yaml): {', '.join(with_arch)}")
-    from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
     from seal.policy.backbones import check_names
 
-    mine = [o for o in overrides if o.startswith("backbone.")]
-    try:
-        with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-            cfg = compose(config_name="config", overrides=[f"backbone={name}", *mine])
-    except Exception as exc:
-        raise UserError(f"the overrides {' '.join(mine)} do not apply to backbone {name}: "
-                        f"{str(exc).strip().splitlines()[0]}") from exc
+    cfg = _compose(name, [o for o in overrides if o.startswith("backbone.")])
     bb = OmegaConf.to_container(cfg.backbone, resolve=True)
     check_names(bb["dtype"], bb["tool_format"], bb["generation"])
     return bb
@@ -276,35 +296,46 @@ class Launch:
         return [f"launch.sharding={self.sharding}", f"backbone.generation={self.engine}"]
 
 
-def run_command(args: list[str], launch: Launch, run_dir: Path, gpus: int) -> list[str]:
-    """`python run.py <args>` under the peak wrapper; with several processes, accelerate's launch of them
-    with the sharding's config (seal.tasks.launch.launch_command, as a SLURM job starts them), each rank
-    running run.py under the wrapper (`-m experiments.gpu_check --child run.py ...`)."""
+def run_command(args: list[str], launch: Launch, run_dir: Path, gpus: int, dtype: str) -> list[str]:
+    """`python run.py <args>` under the peak wrapper; with several processes, or one that shards (FSDP2 needs
+    a launch's process group), accelerate's launch of them with the sharding's config in the backbone's mixed
+    precision (seal.tasks.launch.launch_command, as a SLURM job starts them), each rank running run.py under
+    the wrapper (`-m experiments.gpu_check --child run.py ...`)."""
     run_py = str(ROOT / "run.py")
-    if launch.processes == 1:
+    if launch.processes == 1 and launch.sharding != "fsdp2":
         return [sys.executable, "-c", CHILD.format(root=str(ROOT)), run_py, *args, f"hydra.run.dir={run_dir}"]
     from seal.tasks.launch import launch_command
 
     command = launch_command(processes=launch.processes, sharding=launch.sharding, overrides=args, out_dir=run_dir,
-                             gpus=gpus)
+                             gpus=gpus, dtype=dtype)
     at = command.index(run_py)
     return [*command[:at], "--module", "experiments.gpu_check", "--child", *command[at:]]
 
 
+def visible_gpus(gpus: int, processes: int, env: dict[str, str]) -> str | None:
+    """CUDA_VISIBLE_DEVICES for the runs when the node has more GPUs than the launch has processes (the first
+    `processes` of them), so that each process sees only the GPUs it uses: a single training process that sees
+    several is refused (seal.rl.sharding.check_devices). None: leave the environment's choice as it is."""
+    if gpus <= processes or env.get("CUDA_VISIBLE_DEVICES") is not None:
+        return None
+    return ",".join(str(i) for i in range(processes))
+
+
 def run_step(name: str, overrides: list[str], out: Path, timeout: float,
-             launch: Launch = Launch()) -> tuple[int, Step, Path]:
+             launch: Launch = Launch(), dtype: str = "float32") -> tuple[int, Step, Path]:
     """`python run.py <overrides>` with hydra.run.dir=<out>/<name> on the launch's ranks; its console goes to
     <out>/logs/<name>.log. The step's peak is the largest any rank recorded."""
-    import torch
-
     log, peak_file = out / "logs" / f"{name}.log", out / "logs" / f"{name}.peak.json"
     log.parent.mkdir(parents=True, exist_ok=True)
     for old in log.parent.glob(f"{name}.peak.json*"):
         old.unlink()
-    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    command = run_command([*overrides, *launch.overrides()], launch, out / name, gpus)
+    gpus = _gpus()
+    command = run_command([*overrides, *launch.overrides()], launch, out / name, min(gpus, launch.processes), dtype)
     env = os.environ | {PEAK_ENV: str(peak_file), "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1",
                         "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    visible = visible_gpus(gpus, launch.processes, dict(os.environ))
+    if visible is not None:
+        env["CUDA_VISIBLE_DEVICES"] = visible
     print(f"step {name}: {' '.join(command[command.index(str(ROOT / 'run.py')):])}  ({launch.processes} "
           f"process(es); log: {log})", flush=True)
     started = time.perf_counter()
@@ -327,6 +358,12 @@ def _largest_peak(logs: Path, name: str) -> dict[str, Any]:
         return records[0]
     largest = max(records, key=lambda r: (r.get("cuda_max_allocated_gib", 0.0), r["max_rss_gib"]))
     return largest | {"ranks": records}
+
+
+def _gpus() -> int:
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
 def _first_line(text: str) -> str:
@@ -428,6 +465,66 @@ def _size_gib(path: Path) -> float:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) / GiB
 
 
+# -- disk and time ----------------------------------------------------------------------------------
+
+# what the plan assumes a node's disk sustains while loading and writing models and checkpoints (GiB/s): a
+# slow network file system's rate, so that a step's timeout catches a hang, not a slow disk
+DISK_GIB_PER_S = 0.2
+# a step's time beyond its disk traffic: imports, the model's build, the rounds themselves, vLLM's start
+BASE_STEP_S = 600
+
+
+@dataclass(frozen=True)
+class DiskPlan:
+    """What the preflight writes under --out, in bytes, and what its runs read."""
+
+    checkpoint: int
+    checkpoints: int
+    model: int
+    models: int
+    built: int
+    # what the sanity and train runs load from the built model, every rank its own copy
+    loaded: int
+
+    @property
+    def total(self) -> int:
+        return self.checkpoint * self.checkpoints + self.model * self.models + self.built
+
+    def step_timeout(self, engine_starts: int = 0) -> float:
+        """Seconds one run may take: BASE_STEP_S, each vLLM start's, and the disk traffic at DISK_GIB_PER_S."""
+        return BASE_STEP_S * (1 + engine_starts) + (self.total + self.loaded) / GiB / DISK_GIB_PER_S
+
+    def describe(self) -> str:
+        return (f"{self.total / GiB:.1f} GiB ({self.checkpoints} checkpoint(s) of {self.checkpoint / GiB:.1f} GiB at "
+                f"once, {self.models} model(s) of {self.model / GiB:.1f} GiB, the built model {self.built / GiB:.1f} GiB)")
+
+
+def disk_plan(name: str, bb: dict[str, Any], tiny: bool, overrides: list[str], processes: int) -> DiskPlan:
+    """The train step's checkpoints and models (seal.rl.checkpoint.run_disk_need, as the run itself refuses a disk
+    too small, but for the whole node: every rank's share of a sharded checkpoint lands on this disk), and the
+    built model, from the (tiny or published) architecture alone."""
+    from seal.budget import Budget
+    from seal.policy.memory import _BYTES, param_count
+    from seal.rl.checkpoint import run_disk_need
+
+    cfg = _compose(name, [*train_overrides(processes, overrides), *COMMON, *overrides], mine=overrides)
+    budget = Budget.from_config(cfg.budget, processes)
+    arch = bb["arch"] | (TINY_SHAPE if tiny else {})
+    need = run_disk_need(arch, cfg, budget, budget.train_entries, dtype=bb["dtype"])
+    model = param_count(arch) * _BYTES[bb["dtype"]]
+    return DiskPlan(checkpoint=need.checkpoint, checkpoints=need.at_once, model=need.model, models=need.models,
+                    built=model, loaded=2 * processes * model)
+
+
+def check_disk(plan: DiskPlan, out: Path) -> str:
+    """The disk line printed first; one sentence when --out's disk cannot hold what the runs write."""
+    free = shutil.disk_usage(out).free
+    line = f"the runs write up to {plan.describe()} under {out}; {free / GiB:.1f} GiB free there"
+    if plan.total > free:
+        raise UserError(f"{line}: free space, or choose a larger disk with --out, before the preflight starts")
+    return line
+
+
 # -- the preflight ----------------------------------------------------------------------------------
 
 def prepare_out(out: Path) -> None:
@@ -442,9 +539,9 @@ def prepare_out(out: Path) -> None:
 
 
 def preflight(backbone: str, out: Path, *, tiny: bool | None = None, overrides: list[str] | None = None,
-              keep: bool = False, step_timeout: float = 600, launch: Launch = Launch()) -> dict[str, Any]:
+              keep: bool = False, step_timeout: float | None = None, launch: Launch = Launch()) -> dict[str, Any]:
     """Every step; returns the figures (also written to <out>/gpu_check.json). Raises Failure at the first
-    failing step."""
+    failing step. step_timeout=None: DiskPlan.step_timeout, which grows with the model."""
     import torch
 
     started = time.perf_counter()
@@ -453,18 +550,32 @@ def preflight(backbone: str, out: Path, *, tiny: bool | None = None, overrides: 
     cuda = torch.cuda.is_available()
     tiny = (not cuda) if tiny is None else tiny
     bb = published_backbone(backbone, overrides)
+    disk = disk_plan(backbone, bb, tiny, overrides, launch.processes)
     out = out.resolve()
     prepare_out(out)
+    # what the runs will write, before anything is built
+    disk_line = check_disk(disk, out)
+    if step_timeout is None:
+        step_timeout = disk.step_timeout(engine_starts=launch.engine == "vllm")
+    gpus = _gpus()
+    visible = visible_gpus(gpus, launch.processes, dict(os.environ))
     print(f"gpu_check: {backbone} ({bb['arch']['model_type']}), {'a tiny shape' if tiny else 'its published shape'}, "
           f"randomly initialised, {bb['dtype']}, on {'CUDA' if cuda else 'no CUDA device: the CPU'}, "
           f"{launch.processes} process(es), {launch.sharding}, {launch.engine} rollouts; output in {out}", flush=True)
+    print(f"gpu_check: disk: {disk_line}; each run may take {step_timeout / 60:.0f} min (--step-timeout)", flush=True)
+    if visible is not None:
+        print(f"gpu_check: this node has {gpus} GPUs and the runs take {launch.processes}: they see "
+              f"CUDA_VISIBLE_DEVICES={visible}", flush=True)
     model, build = build_step(bb, tiny, out)
     model_args = [f"backbone={backbone}", f"backbone.local_path={model['path']}", f"backbone.name={backbone}-random",
                   f"backbone.params_b={model['parameters'] / 1e9:.6f}"]
 
-    rc, sanity, log = run_step("sanity", ["task=sanity", *model_args, *COMMON, *overrides], out, step_timeout, launch)
+    rc, sanity, log = run_step("sanity", ["task=sanity", *model_args, *COMMON, *overrides], out, step_timeout, launch,
+                               bb["dtype"])
     sanity.note = check_sanity(rc, out / "sanity", log, mechanics_only=tiny)
-    rc, train, log = run_step("train", [*TRAIN, *model_args, *COMMON, *overrides], out, step_timeout, launch)
+    rc, train, log = run_step("train", [*train_overrides(launch.processes, overrides), *model_args, *COMMON, *overrides],
+                              out, step_timeout, launch,
+                              bb["dtype"])
     plan, train.note = check_train(rc, out / "train", log, launch.processes)
     train.plan_gib = plan["total"]
     checkpoint = check_checkpoint(out / "train", launch.sharding)
@@ -481,6 +592,7 @@ def preflight(backbone: str, out: Path, *, tiny: bool | None = None, overrides: 
         "backbone": backbone, "tiny": tiny, "cuda": cuda, "dtype": bb["dtype"], "model": model,
         "vocab_size": model["vocab_size"], "published_vocab_size": bb["arch"]["vocab_size"], "plan_gib": plan,
         "launch": vars(launch), "checkpoint": str(checkpoint), "checkpoint_gib": size, "kept": keep,
+        "disk_plan_gib": disk.total / GiB, "step_timeout_s": step_timeout,
         "steps": [vars(s) for s in steps], "seconds": time.perf_counter() - started,
     }
     (out / "gpu_check.json").write_text(json.dumps(summary, indent=2))
@@ -499,8 +611,6 @@ def check_launch(launch: Launch, overrides: list[str]) -> None:
                         "with --out, the launch with --processes, --sharding and --engine")
     if launch.processes < 1:
         raise UserError(f"--processes {launch.processes}: give a number of processes (one per GPU), at least 1")
-    if launch.sharding == "fsdp2" and launch.processes < 2:
-        raise UserError("--sharding fsdp2 divides the model over several processes: give --processes 2 or more")
 
 
 def build_step(bb: dict[str, Any], tiny: bool, out: Path) -> tuple[dict[str, Any], Step]:
@@ -558,11 +668,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=None, help="output folder (default: outputs/gpu_check/<backbone>)")
     parser.add_argument("--tiny", action="store_true", help="the tiny shape even with CUDA (always without it)")
     parser.add_argument("--keep", action="store_true", help="keep the runs' checkpoints and final model")
-    parser.add_argument("--step-timeout", type=float, default=600, help="seconds one run may take")
+    parser.add_argument("--step-timeout", type=float, default=None,
+                        help="seconds one run may take (default: 10 min, more for larger models and vLLM)")
     parser.add_argument("--processes", type=int, default=1,
                         help="ranks of the sanity and train runs, one per GPU (on a CPU: gloo processes)")
     parser.add_argument("--sharding", choices=SHARDINGS, default=None,
-                        help="launch.sharding of the runs (default: fsdp2 with several processes, else ddp)")
+                        help="launch.sharding of the runs (default: fsdp2 with several processes, else ddp; "
+                             "fsdp2 on one process checks on one GPU what a node of several computes)")
     parser.add_argument("--engine", choices=ENGINES, default="transformers",
                         help="backbone.generation of the runs (vllm: the paper's, needs vLLM installed)")
     args = parser.parse_args(argv[:argv.index("--")] if "--" in argv else argv)

@@ -11,23 +11,31 @@ from seal.tasks import launch
 
 def test_the_command_names_the_shardings_launch_config_and_keeps_the_overrides(tmp_path):
     command = launch.launch_command(
-        processes=4, sharding="fsdp2", gpus=4, out_dir=tmp_path,
+        processes=4, sharding="fsdp2", gpus=4, out_dir=tmp_path, dtype="bfloat16",
         overrides=["backbone=qwen2.5-7b", "launch.processes=4", "hydra.run.dir=elsewhere", "seed=1"])
     config = launch.ROOT / "experiments" / "cluster" / "accelerate" / "fsdp2.yaml"
     assert command[:6] == [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(config),
                            "--num_processes"]
     assert command[6] == "4" and command[7] == "--main_process_port" and int(command[8]) > 0
+    assert command[9:11] == ["--mixed_precision", "bf16"]
     # the ranks run the same overrides in this job's directory, and never start ranks of their own
-    assert command[9:] == [str(launch.ROOT / "run.py"), "backbone=qwen2.5-7b", "seed=1", "launch.processes=null",
-                           f"hydra.run.dir={tmp_path}"]
-    # on a CPU (gloo ranks) the launch config's bf16 is turned off
-    cpu = launch.launch_command(processes=2, sharding="ddp", gpus=0, out_dir=tmp_path, overrides=[])
-    assert cpu[cpu.index("--mixed_precision") + 1] == "no" and cpu[4].endswith("accelerate/ddp.yaml")
+    assert command[11:] == [str(launch.ROOT / "run.py"), "backbone=qwen2.5-7b", "seed=1", "launch.processes=null",
+                            f"hydra.run.dir={tmp_path}"]
+
+
+@pytest.mark.parametrize("gpus", [0, 4])
+@pytest.mark.parametrize("dtype, precision", [("bfloat16", "bf16"), ("float32", "no")])
+def test_the_launch_takes_the_backbones_precision_on_gpus_and_on_gloo_ranks_alike(tmp_path, gpus, dtype, precision):
+    """The CPU's gloo ranks run the GPU launch unchanged: a bf16 backbone in bf16 mixed precision (FSDP2 runs it
+    on gloo), a float32 one without, whatever the launch config's own mixed_precision."""
+    command = launch.launch_command(processes=2, sharding="fsdp2", gpus=gpus, out_dir=tmp_path, overrides=[],
+                                    dtype=dtype)
+    assert command.count("--mixed_precision") == 1 and command[command.index("--mixed_precision") + 1] == precision
 
 
 def test_more_processes_than_the_jobs_gpus_are_refused(tmp_path):
     with pytest.raises(UserError, match=r"launch.processes=8 but this job has 4 GPU\(s\).*gpus_per_node=8"):
-        launch.launch_command(processes=8, sharding="ddp", gpus=4, out_dir=tmp_path, overrides=[])
+        launch.launch_command(processes=8, sharding="ddp", gpus=4, out_dir=tmp_path, overrides=[], dtype="bfloat16")
 
 
 @pytest.mark.parametrize("value", [0, -1, 2.5, "four", True])
@@ -56,12 +64,36 @@ def test_the_launch_configs_are_what_accelerate_reads(name, distributed_type):
 def test_a_single_process_job_and_the_ranks_themselves_do_not_relaunch(monkeypatch, tmp_path):
     from tests.test_configs import compose_with
 
+    monkeypatch.delenv("LOCAL_RANK", raising=False)
     cfg = compose_with("launch.processes=2")
     monkeypatch.setenv("WORLD_SIZE", "2")  # a rank of the launch
     assert launch.relaunch(cfg, tmp_path) is False
     monkeypatch.delenv("WORLD_SIZE")
     assert launch.relaunch(compose_with("launch.processes=null"), tmp_path) is False
+    assert launch.relaunch(compose_with("launch.processes=1", "launch.sharding=ddp"), tmp_path) is False
     assert launch.relaunch(compose_with("launch.processes=2", "task=replay"), tmp_path) is False
+    # the single rank of a launch (torchrun --nproc_per_node 1 sets LOCAL_RANK, not WORLD_SIZE > 1) stays itself
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    assert launch.relaunch(compose_with("launch.processes=1", "launch.sharding=fsdp2"), tmp_path) is False
+
+
+def test_one_fsdp2_process_is_launched_too_with_the_backbones_precision(monkeypatch, tmp_path):
+    """launch.processes=1 with fsdp2: FSDP2 needs a launch's process group, so the job starts its one rank with
+    accelerate and the fsdp2 launch config (what `gpu_check --sharding fsdp2` runs on one GPU)."""
+    from tests.test_configs import compose_with
+
+    monkeypatch.delenv("LOCAL_RANK", raising=False)
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    ran = []
+    monkeypatch.setattr(launch.subprocess, "call", lambda command, cwd: ran.append(command) or 0)
+    monkeypatch.setattr("hydra.core.hydra_config.HydraConfig.get",
+                        lambda: type("H", (), {"overrides": type("O", (), {"task": ["launch.processes=1"]})()})())
+    cfg = compose_with("launch.processes=1", "launch.sharding=fsdp2", "backbone=qwen2.5-3b")
+    assert launch.relaunch(cfg, tmp_path) is True
+    (command,) = ran
+    assert command[command.index("--num_processes") + 1] == "1"
+    assert command[command.index("--config_file") + 1].endswith("accelerate/fsdp2.yaml")
+    assert command[command.index("--mixed_precision") + 1] == "bf16"
 
 
 def test_the_paper_launch_is_the_authors_setup_in_one_preset():

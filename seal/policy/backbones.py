@@ -113,6 +113,19 @@ def _device():
     return device
 
 
+def host_available_bytes() -> int:
+    """Available host memory."""
+    try:
+        import psutil
+
+        return psutil.virtual_memory().available
+    except ImportError:  # pragma: no cover - psutil is pinned; /proc/meminfo as a fallback
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+        raise
+
+
 def available_memory_bytes() -> tuple[int, str]:
     """Memory the model would live in: free memory of this rank's GPU with CUDA, else available host memory."""
     import torch
@@ -120,15 +133,7 @@ def available_memory_bytes() -> tuple[int, str]:
     if torch.cuda.is_available():
         free, _ = torch.cuda.mem_get_info(_device())
         return free, "GPU"
-    try:
-        import psutil
-
-        return psutil.virtual_memory().available, "host"
-    except ImportError:  # pragma: no cover - psutil is pinned; /proc/meminfo as a fallback
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024, "host"
-        raise
+    return host_available_bytes(), "host"
 
 
 def device_total_bytes() -> int:
@@ -207,7 +212,8 @@ def check_training_fits(backbone: Any, *, episode_tokens: int, micro_batch: int,
     if need.total > available:
         parts = ", ".join(f"{name} {gib:.0f}" for name, gib in need.parts() if gib >= 0.5)
         launch = f"{world} rank(s) with {sharding}"
-        phase = "rollout" if need.rollout > need.training else "training"
+        phase = ("before-training" if need.before_training == need.total and need.before_training > need.resident
+                 + max(need.training, need.rollout) else "rollout" if need.rollout > need.training else "training")
         # the rollout phase's prefill grows with the episodes generated together, the training phase with the
         # micro-batch
         smaller = ("budget.batch_size" if phase == "rollout" and engine is None else "budget.micro_batch_size")
@@ -310,13 +316,18 @@ def param_dtype(dtype: str, *, training: bool, lora: bool) -> str:
     return "float32" if training and not lora and _BYTES_PER_PARAM[dtype] < 4 else dtype
 
 
-def _load_policy(path: Path, dtype: str, *, training: bool = False, lora: bool = False) -> Policy:
+def _load_policy(path: Path, dtype: str, *, training: bool = False, lora: bool = False, host: bool = False) -> Policy:
+    """The model on this rank's device, or in host memory (`host`) when it goes to the devices only as shards:
+    FSDP2 moves each rank's shard there, and the whole fp32 model never occupies a GPU. Policy.device is the
+    rank's device either way (where its generation runs)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     device = _device()
     tokenizer = _prepare_tokenizer(AutoTokenizer.from_pretrained(path))
     weights = param_dtype(dtype, training=training, lora=lora)
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=_torch_dtype(weights)).to(device)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=_torch_dtype(weights))
+    if not host:
+        model = model.to(device)
     model.eval()
     return Policy(model, tokenizer, device, compute_dtype=_torch_dtype(dtype))
 
@@ -438,12 +449,17 @@ class HFBackbone:
             return json.loads((path / "config.json").read_text())
         return self.arch
 
-    def load(self, training: bool = False) -> Policy:
-        """The model in this process's device; `training=True` keeps fp32 master weights (see above)."""
+    def load(self, training: bool = False, host: bool = False) -> Policy:
+        """The model in this process's device (in host memory with `host`, see _load_policy); `training=True`
+        keeps fp32 master weights (see above)."""
         # weights that cannot be had are named first; then, before any download, a model that cannot fit
         self.check_weights()
-        check_fits(self.name, self.params_b, param_dtype(self.dtype, training=training, lora=bool(self.lora)))
-        return _load_policy(Path(self.model_path()), self.dtype, training=training, lora=bool(self.lora))
+        dtype = param_dtype(self.dtype, training=training, lora=bool(self.lora))
+        if host:
+            check_fits(self.name, self.params_b, dtype, available=host_available_bytes())
+        else:
+            check_fits(self.name, self.params_b, dtype)
+        return _load_policy(Path(self.model_path()), self.dtype, training=training, lora=bool(self.lora), host=host)
 
     @property
     def base_model_id(self) -> str:
@@ -533,8 +549,8 @@ class TinyRandomBackbone:
         """Built from the embedded SmolLM2 tokenizer: that package must be installed."""
         embedded_model_dir()
 
-    def load(self, training: bool = False) -> Policy:
-        return _load_policy(Path(self.model_path()), self.dtype, training=training, lora=bool(self.lora))
+    def load(self, training: bool = False, host: bool = False) -> Policy:
+        return _load_policy(Path(self.model_path()), self.dtype, training=training, lora=bool(self.lora), host=host)
 
     def describe(self) -> str:
         s = self.shape

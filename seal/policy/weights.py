@@ -7,6 +7,20 @@ from pathlib import Path
 from typing import Any
 
 
+def whole(tensor: Any, dtype: Any = None) -> Any:
+    """A tensor's whole value, detached: an FSDP2 shard (a DTensor) is gathered from every rank (a collective),
+    after its local part is cast to `dtype` (None: its own), so that the gather moves and allocates the
+    receiver's dtype, not the fp32 masters'. A plain tensor is returned as it is (its reader casts it)."""
+    from torch.distributed.tensor import DTensor
+
+    tensor = tensor.detach()
+    if not isinstance(tensor, DTensor):
+        return tensor
+    if dtype is not None and tensor.is_floating_point():
+        tensor = tensor.to(dtype)
+    return tensor.full_tensor()
+
+
 def full_state_dict(model: Any, dtype: Any = None, *, keep: bool = True) -> dict[str, Any]:
     """The model's state dict as whole tensors in host memory, floating-point ones cast to `dtype` (None: their
     own). A sharded parameter is gathered, which is a collective: every rank calls this, in the same order, and
@@ -14,8 +28,6 @@ def full_state_dict(model: Any, dtype: Any = None, *, keep: bool = True) -> dict
     holds the copy). A tensor registered under several names (tied embeddings) is gathered once and shared by
     its names, as save_pretrained expects of ties: ties are found by the registered tensor itself, never by
     data_ptr(), which is 0 for every DTensor."""
-    from torch.distributed.tensor import DTensor
-
     wanted = model.state_dict().keys()  # persistent tensors only (no rotary caches)
     gathered: dict[int, Any] = {}
     state: dict[str, Any] = {}
@@ -23,10 +35,9 @@ def full_state_dict(model: Any, dtype: Any = None, *, keep: bool = True) -> dict
         if name not in wanted:
             continue
         if id(tensor) not in gathered:
-            whole = tensor.detach()
-            whole = whole.full_tensor() if isinstance(whole, DTensor) else whole
-            cast = dtype if dtype is not None and whole.is_floating_point() else whole.dtype
-            gathered[id(tensor)] = whole.to("cpu", cast) if keep else None
+            value = whole(tensor, dtype)
+            cast = dtype if dtype is not None and value.is_floating_point() else value.dtype
+            gathered[id(tensor)] = value.to("cpu", cast) if keep else None
         if keep:
             state[name] = gathered[id(tensor)]
     return state

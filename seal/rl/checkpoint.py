@@ -8,6 +8,7 @@ previous one intact, and a run whose checkpoints cannot fit its disk is refused 
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -106,25 +107,32 @@ def check_disk_space(need: DiskNeed, out_dir: Path, *, keep: int | None, dtype: 
     )
 
 
-def check_run_disk_space(backbone: Any, cfg: Any, budget: Any, out_dir: Path, num_train: int, shards: int = 1) -> None:
-    """check_disk_space for task=train, before the model is loaded: `num_train` bounds the train entries
-    (the rounds, hence the saves, cannot be more); models: final_model/, best_model/ when validating,
-    and every validated one with eval_all_checkpoints_on_test."""
+def run_disk_need(config: Any, cfg: Any, budget: Any, num_train: int, *, dtype: str, lora_params: int = 0,
+                  shards: int = 1) -> DiskNeed:
+    """disk_need of a task=train run of `cfg` on at most `num_train` train entries (the rounds, hence the saves,
+    cannot be more); models: final_model/, best_model/ when validating, and every validated one with
+    eval_all_checkpoints_on_test."""
     from seal.budget import validated_after
+
+    tr = cfg.trainer
+    rounds = budget.rounds_for(num_train)
+    saves = rounds // tr.save_every if tr.save_every else 0
+    validated = sum(validated_after(r, budget.val_every, rounds) for r in range(rounds))
+    models = 1 + min(validated, 1) + (validated if cfg.get("eval_all_checkpoints_on_test") else 0)
+    return disk_need(config, dtype=dtype, keep=tr.keep_checkpoints, saves=saves, models=models,
+                     lora_params=lora_params, shards=shards)
+
+
+def check_run_disk_space(backbone: Any, cfg: Any, budget: Any, out_dir: Path, num_train: int, shards: int = 1) -> None:
+    """check_disk_space for task=train (run_disk_need), before the model is loaded."""
     from seal.policy.backbones import adapter_params
 
     config = backbone.model_config()
     if not config:
         return  # an unknown architecture: nothing to estimate from
-    tr = cfg.trainer
-    lora_params = adapter_params(backbone, config)
-    rounds = budget.rounds_for(num_train)
-    saves = rounds // tr.save_every if tr.save_every else 0
-    validated = sum(validated_after(r, budget.val_every, rounds) for r in range(rounds))
-    models = 1 + min(validated, 1) + (validated if cfg.get("eval_all_checkpoints_on_test") else 0)
-    need = disk_need(config, dtype=backbone.dtype, keep=tr.keep_checkpoints, saves=saves, models=models,
-                     lora_params=lora_params, shards=shards)
-    check_disk_space(need, out_dir, keep=tr.keep_checkpoints, dtype=backbone.dtype)
+    need = run_disk_need(config, cfg, budget, num_train, dtype=backbone.dtype,
+                         lora_params=adapter_params(backbone, config), shards=shards)
+    check_disk_space(need, out_dir, keep=cfg.trainer.keep_checkpoints, dtype=backbone.dtype)
 
 
 def _existing(path: Path) -> Path:
@@ -139,12 +147,34 @@ def _bytes_under(folder: Path) -> int:
 
 # -- writing checkpoints --------------------------------------------------------------------------------
 
-# what the writers raise on a full disk: OSError (ENOSPC, EDQUOT) from Python's own writes, RuntimeError
-# from torch.save's zip writer ("PytorchStreamWriter failed writing file"), SafetensorError from safetensors
+# what the writers raise: OSError (ENOSPC, EDQUOT) from Python's own writes, RuntimeError from torch.save's zip
+# writer ("PytorchStreamWriter failed writing file"), CUDA ("out of memory"), NCCL or gloo (a peer gone, a
+# timeout), SafetensorError from safetensors, and torch.distributed.checkpoint's CheckpointException (a
+# BaseException naming every rank's failure)
 def _save_errors() -> tuple[type[BaseException], ...]:
     from safetensors import SafetensorError
+    from torch.distributed.checkpoint.api import CheckpointException
 
-    return (OSError, RuntimeError, SafetensorError)
+    return (OSError, RuntimeError, SafetensorError, CheckpointException)
+
+
+# errno values and messages of a disk that cannot take more
+_DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+_DISK_FULL_TEXTS = ("No space left on device", "Disk quota exceeded", "File too large",
+                    "PytorchStreamWriter failed writing file")
+
+
+def disk_full(error: BaseException | str) -> bool:
+    """Whether a save failed because its disk (or quota) is full: the errno of an OSError, else the message
+    (torch's writers and DCP's CheckpointException carry the OSError's text)."""
+    if isinstance(error, OSError) and error.errno in _DISK_FULL_ERRNOS:
+        return True
+    return any(text in str(error) for text in _DISK_FULL_TEXTS)
+
+
+def _summary(error: BaseException) -> str:
+    first = (str(error).strip().splitlines() or [""])[0][:200]
+    return f"{type(error).__name__}: {first}"
 
 
 def write_checkpoint(trainer: Any, save: Callable[[], None]) -> None:
@@ -152,33 +182,58 @@ def write_checkpoint(trainer: Any, save: Callable[[], None]) -> None:
 
     transformers deletes old checkpoints at the end of its save, before SealStateCallback marks the new
     one complete: with keep_checkpoints=1, a kill in between would leave no complete checkpoint. So the
-    rotation waits for the marker (SealStateCallback.on_save). A save that raises leaves the previous
-    complete checkpoint as it was, removes its own partial folder (its space is freed) and stops the run."""
+    rotation waits for the marker (SealStateCallback.on_save). A save that raises on any rank stops the run on
+    every rank: the ranks first agree on who failed and why (a collective every rank reaches, failed or not),
+    then the main rank alone removes the partial folder (its space is freed; the others may have been writing
+    their part of it until then), and the previous complete checkpoint stays as it was."""
     args = trainer.args
     folder = Path(args.output_dir) / f"checkpoint-{trainer.state.global_step}"
     limit, args.save_total_limit = args.save_total_limit, None
+    error = None
     try:
         save()
     except _save_errors() as exc:
-        raise failed_save(folder, exc) from exc
+        error = exc
+        _save_log.warning("writing %s failed", folder, exc_info=exc)
     finally:
         args.save_total_limit = limit
+    failures = _agree_on_failures(trainer, error)
+    if failures:
+        raise failed_save(folder, failures, full=any(disk_full(f) for f in failures.values()),
+                          remove=trainer.accelerator.is_main_process, ranks=trainer.accelerator.num_processes)
 
 
-def failed_save(folder: Path, exc: BaseException) -> UserError:
-    """The one sentence for a checkpoint that could not be written, once its partial folder is removed."""
-    _save_log.warning("writing %s failed", folder, exc_info=exc)
+def _agree_on_failures(trainer: Any, error: BaseException | None) -> dict[int, str]:
+    """{rank: "Type: first line"} of the ranks whose save raised, the same on every rank."""
+    mine = None if error is None else _summary(error)
+    accelerator = trainer.accelerator
+    if accelerator.num_processes == 1:
+        return {} if mine is None else {0: mine}
+    from accelerate.utils import gather_object
+
+    return {rank: text for rank, text in enumerate(gather_object([mine])) if text is not None}
+
+
+def failed_save(folder: Path, failures: dict[int, str], *, full: bool, remove: bool = True, ranks: int = 1) -> UserError:
+    """The one sentence for a checkpoint that could not be written (`failures`: {rank: "Type: first line"}),
+    once its partial folder is removed (by the rank that `remove`s it). A full disk is named as one, with the
+    room left; anything else (CUDA out of memory, a collective that failed) is named as what it is."""
     free = shutil.disk_usage(_existing(folder)).free
-    shutil.rmtree(folder, ignore_errors=True)
+    if remove:
+        shutil.rmtree(folder, ignore_errors=True)
     previous = latest_complete_checkpoint(folder.parent)
     kept = (f"{previous.name} is intact and the same command resumes from it" if previous is not None
             else "no earlier checkpoint exists, so the same command starts the training over")
-    first_line = (str(exc).strip().splitlines() or [""])[0][:200]
-    return UserError(
-        f"writing {folder} failed ({type(exc).__name__}: {first_line}) with {free / GiB:.1f} GiB free on its disk; "
-        f"{kept} once there is room (free space, lower trainer.keep_checkpoints, or set trainer.save_every=null "
-        f"to write no periodic checkpoints)"
-    )
+    where = "" if ranks == 1 else f" on rank{'s' if len(failures) > 1 else ''} {', '.join(map(str, sorted(failures)))}"
+    what = failures[min(failures)]
+    if full:
+        return UserError(
+            f"writing {folder} failed{where} ({what}) with {free / GiB:.1f} GiB free on its disk; {kept} once there "
+            f"is room (free space, lower trainer.keep_checkpoints, or set trainer.save_every=null to write no "
+            f"periodic checkpoints)"
+        )
+    return UserError(f"writing {folder} failed{where} ({what}), which is not a full disk; {kept} once the cause is "
+                     "fixed (its traceback is in run.log)")
 
 
 def rotate_checkpoints(directory: Path, keep: int | None) -> None:
@@ -308,6 +363,7 @@ class SealStateCallback(TrainerCallback):
                 tmp.write_text(json.dumps(self.coevolution.state_dict()))
                 os.replace(tmp, folder / SEAL_STATE)
             except OSError as exc:
-                raise failed_save(folder, exc) from exc
+                _save_log.warning("writing %s failed", folder, exc_info=exc)
+                raise failed_save(folder, {0: _summary(exc)}, full=disk_full(exc)) from exc
             rotate_checkpoints(folder.parent, args.save_total_limit)
         return control

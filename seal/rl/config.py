@@ -49,7 +49,7 @@ def grpo_config(cfg: DictConfig, budget: Budget, out_dir: Path, num_train: int, 
     launch's sharding (seal.rl.sharding)."""
     from trl import GRPOConfig
 
-    from seal.rl.sharding import grpo_arguments
+    from seal.rl.sharding import grpo_arguments, mixed_precision, plugin_arguments
 
     check_hardware(cfg)
     tr = cfg.trainer
@@ -63,7 +63,7 @@ def grpo_config(cfg: DictConfig, budget: Budget, out_dir: Path, num_train: int, 
     if compute_dtype == "float16" and not cuda:
         raise UserError("backbone.dtype=float16 needs a CUDA GPU; use bfloat16 or float32 on a CPU")
     rounds = budget.rounds_for(num_train)
-    return GRPOConfig(
+    args = GRPOConfig(
         output_dir=str(out_dir / "checkpoints"),
         per_device_train_batch_size=plan.micro_batch,
         gradient_accumulation_steps=plan.accumulation,
@@ -121,3 +121,9 @@ def grpo_config(cfg: DictConfig, budget: Budget, out_dir: Path, num_train: int, 
         mask_truncated_completions=False,  # pragma: no mutate (TRL's default, kept explicit)
         **grpo_arguments(sharding),
     )
+    # the backbone's dtype decides the mixed precision, not the launch: transformers takes an accelerate launch
+    # config's (ACCELERATE_MIXED_PRECISION) unless bf16 or fp16 is set, so a float32 backbone launched with the
+    # paper's bf16 config would otherwise train under bf16 autocast
+    args.mixed_precision = mixed_precision(compute_dtype)
+    plugin_arguments(args, compute_dtype)
+    return args

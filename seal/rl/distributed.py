@@ -48,6 +48,18 @@ class Dist:
         return list(items[self.rank :: self.world])
 
 
+def local_world(dist: Dist) -> int:
+    """Processes of this run on this node."""
+    return int(os.environ.get("LOCAL_WORLD_SIZE", dist.world))
+
+
+def cuda_devices() -> int:
+    """The GPUs this process sees (0 without CUDA)."""
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
 def collective_timeout(minutes: Any) -> timedelta:
     """launch.timeout_minutes as the process group's timeout, with one sentence for a value that is not one."""
     number = isinstance(minutes, (int, float)) and not isinstance(minutes, bool)
@@ -58,12 +70,13 @@ def collective_timeout(minutes: Any) -> timedelta:
                     "for the others in a collective (e.g. 120)")
 
 
-def current(timeout_minutes: Any) -> Dist:
-    """The process group of this launch (initialised here when a launcher started several ranks), whose
-    collectives fail after `timeout_minutes` (launch.timeout_minutes) of waiting."""
+def current(timeout_minutes: Any, *, sharded: bool = False) -> Dist:
+    """The process group of this launch (initialised here when a launcher started several ranks, or one rank
+    that shards its model: `sharded`, FSDP2 needs a group whatever its size), whose collectives fail after
+    `timeout_minutes` (launch.timeout_minutes) of waiting."""
     timeout = collective_timeout(timeout_minutes)
     world = int(os.environ.get("WORLD_SIZE", "1"))
-    if world == 1:
+    if world == 1 and not (sharded and os.environ.get("LOCAL_RANK") is not None):
         return Dist()
     import torch
     from accelerate import PartialState

@@ -12,9 +12,14 @@ checkpoints (each rank writes its own part). What the project adds around it:
   refreshed from the shards at the start of every play (generating with the sharded model would need
   every rank to run the same number of forward passes, and the ranks' episodes differ in length);
 - the final model gathered into one full state dict in the backbone's dtype;
-- on a CPU (two gloo processes, the tests' stand-in for GPUs), accelerate 1.15 turns an FSDP plugin into
+- the authors' precision (their FSDP workers: bf16 parameters, fp32 gradient reduction, no output cast):
+  accelerate's own policy for a bf16 launch would also reduce gradients in bf16 and cast every forward's
+  output (TRL's fp32 log-probs of the policy, the old policy and the reference) to bf16, which leaves the
+  k3 KL of nearby policies mostly exact zeros; and a gradient reduction after every micro-batch, so that
+  the fp32 reduction never keeps a full-size unsharded gradient on a rank between micro-batches;
+- on a CPU (gloo processes, the tests' stand-in for GPUs), accelerate 1.15 turns an FSDP plugin into
   plain data parallelism; `shard_on_gloo` restores the FSDP2 path there, so the same accelerate code
-  (fully_shard, the sharded save and load, the full state dict) runs on the CPU.
+  (fully_shard in bf16, the sharded save and load, the full state dict) runs on the CPU.
 """
 
 from __future__ import annotations
@@ -43,8 +48,21 @@ def launched_sharding() -> str | None:
     return "fsdp2"
 
 
+def under_a_launcher() -> bool:
+    """Whether a launcher (torchrun, accelerate launch) started this process, even as its only rank: FSDP2
+    needs the process group such a launch provides."""
+    return os.environ.get("LOCAL_RANK") is not None
+
+
+def requested(value: str) -> str | None:
+    """What `launch.sharding` asks for before the ranks are counted (auto: the accelerate launch's, if any)."""
+    return launched_sharding() if value == "auto" else value
+
+
 def resolve(requested: str, world: int) -> str:
-    """The run's sharding: `launch.sharding` checked against the launch and the number of ranks."""
+    """The run's sharding: `launch.sharding` checked against the launch and the number of ranks. FSDP2 runs
+    on any number of ranks, one included (the same arithmetic as the paper's 4-GPU node, on one GPU), as long
+    as a launcher started the process."""
     if requested not in CHOICES:
         raise UserError(f"launch.sharding={requested!r}: choose one of {', '.join(CHOICES)}")
     launched = launched_sharding()
@@ -55,21 +73,30 @@ def resolve(requested: str, world: int) -> str:
             f"launch.sharding={requested} but the accelerate launch config asks for {launched}: launch with "
             f"experiments/cluster/accelerate/{requested}.yaml, or drop the override (launch.sharding=auto)"
         )
-    if requested == "fsdp2" and world < 2:
+    if requested == "fsdp2" and world < 2 and not under_a_launcher():
         raise UserError(
-            "launch.sharding=fsdp2 divides the model over several ranks, and this is a single process: launch "
-            "`accelerate launch --config_file experiments/cluster/accelerate/fsdp2.yaml --num_processes <GPUs> "
-            "run.py ...`, or use launch.sharding=ddp on one GPU"
+            "launch.sharding=fsdp2 runs its ranks under a launcher, and this process was started without one: "
+            "add launch.processes=<GPUs> (1 for one GPU), or launch `accelerate launch --config_file "
+            "experiments/cluster/accelerate/fsdp2.yaml --num_processes <GPUs> run.py ...`, or use launch.sharding=ddp"
         )
     return requested
 
 
 def check_devices(world_on_node: int, cuda_devices: int) -> None:
-    """Every rank of a node needs a GPU of its own (rank i uses cuda:i)."""
+    """Every rank of a node needs a GPU of its own (rank i uses cuda:i), and a training process of its own
+    for every GPU it sees: a single process that sees several GPUs is refused before anything loads, since
+    transformers would count them all (n_gpu) and TRL's trainer then refuses to spread one process over them
+    (DataParallel), after the whole evaluation before training."""
     if cuda_devices and world_on_node > cuda_devices:
         raise UserError(
             f"{world_on_node} ranks were launched on this node but it has {cuda_devices} GPU(s): set the launch "
             f"config's num_processes (or --nproc_per_node) to {cuda_devices}"
+        )
+    if world_on_node == 1 and cuda_devices > 1 and not under_a_launcher():
+        raise UserError(
+            f"this single training process sees {cuda_devices} GPUs, and TRL's trainer takes one GPU per process: "
+            f"start one process per GPU (launch.processes={cuda_devices}, or launch=paper), or show it one GPU "
+            "(CUDA_VISIBLE_DEVICES=0 python run.py ...)"
         )
 
 
@@ -98,8 +125,33 @@ def check_checkpoint(checkpoint: Any, sharding: str) -> None:
         )
 
 
+# accelerate's names of the mixed precision a launch asks for, by the backbone's compute dtype
+MIXED_PRECISION = {"bfloat16": "bf16", "float16": "fp16", "float32": "no"}
+
+
+def mixed_precision(compute_dtype: str) -> str:
+    """accelerate's `mixed_precision` for a backbone's compute dtype: the backbone decides, never the launch
+    config (whose bf16 is the paper backbones')."""
+    if compute_dtype not in MIXED_PRECISION:
+        raise ValueError(f"compute dtype {compute_dtype!r}: choose one of {', '.join(MIXED_PRECISION)}")
+    return MIXED_PRECISION[compute_dtype]
+
+
+def mixed_precision_policy(compute_dtype: str) -> Any:
+    """FSDP2's policy, as the authors' FSDP workers set it: parameters gathered in the compute dtype, gradients
+    reduced in fp32, and every forward's output in fp32 (TRL's log-probs are computed in fp32 by its fused LM
+    head; accelerate's default casts them to the compute dtype). Buffers are not FSDP2's to cast: they stay
+    in the dtype the model was loaded in (fp32 masters)."""
+    import torch
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
+    return MixedPrecisionPolicy(param_dtype=getattr(torch, compute_dtype), reduce_dtype=torch.float32,
+                                output_dtype=torch.float32)
+
+
 def grpo_arguments(sharding: str) -> dict[str, Any]:
-    """transformers' TrainingArguments for the sharding (nothing for ddp, accelerate's default)."""
+    """transformers' TrainingArguments for the sharding (nothing for ddp, accelerate's default). The mixed
+    precision policy is not a TrainingArguments value: `plugin_arguments` adds it to what transformers builds."""
     if sharding not in SHARDINGS:
         raise ValueError(f"sharding {sharding!r}: choose one of {', '.join(SHARDINGS)}")
     if sharding == "ddp":
@@ -115,7 +167,17 @@ def grpo_arguments(sharding: str) -> dict[str, Any]:
             "state_dict_type": "SHARDED_STATE_DICT",
             "cpu_ram_efficient_loading": False,
         },
+        # reduce-scatter every micro-batch's gradients (into the sharded fp32 gradients) instead of keeping
+        # full-size unsharded ones in the compute dtype through the accumulation window (accelerate's no_sync)
+        "accelerator_config": {"gradient_accumulation_kwargs": {"sync_each_batch": True}},
     }
+
+
+def plugin_arguments(args: Any, compute_dtype: str) -> None:
+    """Complete transformers' FSDP plugin arguments (TrainingArguments.fsdp_plugin_args) with the policy of
+    `mixed_precision_policy`: the plugin keeps a policy it is given, whatever mixed precision the launch says."""
+    if args.fsdp_plugin_args is not None:
+        args.fsdp_plugin_args["mixed_precision_policy"] = mixed_precision_policy(compute_dtype)
 
 
 def shard_on_gloo(accelerator: Any, plugin_args: dict[str, Any]) -> None:
@@ -130,6 +192,7 @@ def shard_on_gloo(accelerator: Any, plugin_args: dict[str, Any]) -> None:
         raise RuntimeError(f"FSDP on gloo is a CPU stand-in; this launch is {accelerator.distributed_type}")
     plugin = FullyShardedDataParallelPlugin(**plugin_args)
     if accelerator.mixed_precision != "no":
+        # as AcceleratorState does on a GPU: a policy already given (plugin_arguments) is kept
         plugin.set_mixed_precision(accelerator.mixed_precision)
     accelerator.state.fsdp_plugin = plugin
     accelerator.state.distributed_type = DistributedType.FSDP
@@ -174,14 +237,13 @@ def reference_sharded_per_layer() -> Iterator[None]:
         grpo.prepare_fsdp = original
 
 
-def full_tensors(model: Any) -> Iterator[tuple[str, Any]]:
+def full_tensors(model: Any, dtype: Any = None) -> Iterator[tuple[str, Any]]:
     """(name, full tensor) for every parameter and buffer of a possibly FSDP2-sharded model. A sharded
-    parameter is gathered (a collective: every rank must iterate in the same order)."""
-    from torch.distributed.tensor import DTensor
+    parameter is gathered in `dtype` (a collective: every rank must iterate in the same order)."""
+    from seal.policy.weights import whole
 
     for name, tensor in [*model.named_parameters(), *model.named_buffers()]:
-        tensor = tensor.detach()
-        yield name, tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
+        yield name, whole(tensor, dtype)
 
 
 def is_sharded(model: Any) -> bool:
@@ -236,7 +298,7 @@ class RolloutCopy:
         self._gathered_at = None if self.version is None else self.version()
         target = dict([*self.model.named_parameters(), *self.model.named_buffers()])
         with torch.no_grad():
-            for name, tensor in full_tensors(self.sharded):
+            for name, tensor in full_tensors(self.sharded, self.dtype):
                 if name in target:
                     target[name].copy_(tensor)
         return self.model

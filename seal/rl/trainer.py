@@ -34,9 +34,13 @@ from trl import GRPOTrainer
 def low_var_kl(logps: torch.Tensor, ref_logps: torch.Tensor) -> torch.Tensor:
     """verl's `low_var_kl` per token: the k3 estimator exp(r) - r - 1 of KL(pi || pi_ref), r = log
     pi_ref - log pi (log-ratio clamped to [-20, 20] against overflow), clamped to [-10, 10]. No
-    importance-ratio factor (TRL's `use_bias_correction_kl` would multiply one in)."""
-    r = torch.clamp(ref_logps - logps, -20.0, 20.0)
-    return torch.clamp(torch.exp(r) - r - 1.0, -10.0, 10.0)
+    importance-ratio factor (TRL's `use_bias_correction_kl` would multiply one in).
+
+    Computed in float64: for nearby policies exp(r) - r - 1 is about r^2 / 2, and in float32 the
+    subtraction from exp(r) ~ 1 keeps only a few of its digits (r = 1e-3: a quarter of the value is
+    rounding). The result is float64; the caller casts what enters the loss."""
+    r = torch.clamp(ref_logps.double() - logps.double(), -20.0, 20.0)
+    return torch.clamp(torch.expm1(r) - r, -10.0, 10.0)
 
 
 def loss_mask(batch: dict[str, Any]) -> torch.Tensor:
@@ -100,10 +104,15 @@ def trim_bounds(attention_mask: torch.Tensor, completion_width: int) -> tuple[in
 
 class SealGRPOTrainer(GRPOTrainer):
     def __init__(self, *args: Any, coevolution: Any, std_epsilon: float = TRL_STD_EPSILON,
-                 tis_cap: float | None = None, shuffle_minibatches: bool = True, **kwargs: Any):
+                 tis_cap: float | None = None, shuffle_minibatches: bool = True,
+                 logprob_dir: Path | None = None, **kwargs: Any):
         from seal.rl.sharding import reference_sharded_per_layer
 
         self.coevolution = coevolution
+        # where every micro-batch's log-probs are written (trainer.save_logprobs; None: nowhere)
+        self.logprob_dir = logprob_dir
+        self._logprob_step: int | None = None
+        self._micro_batches = 0
         # the epsilon under a group's reward std (TRL's is fixed at 1e-4; the release uses 1e-6)
         self.std_epsilon = float(std_epsilon)
         # truncated importance sampling against the rollout engine's log-probs: the ratio's cap (None: off)
@@ -238,15 +247,32 @@ class SealGRPOTrainer(GRPOTrainer):
         mask = loss_mask(inputs)
         if "sampling_per_token_logps" in inputs and "old_per_token_logps" not in inputs:
             self._log_logprob_gap(logprob_gap_totals(logps, inputs["sampling_per_token_logps"], mask))
+        if self.logprob_dir is not None:
+            self._write_logprobs(logps, inputs, mask)
         if beta == 0.0:
             return loss
         kl = low_var_kl(logps, inputs["ref_per_token_logps"])
+        mask = mask.double()
         mode = "train" if self.model.training else "eval"
         normalizer = self.current_gradient_accumulation_steps if mode == "train" else 1.0
-        loss = loss + beta * aggregate(kl, mask, self.loss_type) / normalizer
-        totals = self.accelerator.reduce(torch.stack([(kl * mask).sum(), mask.sum().float()]).detach(), reduction="sum")
+        loss = loss + (beta * aggregate(kl, mask, self.loss_type) / normalizer).to(loss.dtype)
+        totals = self.accelerator.reduce(torch.stack([(kl * mask).sum(), mask.sum()]).detach(), reduction="sum")
         self._metrics[mode]["kl"].append((totals[0] / totals[1].clamp(min=1.0)).item())
         return loss
+
+    def _write_logprobs(self, logps: torch.Tensor, inputs: dict[str, Any], mask: torch.Tensor) -> None:
+        """One micro-batch's per-token log-probs as they reach the loss (the policy's, the old policy's and the
+        reference's, in their own dtype) and its loss mask: <logprob_dir>/step<k>_rank<r>_<i>.pt for the i-th
+        micro-batch of optimizer step k (from 1), so that the run's KL and ratios can be recomputed offline."""
+        step = self.state.global_step + 1
+        if step != self._logprob_step:
+            self._logprob_step, self._micro_batches = step, 0
+        record = {"logps": logps, "mask": mask, **{name: inputs[key] for name, key in (
+            ("ref_logps", "ref_per_token_logps"), ("old_logps", "old_per_token_logps")) if inputs.get(key) is not None}}
+        self.logprob_dir.mkdir(parents=True, exist_ok=True)
+        name = f"step{step:05d}_rank{self.accelerator.process_index}_{self._micro_batches:03d}.pt"
+        torch.save({k: v.detach().cpu() for k, v in record.items()}, self.logprob_dir / name)
+        self._micro_batches += 1
 
 
 @contextlib.contextmanager
@@ -321,6 +347,7 @@ def make_trainer(
         std_epsilon=cfg.trainer.get("std_epsilon", TRL_STD_EPSILON),
         tis_cap=cfg.trainer.get("tis_cap"),
         shuffle_minibatches=bool(cfg.get("protocol", {}).get("shuffle_minibatches", True)),
+        logprob_dir=out_dir / "logprobs" if cfg.trainer.get("save_logprobs") else None,
     )
     # the console gets one line per round from the loop; each optimizer step's dict goes to run.log
     from transformers.trainer_callback import PrinterCallback, ProgressCallback

@@ -33,8 +33,13 @@ def processes_wanted(value: Any) -> int:
     return value
 
 
-def launch_command(*, processes: int, sharding: str, overrides: list[str], out_dir: Path, gpus: int) -> list[str]:
-    """The accelerate command that runs this job on `processes` ranks with the sharding's launch config."""
+def launch_command(*, processes: int, sharding: str, overrides: list[str], out_dir: Path, gpus: int,
+                   dtype: str) -> list[str]:
+    """The accelerate command that runs this job on `processes` ranks with the sharding's launch config, in the
+    mixed precision of the backbone's compute `dtype` (on a GPU and on the CPU's gloo ranks alike: the launch
+    config's bf16 is the paper backbones', and a float32 backbone runs without mixed precision)."""
+    from seal.rl.sharding import mixed_precision
+
     if sharding not in ("ddp", "fsdp2"):
         raise UserError(f"launch.sharding={sharding!r}: a launch of several processes takes ddp or fsdp2")
     if gpus and processes > gpus:
@@ -44,10 +49,8 @@ def launch_command(*, processes: int, sharding: str, overrides: list[str], out_d
         )
     config = ACCELERATE_CONFIGS / f"{sharding}.yaml"
     command = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(config),
-               "--num_processes", str(processes), "--main_process_port", str(_free_port())]
-    if not gpus:
-        # gloo ranks on the CPU (how the tests run it); the launch config's bf16 is a GPU setting
-        command += ["--mixed_precision", "no"]
+               "--num_processes", str(processes), "--main_process_port", str(_free_port()),
+               "--mixed_precision", mixed_precision(dtype)]
     kept = [o for o in overrides if not o.startswith(("hydra.run.dir=", "launch.processes="))]
     return [*command, str(ROOT / "run.py"), *kept, "launch.processes=null", f"hydra.run.dir={out_dir}"]
 
@@ -63,18 +66,22 @@ def _free_port() -> int:
 def relaunch(cfg: Any, out_dir: Path) -> bool:
     """Run this job on launch.processes ranks when it asks for several and is not one of them yet; returns
     whether it did (the caller then has nothing left to do)."""
-    processes = processes_wanted(cfg.launch.get("processes"))
-    if cfg.task not in DISTRIBUTED_TASKS or processes == 1 or int(os.environ.get("WORLD_SIZE", "1")) > 1:
+    from seal.rl.sharding import requested, resolve, under_a_launcher
+
+    wanted = cfg.launch.get("processes")
+    processes = processes_wanted(wanted)
+    # one rank is launched too when it shards (FSDP2 needs the process group a launch gives)
+    alone = processes == 1 and not (wanted is not None and requested(cfg.launch.sharding) == "fsdp2")
+    if cfg.task not in DISTRIBUTED_TASKS or alone or under_a_launcher() or int(os.environ.get("WORLD_SIZE", "1")) > 1:
         return False
     import torch
     from hydra.core.hydra_config import HydraConfig
 
-    from seal.rl.sharding import resolve
-
-    sharding = resolve(cfg.launch.sharding, processes)
+    # checked as the ranks will check it (a single rank launched here is an FSDP2 one)
+    sharding = resolve(cfg.launch.sharding, processes) if processes > 1 else "fsdp2"
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     command = launch_command(processes=processes, sharding=sharding, overrides=list(HydraConfig.get().overrides.task),
-                             out_dir=out_dir, gpus=gpus)
+                             out_dir=out_dir, gpus=gpus, dtype=cfg.backbone.dtype)
     out_dir.mkdir(parents=True, exist_ok=True)
     code = subprocess.call(command, cwd=ROOT)
     if code != 0:

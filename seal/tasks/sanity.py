@@ -27,15 +27,17 @@ def sanity(cfg: DictConfig, out_dir: Path) -> None:
     from seal.rl.trainer import make_trainer
 
     started = time.perf_counter()
-    dist = distributed.current(cfg.launch.timeout_minutes)
+    dist = distributed.current(cfg.launch.timeout_minutes, sharded=sharding.requested(cfg.launch.sharding) == "fsdp2")
     s = cfg.sanity
     backbone = OmegaConf.to_container(cfg.backbone, resolve=True)
     bb = instantiate(cfg.backbone)
     if not getattr(bb, "trainable", False):
         raise UserError(f"backbone={bb.name} is a scripted policy and cannot be trained; pick a model backbone")
     shards = sharding.resolve(cfg.launch.sharding, dist.world)
+    sharding.check_devices(distributed.local_world(dist), distributed.cuda_devices())
     sharding.check_combination(shards, lora=bool(bb.lora))
-    policy = bb.load(training=True)
+    # under fsdp2 the fp32 masters stay in host memory until the trainer shards them onto the GPUs
+    policy = bb.load(training=True, host=shards == "fsdp2")
     # the run's own trainer settings, on the sanity task's batch
     budget = Budget.from_config(OmegaConf.to_container(cfg.budget, resolve=True) | {
         "prompts_per_round": s.prompts_per_round, "rollouts_per_prompt": s.rollouts_per_prompt,

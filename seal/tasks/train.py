@@ -15,7 +15,6 @@ from __future__ import annotations
 import gc
 import json
 import logging
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from seal.errors import UserError
 from seal.io import CONF_DIR, claim_run_dir, code_version, config_fingerprint, fingerprint_matches, write_json
+from seal.rl.distributed import cuda_devices, local_world
 
 if TYPE_CHECKING:
     from seal.budget import Budget
@@ -99,6 +99,8 @@ class TrainingRun:
     # what build makes
     policy: Any = None
     engine: Any = None
+    # under fsdp2, the transformers engine's unsharded compute-dtype copy of the policy (seal.rl.sharding)
+    rollout_copy: Any = None
     entries: Entries | None = None
     coevolution: Any = None
     run_config: dict[str, Any] = field(default_factory=dict)
@@ -135,11 +137,11 @@ def start(cfg: DictConfig, out_dir: Path) -> TrainingRun:
     from transformers import set_seed
 
     from seal.budget import Budget
-    from seal.rl import distributed
+    from seal.rl import distributed, sharding
 
     started = time.perf_counter()
     return_freed_memory_to_the_os()
-    dist = distributed.current(cfg.launch.timeout_minutes)
+    dist = distributed.current(cfg.launch.timeout_minutes, sharded=sharding.requested(cfg.launch.sharding) == "fsdp2")
     fingerprint = config_fingerprint(cfg)
     # the main rank owns the run directory (the other ranks run the same command line)
     if dist.main:
@@ -147,7 +149,7 @@ def start(cfg: DictConfig, out_dir: Path) -> TrainingRun:
     set_seed(cfg.seed)
     # every rank plays its share of a round; the round's size does not depend on the world size
     budget = Budget.from_config(cfg.budget, dist.world)
-    budget.check_device(_cuda_devices())
+    budget.check_device(cuda_devices())
     return TrainingRun(cfg=cfg, out_dir=out_dir, dist=dist, budget=budget, fingerprint=fingerprint, started=started)
 
 
@@ -176,7 +178,7 @@ def check_config(run: TrainingRun) -> None:
     run.reweighting = instantiate(cfg.reweighting)
     run.interface_cfg = instantiate(cfg.env_interface)
     run.layout = sharding.resolve(cfg.launch.sharding, run.dist.world)
-    sharding.check_devices(_local_world(run.dist), _cuda_devices())
+    sharding.check_devices(local_world(run.dist), cuda_devices())
     sharding.check_combination(run.layout, lora=bool(run.backbone.lora))
     # weights that are not on this machine (and cannot be downloaded) are named before any memory plan
     run.backbone.check_weights()
@@ -203,7 +205,7 @@ def check_resources(run: TrainingRun) -> None:
         # its rounds come from at most this many train entries; under fsdp2 each rank writes its own part
         # of a checkpoint: this node's ranks write their share
         check_run_disk_space(backbone, cfg, budget, run.out_dir, budget.train_entries or len(run.split.train),
-                             shards=dist.world // _local_world(dist) if run.layout == "fsdp2" else 1)
+                             shards=dist.world // local_world(dist) if run.layout == "fsdp2" else 1)
 
 
 def build(run: TrainingRun) -> None:
@@ -213,9 +215,11 @@ def build(run: TrainingRun) -> None:
     from seal.rl.coevolution import CoEvolution
 
     cfg, budget = run.cfg, run.budget
-    run.policy = run.backbone.load(training=True)
+    # under fsdp2 the fp32 masters stay in host memory until the trainer shards them onto the GPUs
+    run.policy = run.backbone.load(training=True, host=run.layout == "fsdp2")
     run.engine = RolloutEngine.for_backbone(run.backbone, run.policy, budget, tool_rendering=cfg.rendering.tools,
                                             protocol=run.protocol)
+    run.rollout_copy = generate_with_the_loaded_model(run)
     run.entries = choose_entries(run)
     # rho's statistics window restarts every epoch; the release drops an epoch's last partial batch
     run.reweighting.rounds_per_epoch = budget.rounds_per_epoch(len(run.entries.train))
@@ -231,6 +235,26 @@ def build(run: TrainingRun) -> None:
         (run.out_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
         write_json(run.out_dir / "run_config.json", run.run_config)
     start_logging(run)
+
+
+def generate_with_the_loaded_model(run: TrainingRun) -> Any:
+    """How the engine generates until the trainer exists (the evaluations before training): with the loaded
+    weights, which do not change before the first optimizer step (version 0). Under fsdp2 the loaded model is
+    in host memory, so the transformers engine generates with an unsharded copy in the compute dtype on this
+    rank's device (returned: training refreshes it from the shards); a vLLM engine takes the loaded weights
+    whenever a sleep discarded its own, instead of reading the checkpoint from disk again."""
+    from seal.rl.sharding import RolloutCopy
+
+    engine, policy, generation = run.engine, run.policy, run.backbone.generation
+    if generation == "vllm":
+        engine.model = policy.model
+        engine.generator.version = lambda: 0
+    if run.layout != "fsdp2":
+        return None
+    copy = RolloutCopy(policy.model, dtype=policy.compute_dtype, device=policy.device, version=lambda: 0)
+    if generation == "transformers":
+        engine.generator.refresh = copy.refresh
+    return copy
 
 
 def choose_entries(run: TrainingRun) -> Entries:
@@ -353,7 +377,6 @@ def evaluate_before(run: TrainingRun) -> None:
 def fit(run: TrainingRun) -> None:
     """TRL's trainer over the co-evolution loop, resumed from the run directory's last complete round;
     leaves the final model in `final_model/` and in the engine, and frees the trainer."""
-    from seal.rl import sharding
     from seal.rl.checkpoint import latest_complete_checkpoint, save_final_model
     from seal.rl.trainer import make_trainer
 
@@ -374,12 +397,10 @@ def fit(run: TrainingRun) -> None:
         # the engine syncs only when the optimizer has stepped since its last sync; assigning engine.model
         # again after training detaches this version (and the trainer it refers to)
         engine.generator.version = lambda: trainer.state.global_step
-    copy = None
-    if run.layout == "fsdp2":
-        copy = sharding.RolloutCopy(trainer.model, dtype=policy.compute_dtype, device=policy.device,
-                                    version=lambda: trainer.state.global_step)
-        if backbone.generation == "transformers":
-            engine.generator.refresh = copy.refresh
+    copy, run.rollout_copy = run.rollout_copy, None
+    if copy is not None:
+        # the copy made before training, now refreshed from the shards (the same weights until the first step)
+        copy.sharded, copy.version = trainer.model, lambda: trainer.state.global_step
     checkpoint = latest_complete_checkpoint(Path(trainer.args.output_dir))
     if checkpoint is not None:
         resume(run, checkpoint)
@@ -486,22 +507,11 @@ def check_prompt_lengths(protocol: Any, train_ids: list[str], over_long: list[st
                         "protocol.over_long_prompt=skip, or raise protocol.max_prompt_tokens")
 
 
-def _local_world(dist: Any) -> int:
-    """Processes of this run on this node."""
-    return int(os.environ.get("LOCAL_WORLD_SIZE", dist.world))
-
-
-def _cuda_devices() -> int:
-    import torch
-
-    return torch.cuda.device_count() if torch.cuda.is_available() else 0
-
-
 def _engine_fraction(backbone: Any) -> float | None:
     """The share of the GPU a colocated vLLM engine takes (None: no engine on a GPU)."""
     from seal.policy.generation_vllm import DEFAULT_GPU_MEMORY_UTILIZATION
 
-    if backbone.generation != "vllm" or not _cuda_devices():
+    if backbone.generation != "vllm" or not cuda_devices():
         return None
     fraction = backbone.vllm.get("gpu_memory_utilization")
     return DEFAULT_GPU_MEMORY_UTILIZATION if fraction is None else float(fraction)

@@ -220,16 +220,83 @@ def test_a_checkpoint_counts_once_complete_with_every_round_in_its_shardings_lay
 
 def test_several_processes_are_an_accelerate_launch_of_the_wrapped_run(tmp_path):
     args = ["task=train", "launch.sharding=fsdp2"]
-    one = gpu_check.run_command(args, gpu_check.Launch(), tmp_path / "train", gpus=0)
+    one = gpu_check.run_command(args, gpu_check.Launch(), tmp_path / "train", gpus=0, dtype="bfloat16")
     assert one[:2] == [sys.executable, "-c"] and one[3:] == [str(REPO / "run.py"), *args, f"hydra.run.dir={tmp_path / 'train'}"]
-    two = gpu_check.run_command(args, gpu_check.Launch(2, "fsdp2"), tmp_path / "train", gpus=0)
+    two = gpu_check.run_command(args, gpu_check.Launch(2, "fsdp2"), tmp_path / "train", gpus=0, dtype="bfloat16")
     at = two.index("--module")
     # accelerate's launcher with the sharding's config and 2 processes, each running run.py under the wrapper
     assert two[:3] == [sys.executable, "-m", "accelerate.commands.launch"]
     assert two[two.index("--config_file") + 1] == str(REPO / "experiments" / "cluster" / "accelerate" / "fsdp2.yaml")
     assert two[two.index("--num_processes") + 1] == "2"
+    # the precision a GPU node runs the paper backbones in, on the CPU's gloo ranks too
+    assert two[two.index("--mixed_precision") + 1] == "bf16"
     assert two[at:at + 4] == ["--module", "experiments.gpu_check", "--child", str(REPO / "run.py")]
     assert two[at + 4:] == [*args, "launch.processes=null", f"hydra.run.dir={tmp_path / 'train'}"]
+    # FSDP2 on one process is a launch of one rank (it needs the launch's process group), not a plain process
+    single = gpu_check.run_command(args, gpu_check.Launch(1, "fsdp2"), tmp_path / "train", gpus=1, dtype="bfloat16")
+    assert single[:3] == [sys.executable, "-m", "accelerate.commands.launch"]
+    assert single[single.index("--num_processes") + 1] == "1"
+
+
+@pytest.mark.parametrize("gpus, processes, env, visible", [
+    (4, 1, {}, "0"),            # the README's one-GPU preflight on a 4-GPU node: one GPU, said so
+    (4, 2, {}, "0,1"),
+    (4, 4, {}, None),           # the paper's node: every GPU
+    (1, 1, {}, None),
+    (0, 2, {}, None),           # gloo ranks on the CPU
+    (4, 1, {"CUDA_VISIBLE_DEVICES": "3"}, None),  # the user's own choice stands
+])
+def test_the_runs_see_as_many_gpus_as_they_have_processes(gpus, processes, env, visible):
+    assert gpu_check.visible_gpus(gpus, processes, env) == visible
+
+
+def test_the_disk_need_of_the_paper_node_is_its_checkpoints_and_models_by_hand():
+    """Qwen2.5-7B at paper_miniature on 4 processes: a checkpoint after every round with one kept (two on disk
+    while the second is written), each 12 bytes per parameter (fp32 masters and AdamW's two moments; every
+    rank's share lands on this node's disk); final_model and best_model and the built model in bf16."""
+    from seal.policy.memory import param_count
+
+    arch = published_arch("qwen2.5-7b")
+    n = param_count(arch)
+    plan = gpu_check.disk_plan("qwen2.5-7b", gpu_check.published_backbone("qwen2.5-7b", []), False, [], 4)
+    assert (plan.checkpoint, plan.checkpoints, plan.model, plan.models, plan.built) == (12 * n, 2, 2 * n, 2, 2 * n)
+    # the issue's figures: about 2 x 85 + 2 x 14 GiB, and a model more
+    assert round(plan.checkpoint / 2**30) == 85 and round(plan.model / 2**30) == 14
+    # each of the 4 ranks loads the built model in sanity and in train
+    assert plan.loaded == 2 * 4 * 2 * n
+    # the timeout grows with the bytes the run moves: 10 min and 5 min per GiB/s... by hand
+    moved = (plan.total + plan.loaded) / 2**30
+    assert plan.step_timeout() == pytest.approx(600 + moved / 0.2)
+    assert plan.step_timeout(engine_starts=1) == pytest.approx(1200 + moved / 0.2)
+    assert plan.step_timeout() > 3 * 600
+
+
+def test_a_disk_too_small_is_refused_before_anything_is_built(tmp_path, monkeypatch, capsys):
+    from collections import namedtuple
+
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(gpu_check.shutil, "disk_usage", lambda path: usage(10 * 2**30, 0, 2**30))
+    monkeypatch.setattr(gpu_check, "_build_in_a_child", lambda *a: pytest.fail("built despite the refusal"))
+    out = tmp_path / "out"
+    assert gpu_check.main(["--backbone", "qwen2.5-7b", "--processes", "4", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    # without CUDA the tiny shape (its 151,936-row embedding dominates): 1.1 GiB do not fit 1.0
+    assert err.startswith("error: the runs write up to 1.1 GiB (2 checkpoint(s) of 0.4 GiB at once, 2 model(s) of ")
+    assert err.endswith("; 1.0 GiB free there: free space, or choose a larger disk with --out, before the preflight "
+                        "starts") and "\n" not in err
+
+
+def test_a_node_of_four_processes_plays_a_round_that_splits_over_them():
+    from seal.budget import Budget
+    from tests.test_configs import compose_with
+
+    for processes in (1, 2, 4, 8):
+        cfg = compose_with("backbone=tiny-random", *gpu_check.train_overrides(processes, [])[1:])
+        budget = Budget.from_config(cfg.budget, processes)  # refuses a round that does not split
+        assert budget.rounds_for(budget.train_entries) == 2
+    # the user's own sizes stand
+    assert gpu_check.train_overrides(4, ["budget.prompts_per_round=8"]) == [
+        *gpu_check.TRAIN, "budget.train_entries=8"]
 
 
 def test_the_steps_peak_is_the_largest_ranks(tmp_path):
@@ -256,7 +323,6 @@ def test_out_is_claimed_and_only_its_step_folders_are_cleared(tmp_path):
 @pytest.mark.parametrize("args, message", [
     (["--backbone", "tiny-random"], "--backbone tiny-random: choose a backbone with a published architecture"),
     (["--processes", "0"], "--processes 0: give a number of processes"),
-    (["--sharding", "fsdp2"], "--sharding fsdp2 divides the model over several processes"),
     (["--", "launch.sharding=ddp"], "the preflight sets launch.sharding=ddp itself"),
     (["--", "task=eval"], "the preflight sets task=eval itself"),
     (["--", "backbone.dtype=float8"], "backbone.dtype"),
@@ -272,13 +338,22 @@ def test_bad_input_is_one_sentence_and_exit_code_2(tmp_path, capsys, args, messa
 
 # -- the preflight through run.py --------------------------------------------------------------------
 
-def test_a_failing_step_stops_the_preflight_naming_the_step(tmp_path):
+def test_an_override_that_does_not_apply_is_refused_before_any_step(tmp_path):
     proc = preflight_cli("--out", str(tmp_path / "out"), "--", "budget.nonexistent=1")
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == ["error: the overrides budget.nonexistent=1 do not apply to backbone "
+                                                "qwen2.5-3b: Could not override 'budget.nonexistent'."]
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_failing_step_stops_the_preflight_naming_the_step(tmp_path):
+    # a value the config takes and the run refuses
+    proc = preflight_cli("--out", str(tmp_path / "out"), "--", "trainer.loss_type=dr_grpo")
     assert proc.returncode == 1
     log = tmp_path / "out" / "logs" / "sanity.log"
     assert proc.stderr.strip().splitlines()[-1] == ("gpu_check failed: step sanity failed with exit code 2: "
-                                                    "budget.nonexistent is not a key of the config (`python run.py "
-                                                    f"--cfg job` lists them) (log: {log})")
+                                                    "trainer.loss_type='dr_grpo': choose one of grpo, bnpo "
+                                                    f"(log: {log})")
     assert not (tmp_path / "out" / "train").exists()
 
 

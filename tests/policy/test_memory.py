@@ -85,9 +85,11 @@ def test_the_fused_lm_head_holds_tiles_not_the_logits():
     # the backward: the fp32 gradient of the hidden states and of the whole (tied) head, already fp32
     assert ddp.lm_head_grads == CTX * 2048 * 4 + 151936 * 2048 * 4
     fsdp = plan("qwen2.5-7b", sharding="fsdp2", ranks=4)
-    # bf16 stream and gathered bf16 head: no casts on the way in; both gradients cast back to bf16
+    # bf16 stream and gathered bf16 head: no casts on the way in; both gradients cast back to bf16, and FSDP2's
+    # reduction of the head's gradient: its fp32 reduce-scatter input replaces the freed fp32 gradient, and the
+    # fp32 output shard (a quarter of the head on 4 ranks) comes on top
     assert fsdp.lm_head == CTX * 3584 * (4 + 2) + CTX * 3584 * 2 + 4096 * 32768 * 2
-    assert fsdp.lm_head_grads == CTX * 3584 * (4 + 2) + 152064 * 3584 * (4 + 2)
+    assert fsdp.lm_head_grads == CTX * 3584 * (4 + 2) + 152064 * 3584 * (4 + 2) + 152064 * 3584 * 4 // 4
     # LoRA: the head is frozen, only the hidden states' gradient
     assert plan("qwen2.5-3b", lora_params=1000).lm_head_grads == CTX * 2048 * (4 + 2)
 
@@ -351,19 +353,53 @@ def test_the_three_moments_and_the_table_in_gib():
     m = TrainingMemory(weights=GiB, optimizer=2 * GiB, reference=0, gradients=4 * GiB, activations=8 * GiB,
                        recomputed_layer=16 * GiB, forward_copies=32 * GiB, backward_copies=64 * GiB,
                        lm_head=128 * GiB, lm_head_grads=256 * GiB, ddp_buckets=512 * GiB, rollout_copy=0,
-                       rollout_weights=1024 * GiB, rollout_prefill=2048 * GiB, rollout_kv=4096 * GiB)
+                       rollout_weights=1024 * GiB, rollout_prefill=2048 * GiB, rollout_kv=4096 * GiB,
+                       reduce_scatter=8192 * GiB, loaded=16384 * GiB, host_loaded=3 * GiB, host_reference=5 * GiB)
     # the forward: checkpoints, the weight copies and the larger of a recomputed layer and the head
     # the head's backward: checkpoints, the backward's copies, the head's working set and its gradients
-    # a layer's backward: checkpoints, the backward's copies, the recomputed layer
+    # a layer's backward: checkpoints, the backward's copies, the recomputed layer, FSDP2's reduction of it
     assert m.moments() == {"forward": (8 + 32 + 128) * GiB, "head backward": (8 + 64 + 128 + 256) * GiB,
-                           "layer backward": (8 + 64 + 16) * GiB}
+                           "layer backward": (8 + 64 + 16 + 8192) * GiB}
     assert m.table() == [
         ("weights", 1.0), ("optimizer", 2.0), ("reference", 0.0), ("ddp buckets", 512.0), ("rollout copy", 0.0),
         ("gradients", 4.0), ("activations", 8.0), ("recomputed layer", 16.0), ("forward copies", 32.0),
-        ("backward copies", 64.0), ("lm head", 128.0), ("lm head grads", 256.0), ("rollout weights", 1024.0),
-        ("rollout prefill", 2048.0), ("rollout kv", 4096.0),
-        # gradients and the head's backward; the rollout's three; the resident part plus the larger phase
-        ("training phase", 4.0 + 456.0), ("rollout phase", 7168.0), ("total", 515.0 + 7168.0)]
+        ("backward copies", 64.0), ("lm head", 128.0), ("lm head grads", 256.0), ("reduce scatter", 8192.0),
+        ("rollout weights", 1024.0), ("rollout prefill", 2048.0), ("rollout kv", 4096.0),
+        # gradients and a layer's backward; the rollout's three; before training the loaded weights and the
+        # rollout; the total is the larger of that and the resident part plus the larger phase
+        ("training phase", 4.0 + 8280.0), ("rollout phase", 7168.0), ("before training", 16384.0 + 7168.0),
+        ("total", 16384.0 + 7168.0), ("host per rank", 5.0)]
+    # without the loaded weights on the device, training is the peak
+    m.loaded = 0
+    assert m.total == (515 + 8284) * GiB and m.before_training == 7168 * GiB
+
+
+def test_fsdp2_reduces_one_layers_gradients_at_a_time_and_keeps_the_loaded_model_on_the_host_by_hand():
+    """Qwen2.5-7B on 4 ranks: a layer's unsharded bf16 gradients (2 bytes a parameter), their fp32 copy that is
+    reduce-scattered (4) and the fp32 shard it leaves (a quarter of 4); the fp32 masters (4 bytes a parameter)
+    in host memory before they are sharded, the reference's bf16 quarter there during training."""
+    fsdp = plan("qwen2.5-7b", sharding="fsdp2", ranks=4)
+    assert fsdp.reduce_scatter == LAYER_7B * (2 + 4) + LAYER_7B * 4 // 4
+    assert fsdp.moments()["layer backward"] == fsdp.activations + fsdp.backward_copies + fsdp.recomputed_layer + \
+        fsdp.reduce_scatter
+    assert (fsdp.loaded, fsdp.host_loaded, fsdp.host_reference) == (0, N_7B * 4, N_7B * 2 // 4)
+    assert fsdp.host == N_7B * 4
+    # before training the device holds the rollout only: here the transformers engine's bf16 copy and its KV
+    assert fsdp.before_training == fsdp.rollout_copy + fsdp.rollout == N_7B * 2 + fsdp.rollout
+    # ddp reduces nothing layer by layer (its buckets are resident) and loads the fp32 masters onto the device
+    ddp = plan("qwen2.5-3b")
+    assert (ddp.reduce_scatter, ddp.loaded, ddp.host) == (0, ddp.weights, 0) and ddp.weights == N_3B * 4
+
+
+def test_at_table_4s_share_the_8b_phase_before_training_no_longer_holds_its_fp32_model():
+    """The issue's case: Llama-3.1-8B at gpu_memory_utilization 0.6 on 4 x 80 GB. Loaded onto the GPU in fp32
+    (29.9 GiB) beside the engine's 48 GB share, the phase before training needed about 78 of 79 GiB; kept on
+    the host until sharded, the engine's share alone."""
+    engine = int(0.6 * 80 * 10**9)
+    m = plan("llama-3.1-8b", sharding="fsdp2", ranks=4, rollout_engine_bytes=engine)
+    assert m.before_training == engine
+    n = 8_030_261_248  # Llama-3.1-8B's parameters (its model card's 8.03B)
+    assert round((n * 4 + engine) / GiB, 1) == 74.6  # what the old phase held in tensors alone
 
 
 def test_a_config_that_names_no_kv_heads_has_one_per_query_head_as_transformers_defaults_it():

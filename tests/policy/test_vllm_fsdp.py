@@ -69,8 +69,10 @@ def _rank(rank, port, out_dir):
         params = list(plain.named_parameters()) + list(lora.named_parameters())
         assert all(isinstance(p, DTensor) for _, p in params)
         local_rows = {name: p.to_local().shape[0] for name, p in params}
-        torch.save({"plain": _synced(gen, plain), "lora": _synced(gen, lora), "local_rows": local_rows},
-                   out_dir / f"rank{rank}.pt")
+        # an engine computing in bf16: the fp32 shards are cast before they are gathered
+        half = gv.VLLMGenerator("/models/m", dtype="bfloat16", context_length=64, seed=0)
+        torch.save({"plain": _synced(gen, plain), "lora": _synced(gen, lora), "local_rows": local_rows,
+                    "plain_bf16": _synced(half, plain)}, out_dir / f"rank{rank}.pt")
     finally:
         torch.distributed.destroy_process_group()
     leave_without_teardown()
@@ -98,6 +100,9 @@ def test_each_rank_syncs_whole_tensors_gathered_from_fsdp2_shards(tmp_path):
         assert list(synced["plain"]) == list(plain)
         for name, param in plain.items():
             assert torch.equal(synced["plain"][name], param.detach()), name
+            # a bf16 engine receives bf16 tensors gathered as such: half the bytes moved, the values rounded once
+            assert synced["plain_bf16"][name].dtype == torch.bfloat16, name
+            assert torch.equal(synced["plain_bf16"][name], param.detach().to(torch.bfloat16)), name
         # the LoRA model: the base's names, W + (alpha / r) B A where an adapter is, the base elsewhere
         expected = {}
         for name, param in base.named_parameters():

@@ -573,13 +573,13 @@ def test_after_a_level_2_sleep_every_play_loads_the_weights_even_without_an_opti
 def _counting_gathers(monkeypatch):
     """Count the parameters read for the engine (each one a gather when it is an FSDP2 shard)."""
     gathers = [0]
-    full = gv._full
+    full = gv.whole
 
-    def counted(tensor):
+    def counted(tensor, dtype=None):
         gathers[0] += 1
-        return full(tensor)
+        return full(tensor, dtype)
 
-    monkeypatch.setattr(gv, "_full", counted)
+    monkeypatch.setattr(gv, "whole", counted)
     return gathers
 
 

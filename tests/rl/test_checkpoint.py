@@ -321,7 +321,7 @@ def test_a_failed_save_is_one_sentence_naming_what_the_same_command_does(tmp_pat
     partial = tmp_path / "checkpoint-2"
     partial.mkdir()
     (partial / "model.safetensors").write_bytes(b"half")
-    error = failed_save(partial, OSError(28, "No space left on device"))
+    error = failed_save(partial, {0: "OSError: [Errno 28] No space left on device"}, full=True)
     assert asked == [partial]  # the free space of the disk it was written to, before it is removed
     assert not partial.exists() and str(error) == (
         f"writing {partial} failed (OSError: [Errno 28] No space left on device) with 1.5 GiB free on its disk; "
@@ -329,10 +329,89 @@ def test_a_failed_save_is_one_sentence_naming_what_the_same_command_does(tmp_pat
         "space, lower trainer.keep_checkpoints, or set trainer.save_every=null to write no periodic checkpoints)")
     (tmp_path / "checkpoint-1").mkdir()
     (tmp_path / "checkpoint-1" / SEAL_STATE).write_text("{}")
-    error = failed_save(tmp_path / "checkpoint-2", RuntimeError("  PytorchStreamWriter failed " + "x" * 300 + "\nmore"))
-    assert f"(RuntimeError: PytorchStreamWriter failed {'x' * 173}) with" in str(error)
+    error = failed_save(tmp_path / "checkpoint-2", {0: "RuntimeError: PytorchStreamWriter failed"}, full=True)
     assert "; checkpoint-1 is intact and the same command resumes from it once there is room" in str(error)
-    assert "(RuntimeError: ) with" in str(failed_save(tmp_path / "checkpoint-2", RuntimeError("")))
+
+
+@pytest.mark.parametrize("error, full", [
+    (OSError(errno.ENOSPC, "No space left on device"), True),
+    (OSError(errno.EDQUOT, "Disk quota exceeded"), True),
+    (RuntimeError("[enforce fail at inline_container.cc:778] . PytorchStreamWriter failed writing file data/7: "
+                  "file write failed"), True),
+    # DCP's exception carries each rank's OSError as text
+    (RuntimeError("CheckpointException ranks:dict_keys([1])\nTraceback ... OSError: [Errno 28] No space left on device"),
+     True),
+    (RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB"), False),
+    (RuntimeError("[../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer"), False),
+    (OSError(errno.EACCES, "Permission denied"), False),
+])
+def test_a_full_disk_is_told_apart_from_other_failures(error, full):
+    from seal.rl.checkpoint import disk_full
+
+    assert disk_full(error) is full
+
+
+def test_a_failed_save_that_is_not_a_full_disk_is_named_as_what_it_is(tmp_path, monkeypatch):
+    from seal.rl.checkpoint import failed_save
+
+    monkeypatch.setattr("shutil.disk_usage", lambda path: Usage(10**12, 0, 900 * GiB))
+    (tmp_path / "checkpoint-1").mkdir()
+    (tmp_path / "checkpoint-1" / SEAL_STATE).write_text("{}")
+    error = failed_save(tmp_path / "checkpoint-2", {1: "RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB"},
+                        full=False, ranks=4)
+    assert str(error) == (
+        f"writing {tmp_path / 'checkpoint-2'} failed on rank 1 (RuntimeError: CUDA out of memory. Tried to allocate "
+        "2.00 GiB), which is not a full disk; checkpoint-1 is intact and the same command resumes from it once the "
+        "cause is fixed (its traceback is in run.log)")
+    assert "free" not in str(error)
+    two = failed_save(tmp_path / "checkpoint-2", {3: "RuntimeError: b", 2: "RuntimeError: a"}, full=False, ranks=4)
+    assert " failed on ranks 2, 3 (RuntimeError: a)," in str(two)
+
+
+def _save_on_two_ranks(rank: int, out) -> None:
+    """Rank 1's save fails at once (CUDA out of memory); rank 0 is still writing its part for a second."""
+    import time
+    from types import SimpleNamespace
+
+    from accelerate import PartialState
+
+    from seal.rl.checkpoint import write_checkpoint
+
+    state = PartialState(cpu=True)
+    trainer = SimpleNamespace(args=SimpleNamespace(output_dir=str(out), save_total_limit=1),
+                              state=SimpleNamespace(global_step=4),
+                              accelerator=SimpleNamespace(is_main_process=state.is_main_process,
+                                                          num_processes=state.num_processes))
+    folder = out / "checkpoint-4"
+
+    def save():
+        folder.mkdir(exist_ok=True)
+        if rank == 1:
+            raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB\nmore")
+        time.sleep(1.0)
+        (folder / "rank0_part").write_text("written after rank 1 failed")
+
+    try:
+        write_checkpoint(trainer, save)
+    except UserError as exc:
+        (out / f"error{rank}.txt").write_text(str(exc))
+
+
+def test_a_save_failing_on_one_rank_stops_every_rank_and_its_folder_goes_once_all_have_stopped(tmp_path):
+    """The ranks agree first (a collective), then the main rank removes the partial folder: a rank that fails early
+    must not remove the folder while another is still writing its part into it."""
+    from tests.rl.ranks import run_ranks
+
+    (tmp_path / "checkpoint-2").mkdir()
+    (tmp_path / "checkpoint-2" / SEAL_STATE).write_text("{}")
+    run_ranks(_save_on_two_ranks, 2, tmp_path)
+    errors = [(tmp_path / f"error{rank}.txt").read_text() for rank in (0, 1)]
+    assert errors[0] == errors[1] == (
+        f"writing {tmp_path / 'checkpoint-4'} failed on rank 1 (RuntimeError: CUDA out of memory. Tried to allocate "
+        "2.00 GiB), which is not a full disk; checkpoint-2 is intact and the same command resumes from it once the "
+        "cause is fixed (its traceback is in run.log)")
+    assert not (tmp_path / "checkpoint-4").exists()
+    assert (tmp_path / "checkpoint-2" / SEAL_STATE).is_file()
 
 
 def test_the_newest_complete_checkpoint_and_its_state(tmp_path):
@@ -425,7 +504,8 @@ def test_a_checkpoint_is_written_with_the_rotation_held_back_and_a_failed_one_is
 
     monkeypatch.setattr("shutil.disk_usage", lambda path: Usage(10**12, 0, GiB))
     trainer = SimpleNamespace(args=SimpleNamespace(output_dir=str(tmp_path), save_total_limit=2),
-                              state=SimpleNamespace(global_step=6))
+                              state=SimpleNamespace(global_step=6),
+                              accelerator=SimpleNamespace(is_main_process=True, num_processes=1))
     limits = []
     write_checkpoint(trainer, lambda: limits.append(trainer.args.save_total_limit))
     assert limits == [None] and trainer.args.save_total_limit == 2

@@ -1,13 +1,16 @@
 """The miniature paper run: the paper arm (experiment=seal) at budget=paper with only its sizes shrunk
-(conf/budget/paper_miniature.yaml), FSDP2 over two gloo ranks started by torchrun, as a GPU node runs it
-with `accelerate launch --config_file experiments/cluster/accelerate/fsdp2.yaml`. Every round takes two
+(conf/budget/paper_miniature.yaml), FSDP2 over two gloo ranks, launched as a GPU node launches it: the job
+starts its ranks with `accelerate launch --config_file experiments/cluster/accelerate/fsdp2.yaml` and the
+launch config's bf16 mixed precision (launch.processes=2), on a bf16 backbone (the paper backbones' dtype;
+FSDP2 gathers its parameters in bf16 on gloo as on NCCL). Every round takes two
 optimizer steps per rank, the reference model scores the KL term, the validation part is played after every
 round and the best model kept, the out-of-domain benchmark is played before and after, the test entries
 score the initial, final and best models, and a checkpoint is written after every round.
 
 What is checked against what: the best and the final model (gathered by seal) against accelerate's own
 sharded checkpoints of the same optimizer steps; the best round against the validation scores of the
-rounds; a run killed mid-training and resumed against the unbroken run, bit for bit."""
+rounds; the logged KL against a float64 recomputation from the log-probs the run saved as they reached the
+loss (trainer.save_logprobs); a run killed mid-training and resumed against the unbroken run, bit for bit."""
 
 import json
 import os
@@ -21,10 +24,9 @@ import pytest
 import torch
 
 from tests.rl.test_loop import ROOT, rounds
-from tests.rl.test_sharding_gloo import TORCHRUN
 
-PAPER = ["run.py", "experiment=seal", "budget=paper_miniature", "backbone=tiny-random", "launch.sharding=fsdp2",
-         "logger.mode=disabled",
+PAPER = ["run.py", "experiment=seal", "budget=paper_miniature", "backbone=tiny-random", "backbone.dtype=bfloat16",
+         "launch.sharding=fsdp2", "launch.processes=2", "logger.mode=disabled", "trainer.save_logprobs=true",
          # tiny-random earns no reward, so its advantages are 0 and the KL term starts at 0: at the paper's 1e-6 only
          # weight decay would move it, by less than float32 resolves. A larger step makes the rounds differ
          "trainer.learning_rate=1e-3"]
@@ -39,10 +41,35 @@ STEPS = 2
 
 
 def launch(out: Path, *extra: str) -> subprocess.Popen:
+    """`python run.py ... launch.processes=2`: the job starts its two ranks with accelerate and the fsdp2 launch
+    config (seal.tasks.launch), as a SLURM job holding two GPUs would."""
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
     log = (out.parent / f"{out.name}.log").open("w")
-    return subprocess.Popen([TORCHRUN, "--standalone", "--nproc_per_node", "2", *PAPER, *extra, f"hydra.run.dir={out}"],
+    return subprocess.Popen([sys.executable, *PAPER, *extra, f"hydra.run.dir={out}"],
                             cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def recomputed_kl(out: Path) -> list[float]:
+    """Each round's train/kl from the log-probs the run saved (step<k>_rank<r>_<i>.pt), in float64 and without
+    seal's code: per micro-batch the masked k3 = exp(r) - r - 1 (r = ref - policy) summed over both ranks over
+    their masked tokens, averaged over a step's micro-batches, then over a round's STEPS steps."""
+    steps: dict[int, dict[int, list]] = {}
+    for path in sorted((out / "logprobs").glob("step*_rank*_*.pt")):
+        step, _, index = path.stem.split("_")
+        steps.setdefault(int(step[4:]), {}).setdefault(int(index), []).append(torch.load(path))
+    means = []
+    for step in sorted(steps):
+        per_micro_batch = []
+        for records in steps[step].values():
+            num = den = 0.0
+            for rec in records:
+                r = rec["ref_logps"].double() - rec["logps"].double()
+                mask = rec["mask"].double()
+                num += float(((torch.exp(r) - r - 1.0) * mask).sum())
+                den += float(mask.sum())
+            per_micro_batch.append(num / den)
+        means.append(sum(per_micro_batch) / len(per_micro_batch))
+    return [sum(means[i:i + STEPS]) / STEPS for i in range(0, len(means), STEPS)]
 
 
 def finish(proc: subprocess.Popen, out: Path, timeout: int = 1500) -> None:
@@ -72,6 +99,20 @@ def test_the_miniature_paper_run_trains_selects_and_evaluates_on_two_fsdp2_ranks
     metrics = json.loads((out / "metrics.json").read_text())
     config = json.loads((out / "run_config.json").read_text())
     assert (config["world_size"], config["sharding"], config["budget"]["name"]) == (2, "fsdp2", "paper_miniature")
+    assert config["precision"] == {"param_dtype": "float32", "compute_dtype": "bfloat16", "kv_cache_dtype": "bfloat16"}
+    # the log-probs of the policy, the old policy and the reference reach the loss in fp32 (FSDP2's output
+    # cast is fp32; accelerate's default would have rounded them to bf16, leaving nearby policies' KL at 0)
+    saved = [torch.load(path) for path in sorted((out / "logprobs").glob("*.pt"))]
+    assert len(saved) == 2 * 2 * STEPS  # every micro-batch (one per step on each rank) of both rounds
+    for record in saved:
+        assert {record[k].dtype for k in ("logps", "old_logps", "ref_logps")} == {torch.float32}
+        trained = record["mask"].bool()
+        for key in ("logps", "old_logps", "ref_logps"):
+            values = record[key][trained]
+            assert (values.to(torch.bfloat16).float() != values).any(), f"{key} holds bf16 values only"
+    # the logged KL is the saved log-probs' KL, computed in float64 by hand
+    assert [r["train/kl"] for r in rounds(out)] == pytest.approx(recomputed_kl(out), rel=1e-6)
+    assert rounds(out)[-1]["train/kl"] > 0
     assert config["protocol"]["answers"] == "release" and config["trainer"]["beta"] > 0
     # 4 train entries at 2 prompts per round, one epoch: 2 rounds, each validated
     records = rounds(out)
@@ -85,9 +126,11 @@ def test_the_miniature_paper_run_trains_selects_and_evaluates_on_two_fsdp2_ranks
     at_best = checkpoint_weights(out, best["global_step"])
     kept = written(out / "best_model")
     assert kept.keys() == at_best.keys() - {"lm_head.weight"}  # the tied head is written once
-    assert all(torch.equal(kept[k], at_best[k]) for k in kept)
+    # the checkpoints hold the fp32 masters; the models are written in the backbone's bf16
+    assert {t.dtype for t in kept.values()} == {torch.bfloat16} and {t.dtype for t in at_best.values()} == {torch.float32}
+    assert all(torch.equal(kept[k], at_best[k].to(torch.bfloat16)) for k in kept)
     final, last = written(out / "final_model"), checkpoint_weights(out, STEPS * 2)
-    assert all(torch.equal(final[k], last[k]) for k in final)
+    assert all(torch.equal(final[k], last[k].to(torch.bfloat16)) for k in final)
     # the weights moved between the two rounds: the best model of round 0 is not the final one
     assert best["round"] == 1 or any(not torch.equal(final[k], kept[k]) for k in final)
     # the out-of-domain benchmark before and after: one question per memory backend
@@ -125,6 +168,8 @@ def test_the_miniature_paper_run_killed_after_a_round_resumes_to_the_unbroken_ru
     finish(launch(killed, *ENGINES[engine]), killed)
     assert rounds(killed) == rounds(unbroken) or all(
         a == pytest.approx(b, rel=1e-6, abs=1e-9) for a, b in zip(rounds(killed), rounds(unbroken), strict=True))
+    # the resumed run's KL is still the one its saved log-probs give
+    assert [r["train/kl"] for r in rounds(killed)] == pytest.approx(recomputed_kl(killed), rel=1e-6)
     a, b = written(unbroken / "final_model"), written(killed / "final_model")
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     assert json.loads((killed / "best.json").read_text()) == json.loads((unbroken / "best.json").read_text())

@@ -12,6 +12,7 @@ from seal.rl import sharding
 def no_launch(monkeypatch):
     monkeypatch.delenv("ACCELERATE_USE_FSDP", raising=False)
     monkeypatch.delenv("FSDP_VERSION", raising=False)
+    monkeypatch.delenv("LOCAL_RANK", raising=False)
 
 
 def test_auto_takes_the_accelerate_launch_config_and_defaults_to_ddp(monkeypatch, no_launch):
@@ -33,18 +34,50 @@ def test_a_launch_config_that_contradicts_the_run_is_refused(monkeypatch, no_lau
         sharding.resolve("auto", 4)
 
 
-def test_fsdp2_needs_several_ranks_and_unknown_choices_are_named(no_launch):
-    with pytest.raises(UserError, match="this is a single process"):
+def test_fsdp2_needs_a_launcher_and_unknown_choices_are_named(monkeypatch, no_launch):
+    with pytest.raises(UserError, match="this process was started without one"):
         sharding.resolve("fsdp2", 1)
+    # one rank started by torchrun or accelerate launch (LOCAL_RANK set): FSDP2 over a world of one, the paper
+    # node's arithmetic on one GPU
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    assert sharding.resolve("fsdp2", 1) == "fsdp2"
     with pytest.raises(UserError, match="launch.sharding='zero3': choose one of auto, ddp, fsdp2"):
         sharding.resolve("zero3", 2)
 
 
-def test_more_ranks_on_a_node_than_gpus_is_refused():
+def test_more_ranks_on_a_node_than_gpus_is_refused(no_launch):
     sharding.check_devices(4, 4)
     sharding.check_devices(2, 0)  # no GPU: gloo ranks on the CPU
     with pytest.raises(UserError, match="8 ranks were launched on this node but it has 4 GPU"):
         sharding.check_devices(8, 4)
+
+
+def test_one_process_that_sees_several_gpus_is_refused_before_anything_loads(monkeypatch, no_launch):
+    """transformers counts every visible GPU of a process no launcher started (n_gpu = torch.cuda.device_count())
+    and TRL's GRPOTrainer then refuses DataParallel: the decision is taken at once, with the device count given."""
+    sharding.check_devices(1, 1)
+    sharding.check_devices(1, 0)
+    with pytest.raises(UserError) as caught:
+        sharding.check_devices(1, 4)
+    assert str(caught.value) == (
+        "this single training process sees 4 GPUs, and TRL's trainer takes one GPU per process: start one process "
+        "per GPU (launch.processes=4, or launch=paper), or show it one GPU (CUDA_VISIBLE_DEVICES=0 python run.py ...)")
+    # a launched rank uses its own GPU (cuda:LOCAL_RANK; transformers counts one), however many it sees
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    sharding.check_devices(1, 4)
+
+
+def test_train_refuses_one_process_on_four_gpus_before_loading_or_evaluating(monkeypatch, tmp_path, no_launch):
+    from seal.tasks import train
+    from tests.test_configs import compose_with
+
+    # the device count stubbed as a 4-GPU node's; the model must never be loaded
+    monkeypatch.setattr(train, "cuda_devices", lambda: 4)
+    monkeypatch.setattr("seal.budget.Budget.check_device", lambda self, gpus: None)
+    run = train.start(compose_with("backbone=tiny-random", "logger.mode=disabled"), tmp_path)
+    with pytest.raises(UserError, match="this single training process sees 4 GPUs"):
+        train.check_config(run)
+    assert run.policy is None and not (tmp_path / "fingerprint.txt").exists()
 
 
 def test_lora_is_not_sharded():
@@ -63,13 +96,16 @@ def test_fsdp2_reaches_transformers_as_an_fsdp2_plugin(tmp_path):
     assert GRPOConfig(output_dir=str(tmp_path), use_cpu=True, **sharding.grpo_arguments("ddp")).fsdp_plugin_args is None
     # every rank loads the weights itself (no rank-0 load and broadcast)
     assert str(plugin["cpu_ram_efficient_loading"]).lower() == "false"
+    # every micro-batch's gradients are reduce-scattered (transformers reads this, not accelerate's no_sync)
+    assert args.accelerator_config.gradient_accumulation_kwargs == {"sync_each_batch": True}
 
 
 def test_the_fsdp2_settings_are_asked_for_by_name_not_left_to_defaults():
     # transformers' defaults give the same today; named, a change of default cannot change the run
     assert sharding.grpo_arguments("fsdp2") == {"fsdp": True, "fsdp_config": {
         "version": 2, "auto_wrap_policy": "TRANSFORMER_BASED_WRAP", "reshard_after_forward": True,
-        "state_dict_type": "SHARDED_STATE_DICT", "cpu_ram_efficient_loading": False}}
+        "state_dict_type": "SHARDED_STATE_DICT", "cpu_ram_efficient_loading": False},
+        "accelerator_config": {"gradient_accumulation_kwargs": {"sync_each_batch": True}}}
     assert sharding.grpo_arguments("ddp") == {}
     with pytest.raises(ValueError) as caught:
         sharding.grpo_arguments("zero3")
@@ -120,9 +156,9 @@ def test_the_refusals_are_one_sentence_naming_the_fix(no_launch):
     with pytest.raises(UserError) as caught:
         sharding.resolve("fsdp2", 1)
     assert str(caught.value) == (
-        "launch.sharding=fsdp2 divides the model over several ranks, and this is a single process: launch "
-        "`accelerate launch --config_file experiments/cluster/accelerate/fsdp2.yaml --num_processes <GPUs> "
-        "run.py ...`, or use launch.sharding=ddp on one GPU")
+        "launch.sharding=fsdp2 runs its ranks under a launcher, and this process was started without one: add "
+        "launch.processes=<GPUs> (1 for one GPU), or launch `accelerate launch --config_file "
+        "experiments/cluster/accelerate/fsdp2.yaml --num_processes <GPUs> run.py ...`, or use launch.sharding=ddp")
     assert sharding.resolve("fsdp2", 2) == "fsdp2"  # two ranks are several
     with pytest.raises(UserError) as caught:
         sharding.check_combination("fsdp2", lora=True)
@@ -144,3 +180,58 @@ def test_a_plain_model_passes_and_a_sharded_one_is_refused_naming_what_needs_it(
     assert str(caught.value) == (
         "writing LoRA adapters needs whole tensors and this model is FSDP2-sharded (DTensor parameters): gather it "
         "first (seal.rl.sharding.full_state_dict or RolloutCopy)")
+
+
+@pytest.mark.parametrize("dtype, policy", [
+    # the authors' FSDP2 workers: bf16 parameters, fp32 reduction, fp32 outputs (het_fsdp_worker.py ~353-395)
+    ("bfloat16", ("bfloat16", "float32", "float32")),
+    ("float32", ("float32", "float32", "float32")),
+])
+def test_the_fsdp2_policy_computes_in_the_backbones_dtype_and_reduces_and_outputs_fp32(tmp_path, dtype, policy):
+    import torch
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
+    from seal.rl.config import grpo_config
+    from seal.budget import Budget
+    from tests.test_configs import compose_with
+
+    made = sharding.mixed_precision_policy(dtype)
+    assert isinstance(made, MixedPrecisionPolicy)
+    assert (made.param_dtype, made.reduce_dtype, made.output_dtype) == tuple(getattr(torch, d) for d in policy)
+    # what reaches transformers' plugin arguments, whatever the launch's mixed precision says
+    cfg = compose_with("backbone=tiny-random")
+    args = grpo_config(cfg, Budget.from_config(cfg.budget), tmp_path, 8, dtype, "fsdp2")
+    assert args.fsdp_plugin_args["mixed_precision_policy"] == made
+    assert args.mixed_precision == {"bfloat16": "bf16", "float32": "no"}[dtype]
+    assert grpo_config(cfg, Budget.from_config(cfg.budget), tmp_path, 8, dtype, "ddp").fsdp_plugin_args is None
+
+
+def test_the_backbones_dtype_decides_the_mixed_precision_not_the_launch_config(monkeypatch, tmp_path):
+    from seal.budget import Budget
+    from seal.rl.config import grpo_config
+    from tests.test_configs import compose_with
+
+    # what `accelerate launch --config_file experiments/cluster/accelerate/fsdp2.yaml` exports (its bf16)
+    monkeypatch.setenv("ACCELERATE_MIXED_PRECISION", "bf16")
+    cfg = compose_with("backbone=tiny-random")
+    assert grpo_config(cfg, Budget.from_config(cfg.budget), tmp_path, 8, "float32", "ddp").mixed_precision == "no"
+    assert sharding.mixed_precision("bfloat16") == "bf16" and sharding.mixed_precision("float16") == "fp16"
+    with pytest.raises(ValueError, match="compute dtype 'int8'"):
+        sharding.mixed_precision("int8")
+
+
+def test_a_plugin_built_from_the_arguments_keeps_the_policy_under_a_bf16_launch():
+    """AcceleratorState (on a GPU) and shard_on_gloo (on the CPU) call set_mixed_precision('bf16') on the plugin;
+    accelerate's own policy would then reduce in bf16 and cast outputs to bf16."""
+    import torch
+    from accelerate.utils import FullyShardedDataParallelPlugin
+
+    args = {"fsdp_version": 2, "mixed_precision_policy": sharding.mixed_precision_policy("bfloat16")}
+    plugin = FullyShardedDataParallelPlugin(**args)
+    plugin.set_mixed_precision("bf16")
+    policy = plugin.mixed_precision_policy
+    assert (policy.param_dtype, policy.reduce_dtype, policy.output_dtype) == (torch.bfloat16, torch.float32, torch.float32)
+    # accelerate's default for the same launch, what seal no longer trains with
+    default = FullyShardedDataParallelPlugin(fsdp_version=2)
+    default.set_mixed_precision("bf16")
+    assert default.mixed_precision_policy.reduce_dtype == default.mixed_precision_policy.output_dtype == torch.bfloat16

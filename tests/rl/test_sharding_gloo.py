@@ -54,6 +54,35 @@ def test_two_gloo_ranks_shard_gather_and_checkpoint_through_accelerates_fsdp2_pa
         assert "pytorch_model_fsdp_0" in report["state_files"] and report["reload_equal"]
 
 
+@pytest.mark.costly
+def test_fsdp2_in_bf16_reduces_in_fp32_and_returns_fp32_as_the_authors_ran_it(tmp_path):
+    """One accumulation window of 8 micro-batches on two gloo ranks in bf16 mixed precision
+    (tests/rl/gloo_precision_worker.py), prepared as seal's trainer prepares FSDP2 and DDP."""
+    proc = torchrun("tests/rl/gloo_precision_worker.py", str(tmp_path), timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for report in (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)):
+        seal, accelerate = report["fsdp2"], report["accelerate"]
+        # the policy of the authors' FSDP2 workers; the forward hands the loss fp32 values, as DDP's does
+        assert seal["policy"] == ["torch.bfloat16", "torch.float32", "torch.float32"]
+        assert seal["output_dtype"] == report["ddp"]["output_dtype"] == "torch.float32"
+        # the gradients are the bf16 model's exactly: each micro-batch's bf16 gradient summed in fp32, as a
+        # float64 sum of the same gradients computed in one process gives them
+        assert seal["diff_to_exact"] < 1e-6
+        # and DDP's within bf16's resolution (DDP keeps the norms and the embedding in fp32 under autocast,
+        # FSDP2 gathers every parameter in bf16: two roundings of 2^-7 apart at most)
+        assert seal["diff_to_ddp"] < 2 * 2**-7
+        # what accelerate's own policy for the same launch computes: bf16 outputs, a bf16 reduction and a
+        # bf16 sum of the unsynced micro-batches, three orders of magnitude further from the exact gradients
+        assert accelerate["output_dtype"] == "torch.bfloat16" and accelerate["diff_to_exact"] > 1e-3
+        # the memory plan's fsdp2 gradients: fp32 shards only (4 bytes a parameter over 2 ranks; FSDP2 pads each
+        # parameter's rows to an even split), and nothing whole-size held between micro-batches, where accelerate's
+        # no_sync kept every parameter's bf16 gradient unsharded (2 bytes a parameter, the whole model on each rank)
+        n = seal["parameters"]
+        assert seal["held_between_micro_batches"] == 0
+        assert 4 * n / 2 <= seal["sharded_gradient_bytes"] <= 4 * n / 2 + 4 * 64 * 10
+        assert accelerate["held_between_micro_batches"] >= 2 * n
+
+
 ARGS = ["run.py", "backbone=tiny-random", "budget.prompts_per_round=2", "budget.rollouts_per_prompt=2",
         "budget.micro_batch_size=1", "budget.steps_per_round=1", "budget.train_entries=4",
         "budget.heldout_entries_per_category=0", "budget.max_new_tokens=6", "logger.mode=disabled",
