@@ -170,3 +170,31 @@ def test_a_failed_build_leaves_nothing_behind(tmp_path):
     with pytest.raises(RuntimeError):
         backbones._write_atomically(tmp_path / "models" / "m", build)
     assert list((tmp_path / "models").iterdir()) == []
+
+
+def test_a_model_that_is_sharded_loads_into_host_memory_and_its_generation_stays_on_the_device(monkeypatch):
+    """Under fsdp2 (host=True) the fp32 masters never occupy the GPU whole: FSDP2 moves each rank's shard there.
+    The rank's device stubbed as `meta` stands for cuda:LOCAL_RANK (a model moved there has meta parameters)."""
+    import torch
+
+    monkeypatch.setattr(backbones, "_device", lambda: torch.device("meta"))
+    backbone = TinyRandomBackbone()
+    moved = backbone.load(training=True)
+    assert {p.device.type for p in moved.model.parameters()} == {"meta"}
+    kept = backbone.load(training=True, host=True)
+    assert {p.device.type for p in kept.model.parameters()} == {"cpu"}
+    assert {p.dtype for p in kept.model.parameters()} == {torch.float32}
+    # where the episodes are generated (the rollout copy, the KV cache) is the rank's device all the same
+    assert kept.device.type == "meta"
+
+
+def test_a_model_kept_in_host_memory_is_checked_against_host_memory(monkeypatch, tmp_path):
+    """A 7B model's fp32 masters (about 34 GiB with headroom) against 16 GiB of host memory: refused before any
+    load, naming host memory, whatever the GPU has free."""
+    backbone = HFBackbone(name="qwen2.5-7b", source="Qwen/Qwen2.5-7B-Instruct", local_path=str(tmp_path),
+                          params_b=7.62, dtype="bfloat16")
+    monkeypatch.setattr(backbones, "host_available_bytes", lambda: 16 * 2**30)
+    monkeypatch.setattr(backbones, "available_memory_bytes", lambda: (80 * 2**30, "GPU"))
+    with pytest.raises(UserError, match=r"needs about 34.1 GiB \(7.62B parameters in float32\) but only 16.0 GiB of "
+                                        r"host memory is available"):
+        backbone.load(training=True, host=True)

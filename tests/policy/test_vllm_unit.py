@@ -1001,3 +1001,30 @@ def test_a_checkpoint_reload_that_fails_half_way_is_done_again_at_the_next_play(
     gen.begin()
     assert "reload_weights(disk)" in _names(gen.llm.events)
     gen.generate(_requests()[:1], temperature=1.0, stops=[(50,)])
+
+
+def test_before_training_plays_take_the_loaded_weights_instead_of_reading_the_disk(fake_vllm, monkeypatch):
+    """seal.tasks.train.generate_with_the_loaded_model: until the trainer exists, the engine's weights come from
+    the model the run loaded (in host memory under fsdp2), at one version (nothing steps before training): after
+    each level-2 sleep a play syncs them from memory; the checkpoint is never read from disk again."""
+    from types import SimpleNamespace
+
+    from seal.policy.rollout import RolloutEngine
+    from seal.tasks.train import generate_with_the_loaded_model
+
+    fake_vllm.cpu = False
+    gen = _generator()
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: gen.llm.events.append("empty_cache"))
+    loaded = _tiny_llama(tied=False)
+    engine = RolloutEngine.__new__(RolloutEngine)  # its `model` hands the model to its generator
+    engine.generator = gen
+    run = SimpleNamespace(engine=engine, policy=SimpleNamespace(model=loaded),
+                          backbone=SimpleNamespace(generation="vllm"), layout="ddp")
+    assert generate_with_the_loaded_model(run) is None  # ddp: no rollout copy
+    assert gen.model is loaded and gen.version() == 0
+    for _ in range(2):
+        gen.begin()
+        gen.generate(_requests()[:1], temperature=1.0, stops=[(50,)])
+        gen.end()
+    names = _names(gen.llm.events)
+    assert "reload_weights(disk)" not in names and names.count("reload_weights") == 2

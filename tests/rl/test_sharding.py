@@ -235,3 +235,32 @@ def test_a_plugin_built_from_the_arguments_keeps_the_policy_under_a_bf16_launch(
     default = FullyShardedDataParallelPlugin(fsdp_version=2)
     default.set_mixed_precision("bf16")
     assert default.mixed_precision_policy.reduce_dtype == default.mixed_precision_policy.output_dtype == torch.bfloat16
+
+
+def test_before_training_the_transformers_engine_generates_with_a_compute_dtype_copy_of_the_host_model():
+    """Under fsdp2 the loaded fp32 masters stay in host memory until the trainer shards them: the evaluations
+    before training generate with the rollout copy (the compute dtype, on the rank's device), which training
+    then refreshes from the shards; the loaded model itself is never moved."""
+    from types import SimpleNamespace
+
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from seal.tasks.train import generate_with_the_loaded_model
+
+    torch.manual_seed(0)
+    loaded = LlamaForCausalLM(LlamaConfig(vocab_size=96, hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
+                                          num_key_value_heads=2, intermediate_size=64))
+    generator = SimpleNamespace(refresh=None)
+    run = SimpleNamespace(engine=SimpleNamespace(generator=generator), backbone=SimpleNamespace(generation="transformers"),
+                          policy=SimpleNamespace(model=loaded, device=torch.device("cpu"), compute_dtype=torch.bfloat16),
+                          layout="fsdp2")
+    copy = generate_with_the_loaded_model(run)
+    assert generator.refresh == copy.refresh
+    model = generator.refresh()
+    assert model is not loaded and {p.dtype for p in model.parameters()} == {torch.bfloat16}
+    assert all(torch.equal(model.state_dict()[k], v.to(torch.bfloat16)) for k, v in loaded.state_dict().items())
+    assert {p.dtype for p in loaded.parameters()} == {torch.float32}
+    # under ddp the loaded model is on the device already and generates itself
+    run.layout, generator.refresh = "ddp", None
+    assert generate_with_the_loaded_model(run) is None and generator.refresh is None

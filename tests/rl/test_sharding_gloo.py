@@ -150,3 +150,17 @@ def test_a_job_asking_for_two_processes_starts_them_with_the_fsdp2_launch_config
     assert (run_config["world_size"], run_config["sharding"]) == (2, "fsdp2")
     assert (tmp_path / "checkpoints" / "checkpoint-1" / "pytorch_model_fsdp_0").is_dir()
     assert sorted(p.name for p in (tmp_path / "ranks").iterdir()) == ["rank0.jsonl", "rank1.jsonl"]
+
+
+@pytest.mark.slow
+def test_one_rank_launched_with_fsdp2_trains_sharded_as_a_single_gpu_checks_the_paper_node(tmp_path):
+    """launch.processes=1 launch.sharding=fsdp2: the job launches its one rank with accelerate and the fsdp2
+    launch config in the backbone's bf16; FSDP2 over a world of one writes accelerate's sharded checkpoints."""
+    args = [a for a in ARGS if not a.startswith("trainer.")]
+    proc = subprocess.run([sys.executable, *args, "backbone.dtype=bfloat16", "budget.rounds=1", "launch.processes=1",
+                           "launch.sharding=fsdp2", f"hydra.run.dir={tmp_path}"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=1500)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run_config = json.loads((tmp_path / "run_config.json").read_text())
+    assert (run_config["world_size"], run_config["sharding"]) == (1, "fsdp2")
+    assert (tmp_path / "checkpoints" / "checkpoint-1" / "pytorch_model_fsdp_0").is_dir()
