@@ -53,6 +53,7 @@ from pathlib import Path
 from typing import Any
 
 from seal.errors import UserError
+from seal.rl.distributed import cuda_devices
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
@@ -329,7 +330,7 @@ def run_step(name: str, overrides: list[str], out: Path, timeout: float,
     log.parent.mkdir(parents=True, exist_ok=True)
     for old in log.parent.glob(f"{name}.peak.json*"):
         old.unlink()
-    gpus = _gpus()
+    gpus = cuda_devices()
     command = run_command([*overrides, *launch.overrides()], launch, out / name, min(gpus, launch.processes), dtype)
     env = os.environ | {PEAK_ENV: str(peak_file), "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1",
                         "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
@@ -358,12 +359,6 @@ def _largest_peak(logs: Path, name: str) -> dict[str, Any]:
         return records[0]
     largest = max(records, key=lambda r: (r.get("cuda_max_allocated_gib", 0.0), r["max_rss_gib"]))
     return largest | {"ranks": records}
-
-
-def _gpus() -> int:
-    import torch
-
-    return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
 def _first_line(text: str) -> str:
@@ -557,7 +552,7 @@ def preflight(backbone: str, out: Path, *, tiny: bool | None = None, overrides: 
     disk_line = check_disk(disk, out)
     if step_timeout is None:
         step_timeout = disk.step_timeout(engine_starts=launch.engine == "vllm")
-    gpus = _gpus()
+    gpus = cuda_devices()
     visible = visible_gpus(gpus, launch.processes, dict(os.environ))
     print(f"gpu_check: {backbone} ({bb['arch']['model_type']}), {'a tiny shape' if tiny else 'its published shape'}, "
           f"randomly initialised, {bb['dtype']}, on {'CUDA' if cuda else 'no CUDA device: the CPU'}, "

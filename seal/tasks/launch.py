@@ -74,12 +74,13 @@ def relaunch(cfg: Any, out_dir: Path) -> bool:
     alone = processes == 1 and not (wanted is not None and requested(cfg.launch.sharding) == "fsdp2")
     if cfg.task not in DISTRIBUTED_TASKS or alone or under_a_launcher() or int(os.environ.get("WORLD_SIZE", "1")) > 1:
         return False
-    import torch
     from hydra.core.hydra_config import HydraConfig
+
+    from seal.rl.distributed import cuda_devices
 
     # checked as the ranks will check it (a single rank launched here is an FSDP2 one)
     sharding = resolve(cfg.launch.sharding, processes) if processes > 1 else "fsdp2"
-    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    gpus = cuda_devices()
     command = launch_command(processes=processes, sharding=sharding, overrides=list(HydraConfig.get().overrides.task),
                              out_dir=out_dir, gpus=gpus, dtype=cfg.backbone.dtype)
     out_dir.mkdir(parents=True, exist_ok=True)
