@@ -157,6 +157,39 @@ def test_low_var_kl_is_the_clamped_k3_estimator():
     assert low_var_kl(logps, ref).tolist() == pytest.approx(expected, abs=1e-6)
 
 
+def test_each_micro_batchs_log_probs_are_written_as_they_reach_the_loss(tmp_path, monkeypatch):
+    """trainer.save_logprobs: step<k>_rank<r>_<i>.pt for the i-th micro-batch of optimizer step k (from 1), the
+    policy's, the old policy's and the reference's log-probs as the loss got them, and its loss mask."""
+    co, trainer = build(config("trainer.beta=0.5", "trainer.save_logprobs=true"), tmp_path)
+    assert trainer.logprob_dir == tmp_path / "logprobs"
+    out, _ = one_generation_batch(co, trainer, monkeypatch)
+    trainer.current_gradient_accumulation_steps = 1
+    ids = torch.cat([out["prompt_ids"], out["completion_ids"]], 1)
+    attention = torch.cat([out["prompt_mask"], out["completion_mask"]], 1)
+    with torch.no_grad():
+        logps, _, _ = trainer._get_per_token_logps_and_entropies(trainer.model, ids, attention,
+                                                                 out["completion_ids"].shape[1])
+    out["old_per_token_logps"] = logps - 0.05
+    out["ref_per_token_logps"] = logps - 0.1
+    trainer.model.train()
+    trainer.state.global_step = 3
+    trainer.compute_loss(trainer.model, out)
+    trainer.compute_loss(trainer.model, out)
+    trainer.state.global_step = 4
+    trainer.compute_loss(trainer.model, out)
+    assert sorted(p.name for p in (tmp_path / "logprobs").iterdir()) == [
+        "step00004_rank0_000.pt", "step00004_rank0_001.pt", "step00005_rank0_000.pt"]
+    record = torch.load(tmp_path / "logprobs" / "step00004_rank0_001.pt")
+    assert sorted(record) == ["logps", "mask", "old_logps", "ref_logps"]
+    assert torch.allclose(record["logps"], logps, atol=1e-6)
+    assert torch.equal(record["ref_logps"], out["ref_per_token_logps"])
+    assert torch.equal(record["old_logps"], out["old_per_token_logps"])
+    assert torch.equal(record["mask"], out["completion_mask"] * out["tool_mask"])
+    # off by default: nothing written
+    _, quiet = build(config("trainer.beta=0.5"), tmp_path / "quiet")
+    assert quiet.logprob_dir is None
+
+
 @pytest.mark.parametrize("gap", [1e-2, 1e-3, 1e-4, -1e-3, 0.3])
 def test_the_kl_of_nearby_policies_equals_an_fp64_computation_to_1e6(gap):
     """fp32 log-probs of two nearby policies (what reaches the loss under FSDP2 with fp32 outputs): the k3 term
