@@ -286,7 +286,6 @@ def choose_entries(run: TrainingRun) -> Entries:
 def run_config(run: TrainingRun) -> dict[str, Any]:
     """run_config.json: the resolved config and everything else a result depends on, the arm's name and
     choices (seal.tasks.arm) among them; experiment_name is the user's label, else the arm."""
-    from seal.policy.backbones import param_dtype
     from seal.tasks.arm import arm_of
 
     cfg, backbone, budget, entries, protocol = run.cfg, run.backbone, run.budget, run.entries, run.protocol
@@ -297,10 +296,7 @@ def run_config(run: TrainingRun) -> dict[str, Any]:
         "base_checkpoint": backbone.describe(), "code_version": code_version(), "fingerprint": run.fingerprint,
         "overrides": _overrides(), "train_ids": [e.id for e in entries.train],
         "heldout_part": entries.heldout_part, "heldout_ids": [e.id for e in entries.heldout],
-        "precision": {
-            "param_dtype": param_dtype(backbone.dtype, training=True, lora=bool(backbone.lora)),
-            "compute_dtype": backbone.dtype, "kv_cache_dtype": backbone.dtype,
-        },
+        "precision": precision(backbone, run.layout),
         "world_size": run.dist.world, "sharding": run.layout,
         "training_memory_gib": {k: round(v, 2) for k, v in run.memory.table()} if run.memory else None,
         "round_plan": vars(budget.plan) | {"episodes_per_step": budget.plan.episodes_per_step},
@@ -315,6 +311,24 @@ def run_config(run: TrainingRun) -> dict[str, Any]:
                      "max_train_tokens": budget.max_train_tokens, "dual_clip": cfg.trainer.dual_clip,
                      "weight_decay": cfg.trainer.weight_decay, "std_epsilon": cfg.trainer.std_epsilon},
     }
+
+
+def precision(backbone: Any, layout: str) -> dict[str, Any]:
+    """run_config.json's precision: the weights', the compute's and the KV cache's dtypes, accelerate's mixed
+    precision, and under fsdp2 the policy FSDP2 gathers, reduces and outputs in (seal.rl.sharding)."""
+    from seal.policy.backbones import param_dtype
+    from seal.rl.sharding import mixed_precision, mixed_precision_policy
+
+    record: dict[str, Any] = {
+        "param_dtype": param_dtype(backbone.dtype, training=True, lora=bool(backbone.lora)),
+        "compute_dtype": backbone.dtype, "kv_cache_dtype": backbone.dtype,
+        "mixed_precision": mixed_precision(backbone.dtype),
+    }
+    if layout == "fsdp2":
+        policy = mixed_precision_policy(backbone.dtype)
+        record["fsdp2"] = {name: str(getattr(policy, name)).removeprefix("torch.")
+                           for name in ("param_dtype", "reduce_dtype", "output_dtype")}
+    return record
 
 
 def start_logging(run: TrainingRun) -> None:

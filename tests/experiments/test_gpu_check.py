@@ -28,7 +28,7 @@ def published_arch(name):
 
 def preflight_cli(*args):
     return subprocess.run([sys.executable, "-m", "experiments.gpu_check", *args], cwd=REPO, capture_output=True,
-                          text=True, timeout=1800)
+                          text=True, timeout=3600)
 
 
 # -- the model ---------------------------------------------------------------------------------------
@@ -357,6 +357,9 @@ def test_a_failing_step_stops_the_preflight_naming_the_step(tmp_path):
     assert not (tmp_path / "out" / "train").exists()
 
 
+# the default timeout (10 min a run for the tiny shape) is a GPU node's; these tests check the steps, on a CPU
+# that other processes may share
+LOADED = ["--step-timeout", "2400"]
 # the smallest runs that still pass through every step: two sanity rounds of 2 x 2, four new tokens
 SMALL = ["sanity.rounds=2", "sanity.prompts_per_round=2", "sanity.rollouts_per_prompt=2", "budget.max_new_tokens=4"]
 
@@ -366,7 +369,7 @@ def test_the_tiny_preflight_runs_end_to_end_and_reports_the_runs_own_figures(tmp
     # two preflights of about 3 min each on the 2-core CPU: the first keeps its checkpoint, the second reuses
     # the model, starts its runs afresh and removes the checkpoint afterwards
     out = tmp_path / "out"
-    proc = preflight_cli("--out", str(out), "--keep", "--", *SMALL)
+    proc = preflight_cli("--out", str(out), "--keep", *LOADED, "--", *SMALL)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     summary = json.loads((out / "gpu_check.json").read_text())
     # Qwen2.5-3B's published vocabulary
@@ -396,7 +399,7 @@ def test_the_tiny_preflight_runs_end_to_end_and_reports_the_runs_own_figures(tmp
         assert step["peak"] == json.loads((out / "logs" / f"{step['name']}.peak.json").read_text())
         assert step["peak"]["max_rss_gib"] > 0.2 and "cuda_max_allocated_gib" not in step["peak"]
 
-    again = preflight_cli("--out", str(out), "--", *SMALL)
+    again = preflight_cli("--out", str(out), *LOADED, "--", *SMALL)
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     second = json.loads((out / "gpu_check.json").read_text())
     assert second["model"]["path"] == summary["model"]["path"] and not second["model"]["built"]
@@ -410,12 +413,16 @@ def test_the_tiny_preflight_runs_end_to_end_and_reports_the_runs_own_figures(tmp
 def test_two_gloo_ranks_run_the_preflights_steps_with_fsdp2(tmp_path):
     # about 6 min on the 2-core CPU: sanity and the paper arm's miniature on two gloo ranks started by accelerate
     out = tmp_path / "out"
-    proc = preflight_cli("--out", str(out), "--processes", "2", "--", "sanity.rounds=3")
+    proc = preflight_cli("--out", str(out), "--processes", "2", *LOADED, "--", "sanity.rounds=3")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     summary = json.loads((out / "gpu_check.json").read_text())
     assert summary["launch"] == {"processes": 2, "sharding": "fsdp2", "engine": "transformers"}
     run_config = json.loads((out / "train" / "run_config.json").read_text())
     assert (run_config["world_size"], run_config["sharding"], run_config["budget"]["name"]) == (2, "fsdp2", "paper_miniature")
+    # the GPU node's precision: Qwen2.5-3B's bf16, FSDP2 gathering bf16 and reducing in fp32
+    assert run_config["precision"]["mixed_precision"] == "bf16"
+    assert run_config["precision"]["fsdp2"] == {"param_dtype": "bfloat16", "reduce_dtype": "float32",
+                                                "output_dtype": "float32"}
     # each rank recorded its own peak; the step shows the largest
     train = summary["steps"][2]
     assert len(train["peak"]["ranks"]) == 2

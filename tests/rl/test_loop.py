@@ -61,7 +61,8 @@ def test_the_main_job_leaves_its_outputs(tmp_path):
     assert "outcomes (top 3)" in report and "causes (top 3)" in report
     run_config = json.loads((tmp_path / "run_config.json").read_text())
     assert run_config["heldout_part"] == "test" and not set(run_config["heldout_ids"]) & set(run_config["train_ids"])
-    assert run_config["precision"] == {"param_dtype": "float32", "compute_dtype": "float32", "kv_cache_dtype": "float32"}
+    assert run_config["precision"] == {"param_dtype": "float32", "compute_dtype": "float32", "kv_cache_dtype": "float32",
+                                       "mixed_precision": "no"}
     assert run_config["world_size"] == 1 and run_config["round_plan"]["episodes"] == 2
     assert run_config["train_filter"]["train_part"] == 400
     # W&B offline files in the run directory
