@@ -397,6 +397,40 @@ def _save_on_two_ranks(rank: int, out) -> None:
         (out / f"error{rank}.txt").write_text(str(exc))
 
 
+def test_the_ranks_agree_on_every_failure_and_only_the_main_rank_removes_the_folder(tmp_path, monkeypatch):
+    """The agreement as each rank sees it, with accelerate's gather stubbed as a 3-rank one: this rank (1)
+    succeeded, ranks 0 and 2 failed; every rank raises the same sentence, and rank 1 removes nothing."""
+    from types import SimpleNamespace
+
+    import accelerate.utils
+
+    from seal.rl.checkpoint import write_checkpoint
+
+    monkeypatch.setattr("shutil.disk_usage", lambda path: Usage(10**12, 0, GiB))
+    gathered = []
+
+    def gather(items):
+        gathered.append(items)
+        return ["OSError: [Errno 28] No space left on device", items[0], "RuntimeError: other"]
+
+    monkeypatch.setattr(accelerate.utils, "gather_object", gather)
+    trainer = SimpleNamespace(args=SimpleNamespace(output_dir=str(tmp_path), save_total_limit=1),
+                              state=SimpleNamespace(global_step=6),
+                              accelerator=SimpleNamespace(is_main_process=False, num_processes=3))
+    folder = tmp_path / "checkpoint-6"
+    with pytest.raises(UserError) as caught:
+        write_checkpoint(trainer, lambda: folder.mkdir())
+    assert gathered == [[None]]  # this rank's save succeeded
+    assert folder.is_dir()  # left to the main rank
+    assert str(caught.value).startswith(f"writing {folder} failed on ranks 0, 2 (OSError: [Errno 28] No space left on "
+                                        "device) with 1.0 GiB free on its disk; ")
+    # all succeeded: nothing raised, nothing removed
+    monkeypatch.setattr(accelerate.utils, "gather_object", lambda items: [None, None, None])
+    write_checkpoint(trainer, lambda: None)
+    assert folder.is_dir()
+
+
+@pytest.mark.costly
 def test_a_save_failing_on_one_rank_stops_every_rank_and_its_folder_goes_once_all_have_stopped(tmp_path):
     """The ranks agree first (a collective), then the main rank removes the partial folder: a rank that fails early
     must not remove the folder while another is still writing its part into it."""
