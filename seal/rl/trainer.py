@@ -20,6 +20,7 @@ optimisation are TRL's own.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import logging
 from pathlib import Path
 from typing import Any
@@ -144,9 +145,9 @@ class SealGRPOTrainer(GRPOTrainer):
         write_checkpoint(self, partial(super()._save_checkpoint, model, trial))
 
     def _prepare_inputs(self, generation_batch: Any) -> Any:
-        if self.shuffle_minibatches:
-            return super()._prepare_inputs(generation_batch)
-        with minibatches_in_order():
+        seed = None if not self.shuffle_minibatches else minibatch_seed(
+            self.args.seed, self.state.global_step, self.accelerator.process_index)
+        with minibatch_order(seed):
             return super()._prepare_inputs(generation_batch)
 
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -275,14 +276,32 @@ class SealGRPOTrainer(GRPOTrainer):
         self._micro_batches += 1
 
 
+def minibatch_seed(seed: int, global_step: int, rank: int) -> int:
+    """The seed of a round's mini-batch shuffle on one rank: the run's seed, the optimizer step the round starts
+    at and the rank, so that a resumed run shuffles each round as the unbroken run did."""
+    digest = hashlib.blake2b(f"{int(seed)}:{int(global_step)}:{int(rank)}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") >> 1
+
+
 @contextlib.contextmanager
-def minibatches_in_order():
-    """TRL's mini-batch shuffle made the identity for the duration (it is looked up in TRL's module at
-    call time, so swapping that name is the whole change; restored even when the step fails)."""
+def minibatch_order(seed: int | None):
+    """TRL's mini-batch shuffle for the duration (it is looked up in TRL's module at call time, so swapping that
+    name is the whole change; restored even when the step fails): the identity with seed=None (the release's
+    order), else TRL's own shuffle drawn from `seed` (minibatch_seed), with the process's RNG left as it was.
+    TRL draws it from the global RNG, whose state at a round's start differs between an unbroken run and one
+    resumed at an epoch's first round (transformers restores the checkpoint's RNG after the epoch's data loader
+    has drawn from it): the rounds are the same either way, but once each micro-batch's gradients are reduced
+    over the ranks on their own (FSDP2's sync_each_batch) the order changes the sums' rounding."""
     from trl.trainer import grpo_trainer
 
     shuffle = grpo_trainer.shuffle_sequence_dict
-    grpo_trainer.shuffle_sequence_dict = lambda batch: batch
+
+    def seeded(batch: Any) -> Any:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            return shuffle(batch)
+
+    grpo_trainer.shuffle_sequence_dict = (lambda batch: batch) if seed is None else seeded
     try:
         yield
     finally:

@@ -177,13 +177,40 @@ def test_a_protocol_describes_every_setting_for_the_reports():
 def test_minibatches_keep_their_order_only_when_asked():
     from trl.trainer import grpo_trainer
 
-    from seal.rl.trainer import minibatches_in_order
+    from seal.rl.trainer import minibatch_order
 
     shuffle = grpo_trainer.shuffle_sequence_dict
     batch = {"x": list(range(5))}
-    with minibatches_in_order():
+    with minibatch_order(None):
         assert grpo_trainer.shuffle_sequence_dict(batch) is batch
     assert grpo_trainer.shuffle_sequence_dict is shuffle
+
+
+def test_a_rounds_shuffle_is_drawn_from_its_own_seed_and_leaves_the_process_rng_alone():
+    """TRL's shuffle (torch.randperm on the global RNG) drawn from minibatch_seed(seed, step, rank): what an
+    unbroken and a resumed run draw at the same round, whatever the global RNG's state; the state is kept."""
+    import torch
+    from trl.trainer import grpo_trainer
+
+    from seal.rl.trainer import minibatch_order, minibatch_seed
+
+    batch = {"x": list(range(16))}
+    seed = minibatch_seed(0, 4, 1)
+    torch.manual_seed(seed)
+    expected = [int(i) for i in torch.randperm(16)]  # TRL's permutation under that seed, by hand
+    draws = []
+    for state in (1, 2):
+        torch.manual_seed(state)
+        before = torch.get_rng_state()
+        with minibatch_order(seed):
+            draws.append(grpo_trainer.shuffle_sequence_dict(batch)["x"])
+        assert torch.equal(torch.get_rng_state(), before)
+    assert draws[0] == draws[1] == expected and sorted(expected) == list(range(16))
+    # the seed is blake2b of "seed:step:rank", little-endian, top bit dropped; another step or rank draws anew
+    import hashlib
+
+    assert seed == int.from_bytes(hashlib.blake2b(b"0:4:1", digest_size=8).digest(), "little") // 2
+    assert len({minibatch_seed(0, 4, 1), minibatch_seed(0, 5, 1), minibatch_seed(0, 4, 0), minibatch_seed(1, 4, 1)}) == 4
 
 
 # ---------------------------------------------------------------------------------------- the release's parser
