@@ -439,8 +439,9 @@ def ood_table(runs: list[dict], expected: dict[tuple[str, str], set] | None = No
         of = max(len(expected.get((backbone, arm), ())), len(members))
         measured = [m for found, _ in members if (m := tau2_measured(found)) is not None]
         row = {"backbone": backbone, "arm": arm, "model": MODELS["initial" if arm == BASE else "final"][0],
-               "runs": len(members), "expected": of, "budget": _budgets(used), "paper": paper_row("table2", backbone, arm),
-               "tau2_tasks": _counted([tau2_label(m) for m in measured]), "unlike": unlike_paper(measured, (backbone, arm))}
+               "runs": len(members), "expected": of, "budget": _budgets(used),
+               "paper": paper_row("table2", backbone, arm), "tau2_tasks": _counted([tau2_label(m) for m in measured]),
+               "unlike": unlike_paper(measured, (backbone, arm))}
         for column in TABLE2_COLUMNS:
             row[column] = cell([v for found, _ in members if (v := _ood_value(found, column)) is not None], of)
         rows.append(row)
@@ -463,8 +464,8 @@ def reference_rows(table: str, skip: set[str] = frozenset()) -> list[dict]:
     rows = [(backbone, BASE, TABLES[table][(backbone, BASE)]) for kept, backbone in REFERENCE_BASE_ROWS
             if kept == table and backbone not in skip] + rows
     keys = list(TABLE2_COLUMNS) if table == "table2" else [(p, c) for p in PROTOCOLS for c in COLUMNS]
-    return [{"backbone": name, "arm": arm, "model": "the paper's reference row", "runs": 0, "expected": 0, "budget": "—",
-             "paper": cells, "reference": True, "tau2_tasks": "—", "unlike": {}, **dict.fromkeys(keys)}
+    return [{"backbone": name, "arm": arm, "model": "the paper's reference row", "runs": 0, "expected": 0,
+             "budget": "—", "paper": cells, "reference": True, "tau2_tasks": "—", "unlike": {}, **dict.fromkeys(keys)}
             for name, arm, cells in rows]
 
 
@@ -658,8 +659,8 @@ def table2_markdown(rows: list[dict]) -> str:
         return row["tau2_tasks"] + (f" ({paper})" if paper else "")
 
     text = markdown_table(["backbone", "arm", "model", "runs", "budget", *TABLE2_HEADER, "tau2 tasks"],
-                          [[r["backbone"], r["arm"], r["model"], _runs(r), r["budget"], *(render(r, c) for c in TABLE2_COLUMNS),
-                            tasks(r)] for r in rows])
+                          [[r["backbone"], r["arm"], r["model"], _runs(r), r["budget"],
+                            *(render(r, c) for c in TABLE2_COLUMNS), tasks(r)] for r in rows])
     present = {(r["backbone"], r["arm"]) for r in rows}
     notes = [f"\\* {backbone} {arm}, {column}: {why}" for (table, (backbone, arm), column), why in PRINTED_AS_IS.items()
              if table == "table2" and (backbone, arm) in present]
@@ -806,11 +807,14 @@ def write_outputs(out: Path, text: str, t: dict) -> None:
     per_column = [f"{c}_{s}" for c in COLUMNS for s in ("mean", "ci95", "n", "paper")]
     _write_csv(out / "tables.csv", identity_header + per_column, _protocol_rows(t["rows"] + t["references"]))
     _write_csv(out / "table3.csv", identity_header + per_column, _protocol_rows(t["table3"]))
+    # the paper's number only where the runs were measured as it was (a tau2 column: on its row's task set)
     _write_csv(out / "table2.csv",
                ["backbone", "arm", "model", "runs", "expected", "budget",
-                *(f"{c}_{s}" for c in TABLE2_COLUMNS for s in ("mean", "ci95", "n", "paper")), "tau2_tasks", "tau2_tasks_paper"],
+                *(f"{c}_{s}" for c in TABLE2_COLUMNS for s in ("mean", "ci95", "n", "paper")), "tau2_tasks",
+                "tau2_tasks_paper"],
                [[r["backbone"], r["arm"], r["model"], r["runs"], r["expected"], r["budget"],
-                 *(v for c in TABLE2_COLUMNS for v in (*_csv_cell(r[c]), None if c in r["unlike"] else (r["paper"] or {}).get(c))),
+                 *(v for c in TABLE2_COLUMNS
+                   for v in (*_csv_cell(r[c]), None if c in r["unlike"] else (r["paper"] or {}).get(c))),
                  r["tau2_tasks"], tau2_tasks_of_row(r["backbone"], r["arm"])] for r in t["table2"]])
     keys = ("backbone", "comparison", "protocol", "model", "diff", "ci_low", "ci_high", "p", "seeds", "entries", "notes")
     _write_csv(out / "differences.csv", list(keys), [[d.get(k) for k in keys] for d in t["diffs"]])

@@ -180,7 +180,8 @@ def notes(table: str) -> list[str]:
     a reference row, and how the reference rows were measured."""
     found = [f"{row[0]}, {row[1]}, {column}: {why}" for (kept_in, row, column), why in PRINTED_AS_IS.items()
              if kept_in == table]
-    found += [f"{backbone}, {BASE}: {why}" for (kept_in, backbone), why in REFERENCE_BASE_ROWS.items() if kept_in == table]
+    found += [f"{backbone}, {BASE}: {why}" for (kept_in, backbone), why in REFERENCE_BASE_ROWS.items()
+              if kept_in == table]
     return found + ([REFERENCE_NOTES[table]] if table in REFERENCE_NOTES else [])
 
 
@@ -193,8 +194,9 @@ def markdown() -> str:
     for table, rows in TABLES.items():
         columns = list(next(iter(rows.values())))
         tau2 = table == "table2"
-        lines = [f"**{TITLES[table]}**", "", "| backbone | arm | " + " | ".join(columns) + (" | tau2 tasks" if tau2 else "")
-                 + " |", "|---|---|" + "---:|" * len(columns) + ("---|" if tau2 else "")]
+        header = [*columns, *(["tau2 tasks"] if tau2 else [])]
+        lines = [f"**{TITLES[table]}**", "", "| backbone | arm | " + " | ".join(header) + " |",
+                 "|---|---|" + "---:|" * len(columns) + ("---|" if tau2 else "")]
         for (backbone, arm), cells in with_reference_rows(table).items():
             shown = [str(v) if isinstance(v, int) else f"{v:.2f}" for v in cells.values()]
             shown += [tau2_tasks_of_row(backbone, arm)] if tau2 else []
