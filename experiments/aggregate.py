@@ -23,12 +23,16 @@ paper's number beside it) and "comparable to the BFCL leaderboard" (the official
 `eval/bfcl_v3/*`). A run without an evaluation under a protocol shows "—". Every row names its runs'
 budget: the paper's numbers come from the paper's own (budget=paper).
 
-- Table 1: per backbone, the base model and every trained arm, mean ± 95% t-interval over seeds;
+- Table 1: per backbone, the base model and every trained arm, mean ± 95% t-interval over seeds, then the
+  paper's reference rows (models no run here trains: their numbers, no run beside them);
 - Table 2: out of domain (budget.ood_benchmarks; the initial and the final model): BFCL V4 (the mean of
-  web search and memory) and tau2-bench with its domains, each beside the paper's number;
+  web search and memory) and tau2-bench with its domains, each beside the paper's number, and the tau2 task
+  set of the row's evaluations (a tau2 number of the paper only beside runs that played every task of the
+  split its row is a fraction of: experiments.like_measured); then the paper's reference rows;
 - Table 3: the ablation arms and seal per backbone, every column, with the paper's on Qwen2.5-7B;
 - differences the paper did not make: seal minus vanilla_rl and minus each ablation, per backbone and
-  protocol, paired by seed and entry (paired_bootstrap); a seed either arm lacks is dropped and named.
+  protocol, paired by seed and entry (paired_bootstrap); a seed either arm lacks is dropped and named, and so
+  is each run that lacks entries the others have.
 
 Writes the same as Markdown and CSV (tables.md, tables.csv, table2.csv, table3.csv, differences.csv) and
 bar charts (tables.png: Table 1's and Table 3's Avg; table2.png: every column of Table 2).
@@ -460,7 +464,7 @@ def reference_rows(table: str, skip: set[str] = frozenset()) -> list[dict]:
     """The paper's rows of `table` that no run here trains, with no run beside them (their numbers under
     "paper"): its reference rows, and in Table 2 ToolACE-2's, which is also ToolACE's base model, when no
     ToolACE run brought that row in already (`skip`: the backbones that have rows)."""
-    rows = [(name, REFERENCE, cells) for name, cells in REFERENCE_ROWS.get(table, {}).items()]
+    rows = [(name, REFERENCE, cells) for name, cells in REFERENCE_ROWS[table].items()]
     rows = [(backbone, BASE, TABLES[table][(backbone, BASE)]) for kept, backbone in REFERENCE_BASE_ROWS
             if kept == table and backbone not in skip] + rows
     keys = list(TABLE2_COLUMNS) if table == "table2" else [(p, c) for p in PROTOCOLS for c in COLUMNS]
@@ -583,7 +587,7 @@ def _difference(backbone, pair, protocol, model, by_arm, absent, n) -> dict:
     if result is None:
         notes.append("no seed with trajectories of both arms")
     else:
-        notes += _short_runs({(by_arm[(backbone, arm)][seed]["name"]): set(side[seed]) for arm, side in zip(pair, sides)
+        notes += _short_runs({by_arm[(backbone, arm)][seed]["name"]: set(side[seed]) for arm, side in zip(pair, sides)
                               for seed in sorted(set(sides[0]) & set(sides[1]))})
     return {"backbone": backbone, "comparison": f"{pair[0]} - {pair[1]}", "protocol": protocol,
             "model": label, "notes": "; ".join(dict.fromkeys(notes)), **(result or {})}

@@ -21,7 +21,7 @@ def tau2_measured(found: dict) -> tuple[str | None, dict[str, int]] | None:
     tau2 = found.get("tau2")
     if not tau2:
         return None
-    return tau2.get("split"), {d: n.get("total", 0) for d, n in (tau2.get("counts") or {}).items()}
+    return tau2.get("split"), {d: n["total"] for d, n in (tau2.get("counts") or {}).items()}
 
 
 def tau2_label(measured: tuple[str | None, dict[str, int]]) -> str:

@@ -592,7 +592,11 @@ def test_table_2_sets_every_row_and_column_beside_the_papers(tmp_path):
     # Qwen2.5-7B: seal only; the paper's Vanilla RL row is shown beside no run
     _run(tmp_path, "q0", "qwen2.5-7b", "seal", 0, eval_before=zero, eval_after=zero, ood_before=_ood(0.1),
          ood_after=_ood(0.2))
-    rows = {(r["backbone"], r["arm"]): r for r in ood_table(survey(tmp_path)[0])}
+    table = ood_table(survey(tmp_path)[0])
+    rows = {(r["backbone"], r["arm"]): r for r in table}
+    # 3B and 7B: base, vanilla_rl, seal; ToolACE: base, seal; the three reference rows. ToolACE-2's paper row is
+    # its run's base-model row, not a reference row again
+    assert len(table) == len(rows) == 3 + 3 + 2 + 3 and not rows[("toolace-2-8b", "base model")].get("reference")
     seal = rows[("qwen2.5-3b", "seal")]
     # seal: memory {8, 10} -> 9, web {10, 12} -> 11, their per-run means {9, 11} -> 10, half-width 12.706 * 1
     assert (seal["bfcl_v4_memory"]["mean"], seal["bfcl_v4_memory"]["half"]) == (pytest.approx(9.0), pytest.approx(T1, rel=1e-4))

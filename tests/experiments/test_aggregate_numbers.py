@@ -567,3 +567,33 @@ def test_a_row_counts_its_runs_of_those_expected_and_its_csv_lines_hold_each_cel
          None, None, 0, None, None, None, 0, None]]
     # a row the paper lacks
     assert agg._protocol_rows([row | {"paper": None}])[0][7:11] == [60.0, 127.062, 2, None]
+
+
+def test_the_papers_reference_rows_stand_without_runs_and_toolaces_table_2_row_only_once():
+    names = [r["backbone"] for r in agg.reference_rows("table1")]
+    assert names == ["Gemini-3-Pro-Preview", "Claude-Sonnet-4.5", "GPT-4o-2024-11-20", "Gemini-2.5-Flash", "GLM-4.6 (355B)",
+                     "Qwen3-32B", "Qwen2.5-14B-Instruct", "xLAM-2-3b-fc-r"]
+    first = agg.reference_rows("table1")[0]
+    assert (first["arm"], first["runs"], first["expected"], first["paper"]["miss_param"]) == ("reference", 0, 0, 54.50)
+    assert first[("release", "avg")] is None and first[("official", "base")] is None
+    # Table 2: ToolACE-2's row (a reference row of the paper's, also ToolACE's base model) unless a ToolACE run has it
+    table2 = [(r["backbone"], r["arm"]) for r in agg.reference_rows("table2")]
+    assert table2 == [("toolace-2-8b", agg.BASE), ("BitAgent-8B", "reference"), ("watt-tool-8B", "reference"),
+                      ("Qwen3-30B-A3B-Instruct", "reference")]
+    assert [r["backbone"] for r in agg.reference_rows("table2", skip={"toolace-2-8b"})] == [
+        "BitAgent-8B", "watt-tool-8B", "Qwen3-30B-A3B-Instruct"]
+    assert agg.reference_rows("table2")[0]["paper"]["tau2"] == 10.83
+
+
+def test_labels_that_differ_are_counted_and_short_runs_are_each_named():
+    assert agg._counted(["test 40/20/40", "base 114/50/114", "test 40/20/40"]) == "base 114/50/114 (1), test 40/20/40 (2)"
+    assert (agg._counted(["base 114/50/114"] * 2), agg._counted([])) == ("base 114/50/114", "—")
+    # two runs that each lack one entry the other has: both named, the two entries left out
+    assert agg._short_runs({"s0": {"a", "b", "c"}, "v0": {"b", "c", "d"}, "s1": {"a", "b", "c", "d"}}) == [
+        "2 entries not in every paired run left out (s0 has 3 of 4; v0 has 3 of 4)"]
+    assert agg._short_runs({"s0": {"a"}, "v0": {"a"}}) == []
+    # a run's test entries: one number, each model's where they differ, none without a test evaluation
+    assert agg._entries({"entries": {"initial": 400, "final": 400}}) == "400"
+    assert agg._entries({"entries": {"initial": 400, "final": 396, "best_on_val": None}}) == (
+        "base model (initial) 400, final model 396")
+    assert agg._entries({"entries": {"final": None}}) == "none"
