@@ -142,7 +142,7 @@ def test_the_paper_budget_is_refused_on_a_machine_without_a_gpu_unless_allowed(n
         return
     with pytest.raises(UserError) as err:
         budget.check_device(gpus)
-    # the paper's budget (DESIGN: 6 epochs, 32 prompts x 8 rollouts, 4,096 new tokens) and the three ways on
+    # budget=paper (6 epochs: the release's; 32 prompts x 8 rollouts, 4,096 new tokens: Table 4) and the three ways on
     assert str(err.value) == (
         "budget=paper is sized for GPUs (6 epochs of rounds of 32 prompts x 8 rollouts, up to 4096 new tokens per "
         "step) and would train for weeks on this machine, which has no GPU: run it on a GPU machine, try budget=tiny "
