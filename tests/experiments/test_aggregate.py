@@ -812,3 +812,30 @@ def test_a_run_with_fewer_test_entries_is_named_in_the_header_the_run_list_and_t
     # the paired comparison over 396 entries names the run that lacks the other 4
     assert ("| qwen2.5-7b | seal - vanilla_rl | comparable to the BFCL leaderboard (official protocol) | +0.00 | "
             "[+0.00, +0.00] | 1.000 | 2 | 396 | 4 entries not in every paired run left out (s1 has 396 of 400) |") in out
+
+
+def test_the_figures_draw_the_papers_reference_rows_last_and_a_tau2_diamond_only_over_like_measured_runs(tmp_path):
+    from experiments.aggregate import ood_table, reference_rows
+    from experiments.tables_figure import figure, table2_figure
+
+    _run(tmp_path, "s0", "qwen2.5-7b", "seal", 0, eval_before=_metrics(0), eval_after=_metrics(0, release=(0.5, 0, 0, 0, 0)),
+         ood_after=_ood(tau2=(0.2, 0.2, 0.2, 0.2), split="test", tasks=TAU2_TEST))
+    runs, problems = survey(tmp_path)
+    rows = [r for r in main_table(runs, expected=expected_seeds(runs, problems)) if r["key"] == "final"]
+    ax = figure(rows + reference_rows("table1"), "release", "final model").axes[0]
+    # the backbone first, then Table 1's eight reference rows in the paper's order, each a diamond alone
+    names = [t.get_text() for t in ax.get_xticklabels()]
+    assert names[0] == "qwen2.5-7b" and names[1:] == [r["backbone"] for r in reference_rows("table1")]
+    marks = sorted(y for line in ax.get_lines() if line.get_gid() == "paper" for y in line.get_ydata())
+    assert marks == sorted([40.25, 60.75, 61.38, 42.50, 36.25, 68.00, 47.88, 25.25, 58.38])
+    assert [t.get_text() for t in ax.texts if t.get_gid() == "runs"].count("reference") == 8
+    # Table 2: the run played tau2's test split, the paper's Qwen2.5-7B SEAL row is base's: no diamond over it in a
+    # tau2 panel (its BFCL V4 diamonds stay); the reference rows keep theirs
+    fig = table2_figure(ood_table(runs))
+    titles = {ax.get_title(): ax for ax in fig.axes}
+    retail = sorted(y for line in titles["tau2 Retail"].get_lines() if line.get_gid() == "paper" for y in line.get_ydata())
+    # toolace-2-8b's row (a reference here), BitAgent-8B, watt-tool-8B, Qwen3-30B-A3B; the 7B base and Vanilla RL
+    # rows (no tau2 evaluation beside them) keep their 16.67 and 19.30; not the 7B SEAL row's 26.32
+    assert retail == sorted([16.67, 19.30, 10.00, 7.50, 15.00, 50.88])
+    memory = sorted(y for line in titles["BFCL V4 Memory"].get_lines() if line.get_gid() == "paper" for y in line.get_ydata())
+    assert 15.92 in memory
