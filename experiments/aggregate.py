@@ -23,12 +23,16 @@ paper's number beside it) and "comparable to the BFCL leaderboard" (the official
 `eval/bfcl_v3/*`). A run without an evaluation under a protocol shows "—". Every row names its runs'
 budget: the paper's numbers come from the paper's own (budget=paper).
 
-- Table 1: per backbone, the base model and every trained arm, mean ± 95% t-interval over seeds;
+- Table 1: per backbone, the base model and every trained arm, mean ± 95% t-interval over seeds, then the
+  paper's reference rows (models no run here trains: their numbers, no run beside them);
 - Table 2: out of domain (budget.ood_benchmarks; the initial and the final model): BFCL V4 (the mean of
-  web search and memory) and tau2-bench with its domains, each beside the paper's number;
+  web search and memory) and tau2-bench with its domains, each beside the paper's number, and the tau2 task
+  set of the row's evaluations (a tau2 number of the paper only beside runs that played every task of the
+  split its row is a fraction of: experiments.like_measured); then the paper's reference rows;
 - Table 3: the ablation arms and seal per backbone, every column, with the paper's on Qwen2.5-7B;
 - differences the paper did not make: seal minus vanilla_rl and minus each ablation, per backbone and
-  protocol, paired by seed and entry (paired_bootstrap); a seed either arm lacks is dropped and named.
+  protocol, paired by seed and entry (paired_bootstrap); a seed either arm lacks is dropped and named, and so
+  is each run that lacks entries the others have.
 
 Writes the same as Markdown and CSV (tables.md, tables.csv, table2.csv, table3.csv, differences.csv) and
 bar charts (tables.png: Table 1's and Table 3's Avg; table2.png: every column of Table 2).
@@ -45,7 +49,9 @@ import sys
 from collections import Counter, defaultdict
 from pathlib import Path
 
-from experiments.paper_numbers import BASE, PRINTED_AS_IS, TABLE2_COLUMNS, TABLES, paper_row
+from experiments.like_measured import tau2_label, tau2_measured, unlike_paper
+from experiments.paper_numbers import (BASE, PRINTED_AS_IS, REFERENCE, REFERENCE_BASE_ROWS, REFERENCE_NOTES,
+                                      REFERENCE_ROWS, TABLE2_COLUMNS, TABLES, paper_row, tau2_tasks_of_row)
 from seal.env.benchmark import CATEGORIES
 from seal.errors import UserError
 from seal.io import markdown_table
@@ -227,7 +233,8 @@ def read_run(run_dir: Path, name: str) -> dict:
             "budget": budget_label(config), "headline": headline,
             "selected_round": (metrics.get("test_best_on_val") or {}).get("selected", {}).get("round"),
             "no_test": None if "final" in evals else _no_test_evaluation(config, metrics),
-            "entries": (evals.get("final") or {}).get("num_entries"), "evals": evals, "folders": folders,
+            "entries": {m: e.get("num_entries") for m, e in evals.items() if m != HEADLINE}, "evals": evals,
+            "folders": folders,
             "ood_before": metrics.get("ood_before") or {}, "ood_after": metrics.get("ood_after") or {}}
 
 
@@ -323,10 +330,11 @@ def _fmt(c: dict | None) -> str:
 
 def _paper_fmt(value: float | None, column: str, table: str) -> str:
     """A paper number as the paper prints it: averages and Table 2 with two decimals, Table 1/3's
-    categories as whole numbers."""
+    categories as whole numbers (a reference row's half point with two decimals)."""
     if value is None:
         return "—"
-    return f"{value:.2f}" if column in ("avg", "bfcl_v4", "tau2") or table == "table2" else f"{value:g}"
+    whole = column not in ("avg", "bfcl_v4", "tau2") and table != "table2" and float(value).is_integer()
+    return f"{value:g}" if whole else f"{value:.2f}"
 
 
 def _groups(runs: list[dict], model: str) -> dict[tuple[str, str], list[tuple[dict | None, list[dict]]]]:
@@ -433,12 +441,36 @@ def ood_table(runs: list[dict], expected: dict[tuple[str, str], set] | None = No
     for (backbone, arm), members in sorted(groups.items()):
         used = [r for _, found in members for r in found]
         of = max(len(expected.get((backbone, arm), ())), len(members))
+        measured = [m for found, _ in members if (m := tau2_measured(found)) is not None]
         row = {"backbone": backbone, "arm": arm, "model": MODELS["initial" if arm == BASE else "final"][0],
-               "runs": len(members), "expected": of, "budget": _budgets(used), "paper": paper_row("table2", backbone, arm)}
+               "runs": len(members), "expected": of, "budget": _budgets(used),
+               "paper": paper_row("table2", backbone, arm), "tau2_tasks": _counted([tau2_label(m) for m in measured]),
+               "unlike": unlike_paper(measured, (backbone, arm))}
         for column in TABLE2_COLUMNS:
             row[column] = cell([v for found, _ in members if (v := _ood_value(found, column)) is not None], of)
         rows.append(row)
-    return rows
+    return rows + reference_rows("table2", skip=backbones)
+
+
+def _counted(labels: list[str]) -> str:
+    """One label, or each with its count when they differ ("—": none)."""
+    counts = Counter(labels)
+    if len(counts) == 1:
+        return labels[0]
+    return ", ".join(f"{label} ({n})" for label, n in sorted(counts.items())) or "—"
+
+
+def reference_rows(table: str, skip: set[str] = frozenset()) -> list[dict]:
+    """The paper's rows of `table` that no run here trains, with no run beside them (their numbers under
+    "paper"): its reference rows, and in Table 2 ToolACE-2's, which is also ToolACE's base model, when no
+    ToolACE run brought that row in already (`skip`: the backbones that have rows)."""
+    rows = [(name, REFERENCE, cells) for name, cells in REFERENCE_ROWS[table].items()]
+    rows = [(backbone, BASE, TABLES[table][(backbone, BASE)]) for kept, backbone in REFERENCE_BASE_ROWS
+            if kept == table and backbone not in skip] + rows
+    keys = list(TABLE2_COLUMNS) if table == "table2" else [(p, c) for p in PROTOCOLS for c in COLUMNS]
+    return [{"backbone": name, "arm": arm, "model": "the paper's reference row", "runs": 0, "expected": 0,
+             "budget": "—", "paper": cells, "reference": True, "tau2_tasks": "—", "unlike": {}, **dict.fromkeys(keys)}
+            for name, arm, cells in rows]
 
 
 def ablation_table(runs: list[dict], model: str = HEADLINE, expected: dict[tuple[str, str], set] | None = None) -> list[dict]:
@@ -555,12 +587,20 @@ def _difference(backbone, pair, protocol, model, by_arm, absent, n) -> dict:
     if result is None:
         notes.append("no seed with trajectories of both arms")
     else:
-        paired = [set(side[seed]) for side in sides for seed in set(sides[0]) & set(sides[1])]
-        common, every = set.intersection(*paired), set().union(*paired)
-        if len(every) > len(common):
-            notes.append(f"{len(every) - len(common)} entries not in every paired run left out")
+        notes += _short_runs({by_arm[(backbone, arm)][seed]["name"]: set(side[seed]) for arm, side in zip(pair, sides)
+                              for seed in sorted(set(sides[0]) & set(sides[1]))})
     return {"backbone": backbone, "comparison": f"{pair[0]} - {pair[1]}", "protocol": protocol,
             "model": label, "notes": "; ".join(dict.fromkeys(notes)), **(result or {})}
+
+
+def _short_runs(entries: dict[str, set]) -> list[str]:
+    """The note on the entries a paired comparison leaves out (those not in every paired run), naming each run
+    that lacks some and how many it has of all the runs' entries."""
+    common, every = set.intersection(*entries.values()), set().union(*entries.values())
+    if len(every) == len(common):
+        return []
+    short = [f"{name} has {len(found)} of {len(every)}" for name, found in entries.items() if len(found) < len(every)]
+    return [f"{len(every) - len(common)} entries not in every paired run left out ({'; '.join(short)})"]
 
 
 # -- output ------------------------------------------------------------------------------------------------
@@ -568,6 +608,18 @@ def _difference(backbone, pair, protocol, model, by_arm, absent, n) -> dict:
 def _runs(row: dict) -> str:
     """"k of N": the row's runs of those expected ("no run": a row of the paper's that no run was expected for)."""
     return f"{row['runs']} of {row['expected']}" if row["expected"] else "no run"
+
+
+def table1_notes(protocol: str) -> list[str]:
+    """The notes under Table 1's release-protocol table: each number kept as printed, what the reference rows are."""
+    if protocol != "release":
+        return []
+    return ([f"\\* {backbone} {arm}, {column}: {why}" for (table, (backbone, arm), column), why in PRINTED_AS_IS.items()
+             if table == "table1"] + [_sentence(REFERENCE_NOTES["table1"])])
+
+
+def _sentence(text: str) -> str:
+    return text[0].upper() + text[1:]
 
 
 def summary_markdown(rows: list[dict]) -> str:
@@ -580,11 +632,14 @@ def summary_markdown(rows: list[dict]) -> str:
 
 
 def category_markdown(rows: list[dict], protocol: str, table: str = "table1") -> str:
-    """Every column of one protocol; under the release protocol each cell has the paper's in parentheses."""
+    """Every column of one protocol; under the release protocol each cell has the paper's in parentheses
+    (a star: kept as printed, PRINTED_AS_IS)."""
     header = ["backbone", "arm", "model", "runs", "budget", *COLUMNS]
 
     def render(row, column):
-        paper = f" ({_paper_fmt(row['paper'][column], column, table)})" if row["paper"] and protocol == "release" else ""
+        star = "*" if (table, (row["backbone"], row["arm"]), column) in PRINTED_AS_IS else ""
+        paper = (f" ({_paper_fmt(row['paper'][column], column, table)}{star})" if row["paper"] and protocol == "release"
+                 else "")
         return _fmt(row[(protocol, column)]) + paper
 
     return markdown_table(header, [[r["backbone"], r["arm"], r["model"], _runs(r), r["budget"],
@@ -592,18 +647,32 @@ def category_markdown(rows: list[dict], protocol: str, table: str = "table1") ->
 
 
 def table2_markdown(rows: list[dict]) -> str:
-    """Every column of Table 2, the paper's number in parentheses (* where it is kept as printed)."""
+    """Every column of Table 2, the paper's number in parentheses (* where it is kept as printed), and the tau2
+    task set of the runs with the paper's row's in parentheses. A tau2 column whose runs were measured on
+    another task set than the paper's row shows "(≠)" instead of the paper's number, and a note says why."""
     def render(row, column):
         if not row["paper"]:
             return _fmt(row[column])
+        if column in row["unlike"]:
+            return f"{_fmt(row[column])} (≠)"
         star = "*" if ("table2", (row["backbone"], row["arm"]), column) in PRINTED_AS_IS else ""
         return f"{_fmt(row[column])} ({_paper_fmt(row['paper'][column], column, 'table2')}{star})"
 
-    text = markdown_table(["backbone", "arm", "model", "runs", "budget", *TABLE2_HEADER],
-                          [[r["backbone"], r["arm"], r["model"], _runs(r), r["budget"], *(render(r, c) for c in TABLE2_COLUMNS)]
-                           for r in rows])
+    def tasks(row):
+        paper = tau2_tasks_of_row(row["backbone"], row["arm"])
+        return row["tau2_tasks"] + (f" ({paper})" if paper else "")
+
+    text = markdown_table(["backbone", "arm", "model", "runs", "budget", *TABLE2_HEADER, "tau2 tasks"],
+                          [[r["backbone"], r["arm"], r["model"], _runs(r), r["budget"],
+                            *(render(r, c) for c in TABLE2_COLUMNS), tasks(r)] for r in rows])
+    present = {(r["backbone"], r["arm"]) for r in rows}
     notes = [f"\\* {backbone} {arm}, {column}: {why}" for (table, (backbone, arm), column), why in PRINTED_AS_IS.items()
-             if table == "table2" and any((r["backbone"], r["arm"]) == (backbone, arm) for r in rows)]
+             if table == "table2" and (backbone, arm) in present]
+    notes += [f"≠ {r['backbone']} {r['arm']}: tau2 {reason}; the paper's numbers there are not shown beside it"
+              for r in rows for reason in dict.fromkeys(r["unlike"].values())]
+    notes += [f"{backbone} {BASE}: {why}" for (table, backbone), why in REFERENCE_BASE_ROWS.items()
+              if table == "table2" and (backbone, BASE) in present]
+    notes += [_sentence(REFERENCE_NOTES["table2"])] if any(r.get("reference") for r in rows) else []
     return text + "".join("\n\n" + note for note in notes)
 
 
@@ -617,18 +686,23 @@ def differences_markdown(diffs: list[dict]) -> str:
 
 
 def evaluated_on(runs: list[dict]) -> str:
-    """How many test entries the models were evaluated on; runs on another number than the paper's 400 are named."""
-    by_size: dict[int, list[str]] = defaultdict(list)
+    """How many test entries each model of each run was evaluated on; every evaluation on another number than the
+    paper's 400 is named with its run and model."""
+    by_size: dict[int, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
     for run in runs:
-        if run["entries"] is not None:
-            by_size[run["entries"]].append(run["name"])
+        for model, size in run["entries"].items():
+            if size is not None:
+                by_size[size][run["name"]].append(MODELS[model][0])
     parts = []
-    for size, names in sorted(by_size.items()):
+    for size, found in sorted(by_size.items()):
         if size == 400:
-            parts.append(f"400 test entries ({len(names)} run{'s' * (len(names) != 1)})")
+            evaluations = sum(len(models) for models in found.values())
+            parts.append(f"400 test entries ({evaluations} evaluation{'s' * (evaluations != 1)} in {len(found)} "
+                         f"run{'s' * (len(found) != 1)})")
         else:
-            parts.append(f"{size} test entries (run{'s' * (len(names) != 1)} {', '.join(names)}: not the 400-entry "
-                         "test part of the paper's tables, so not comparable to them)")
+            named = ", ".join(f"{name} ({', '.join(models)})" for name, models in found.items())
+            parts.append(f"{size} test entries ({named}: not the 400-entry test part of the paper's tables, so not "
+                         "comparable to them)")
     return "; ".join(parts) or "no test evaluation"
 
 
@@ -643,6 +717,14 @@ def budgets_line(runs: list[dict]) -> str:
     return text
 
 
+def _entries(run: dict) -> str:
+    """The test entries of a run's evaluations: one number when every model had as many, else each model's."""
+    sizes = {MODELS[model][0]: n for model, n in run["entries"].items() if n is not None}
+    if len(set(sizes.values())) == 1:
+        return str(next(iter(sizes.values())))
+    return ", ".join(f"{label} {n}" for label, n in sizes.items()) or "none"
+
+
 def runs_markdown(runs: list[dict]) -> str:
     """One line per run the tables use: identity, budget, and the model its headline numbers come from."""
     lines = []
@@ -651,7 +733,7 @@ def runs_markdown(runs: list[dict]) -> str:
         if run["headline"] == "best_on_val" and run["selected_round"] is not None:
             model += f" (round {run['selected_round']})"
         lines.append(f"- {run['name']}: {run['backbone']} {run['experiment']} seed {run['seed']}, budget {run['budget']}, "
-                     f"headline model: {model}")
+                     f"headline model: {model}, test entries: {_entries(run)}")
     return "\n".join(lines)
 
 
@@ -663,18 +745,20 @@ def report(root: Path, manifest_path: Path | None, n: int) -> tuple[str, dict]:
     rows, diffs = main_table(runs, expected=expected), differences(runs, problems, n=n)
     headline_rows = main_table(runs, ("initial", HEADLINE), expected)
     table2, table3 = ood_table(runs, expected), ablation_table(runs, HEADLINE, expected)
+    references = reference_rows("table1")
     expected_runs = len({(b, a, s) for (b, a), seeds in expected.items() if a != BASE for s in seeds})
     text = (f"# BFCL V3 multi-turn accuracy (%), mean ± 95% t-interval over seeds; {len(runs)} of {expected_runs} "
             f"expected runs used\n\n"
             f"Evaluated on: {evaluated_on(runs)}. Budgets: {budgets_line(runs)}. Expected runs: "
             + (f"{len(manifest)} from {manifest_path}" if manifest is not None else
                "no manifest (runs never created cannot be named; experiments.reproduce writes one)") + "\n\n"
-            "## Table 1: Avg of every model under both protocols\n\n" + summary_markdown(rows) + "\n")
+            "## Table 1: Avg of every model under both protocols\n\n" + summary_markdown(rows + references) + "\n")
     for protocol in PROTOCOLS:
         text += (f"\n## Table 1, every column: {HEADLINE_LABEL}, {PROTOCOLS[protocol][2]}"
                  + (" (the paper's number in parentheses)" if protocol == "release" else "") + "\n\n"
-                 + category_markdown(headline_rows, protocol) + "\n")
-    if table2:
+                 + category_markdown(headline_rows + (references if protocol == "release" else []), protocol) + "\n")
+        text += "".join(f"\n{note}\n" for note in table1_notes(protocol))
+    if any(not r.get("reference") for r in table2):
         text += ("\n## Table 2: out of domain, the base model before and every arm after training (%; BFCL V4 = mean "
                  "of web search and memory; tau2 = tau2-bench's mean over its domains; the paper's number in "
                  "parentheses)\n\n" + table2_markdown(table2) + "\n")
@@ -693,7 +777,8 @@ def report(root: Path, manifest_path: Path | None, n: int) -> tuple[str, dict]:
     if problems:
         text += f"\n## Runs not used, missing, failed, unfinished or incomplete ({len(problems)})\n\n" + "\n".join(
             f"- {p['dir']}: {p['state']}" for p in problems) + "\n"
-    return text, {"rows": rows, "headline": headline_rows, "table2": table2, "table3": table3, "diffs": diffs}
+    return text, {"rows": rows, "headline": headline_rows, "table2": table2, "table3": table3, "diffs": diffs,
+                  "references": references}
 
 
 def _write_csv(path: Path, header: list[str], rows: list[list]) -> None:
@@ -708,12 +793,13 @@ def _csv_cell(c) -> list:
 
 
 def _protocol_rows(rows: list[dict]) -> list[list]:
-    """Table 1 or 3 rows, one line per protocol: identity, runs of expected, budget, then per column the
-    mean, 95% half-width, runs with a value and (release protocol) the paper's number."""
+    """Table 1 or 3 rows, one line per protocol (a reference row of the paper's: the release protocol's only):
+    identity, runs of expected, budget, then per column the mean, 95% half-width, runs with a value and
+    (release protocol) the paper's number."""
     return [[r["backbone"], r["arm"], r["model"], protocol, r["runs"], r["expected"], r["budget"],
              *(v for c in COLUMNS for v in (*_csv_cell(r[(protocol, c)]),
                                             (r["paper"] or {}).get(c) if protocol == "release" else None))]
-            for r in rows for protocol in PROTOCOLS]
+            for r in rows for protocol in PROTOCOLS if protocol == "release" or not r.get("reference")]
 
 
 def write_outputs(out: Path, text: str, t: dict) -> None:
@@ -723,18 +809,23 @@ def write_outputs(out: Path, text: str, t: dict) -> None:
     (out / "tables.md").write_text(text)
     identity_header = ["backbone", "arm", "model", "protocol", "runs", "expected", "budget"]
     per_column = [f"{c}_{s}" for c in COLUMNS for s in ("mean", "ci95", "n", "paper")]
-    _write_csv(out / "tables.csv", identity_header + per_column, _protocol_rows(t["rows"]))
+    _write_csv(out / "tables.csv", identity_header + per_column, _protocol_rows(t["rows"] + t["references"]))
     _write_csv(out / "table3.csv", identity_header + per_column, _protocol_rows(t["table3"]))
+    # the paper's number only where the runs were measured as it was (a tau2 column: on its row's task set)
     _write_csv(out / "table2.csv",
                ["backbone", "arm", "model", "runs", "expected", "budget",
-                *(f"{c}_{s}" for c in TABLE2_COLUMNS for s in ("mean", "ci95", "n", "paper"))],
+                *(f"{c}_{s}" for c in TABLE2_COLUMNS for s in ("mean", "ci95", "n", "paper")), "tau2_tasks",
+                "tau2_tasks_paper"],
                [[r["backbone"], r["arm"], r["model"], r["runs"], r["expected"], r["budget"],
-                 *(v for c in TABLE2_COLUMNS for v in (*_csv_cell(r[c]), (r["paper"] or {}).get(c)))] for r in t["table2"]])
+                 *(v for c in TABLE2_COLUMNS
+                   for v in (*_csv_cell(r[c]), None if c in r["unlike"] else (r["paper"] or {}).get(c))),
+                 r["tau2_tasks"], tau2_tasks_of_row(r["backbone"], r["arm"])] for r in t["table2"]])
     keys = ("backbone", "comparison", "protocol", "model", "diff", "ci_low", "ci_high", "p", "seeds", "entries", "notes")
     _write_csv(out / "differences.csv", list(keys), [[d.get(k) for k in keys] for d in t["diffs"]])
     has_release = any(r[("release", "avg")] for r in t["headline"])
-    plot(t["headline"], out / "tables.png", "release" if has_release else "official", HEADLINE_LABEL)
-    if t["table2"]:
+    plot(t["headline"] + (t["references"] if has_release else []), out / "tables.png",
+         "release" if has_release else "official", HEADLINE_LABEL)
+    if any(not r.get("reference") for r in t["table2"]):
         plot_table2(t["table2"], out / "table2.png")
 
 

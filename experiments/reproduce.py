@@ -4,7 +4,7 @@
     python -m experiments.reproduce                               # submit what has not finished, wait, aggregate
     python -m experiments.reproduce --launcher basic --backbones tiny-random --seeds 0 -- budget=smoke budget.rounds=1
 
-Every job runs at budget=paper (conf/budget/paper.yaml, the paper's Table 4) unless the overrides after
+Every job runs at budget=paper (conf/budget/paper.yaml: Table 4 and the release's config) unless the overrides after
 `--` choose another budget (`budget=smoke`): a smaller budget is always an explicit choice, and the
 tables name each run's budget beside the paper's numbers. At the paper's budget every job also gets the
 authors' launch, launch=paper (conf/launch/paper.yaml: 4 GPUs, FSDP2, vLLM colocated at 0.4 of each GPU),

@@ -4,7 +4,9 @@
 Bars are grouped by backbone, each group centred under its backbone's tick whatever arms it has, one
 colour per arm across groups. Each bar carries its symmetric 95% error bar (never clipped at zero), the
 paper's number as a hollow diamond (never a dash, which an error bar's cap would look like), and above
-both its run count "k of N" (runs with a value of the runs expected), so a missing run shows.
+both its run count "k of N" (runs with a value of the runs expected), so a missing run shows. The paper's
+reference rows (models no run here trains) follow the backbones, each a diamond alone marked "reference".
+In table2.png a tau2 panel shows the paper's number only above runs measured on the task set of its row.
 """
 
 from __future__ import annotations
@@ -36,6 +38,11 @@ def arm_order(arms) -> list[str]:
     return [a for a in ARM_ORDER if a in arms] + sorted(arms - set(ARM_ORDER))
 
 
+def _in_order(rows: list[dict]) -> list[dict]:
+    """The backbones' rows by backbone, then the paper's reference rows in the paper's order."""
+    return sorted(rows, key=lambda r: (r.get("reference", False), "" if r.get("reference") else r["backbone"]))
+
+
 def draw_bars(ax, bars: list[dict], arms: list[str]) -> tuple[float, float]:
     """`bars`: {"backbone", "arm", "cell" (mean, half, n, of, or None), "paper" (or None), "runs",
     "expected"}. Draws them grouped by backbone (in first-seen order) and returns the lowest and highest
@@ -60,14 +67,17 @@ def draw_bars(ax, bars: list[dict], arms: list[str]) -> tuple[float, float]:
             if bar["paper"] is not None:
                 ax.plot([x[id(bar)]], [bar["paper"]], gid="paper", **PAPER_MARK)
                 top = max(top, bar["paper"])
-            label = f"{bar['runs']} of {bar['expected']}" + ("" if c is not None else ", no value")
+            label = ("reference" if bar.get("reference") else f"{bar['runs']} of {bar['expected']}"
+                     + ("" if c is not None else ", no value"))
             ax.annotate(label, (x[id(bar)], top), xytext=(0, 3), textcoords="offset points", ha="center", va="bottom",
                         rotation=90, fontsize=6, gid="runs")
             high = max(high, top)
         if xs:
             ax.bar(xs, means, width=width * 0.92, yerr=halves, capsize=2, label=arm, color=f"C{i}",
                    error_kw={"elinewidth": 0.8, "capthick": 0.8})
-    ax.set_xticks(range(len(backbones)), backbones, fontsize=7)
+    # many groups (the paper's reference rows among them): slanted names, so that neighbours do not overlap
+    slant = {"rotation": 25, "ha": "right"} if len(backbones) > 4 else {}
+    ax.set_xticks(range(len(backbones)), backbones, fontsize=7, **slant)
     ax.set_xlim(-0.5, len(backbones) - 0.5)
     span = high - low
     # room above the highest mark for the vertical run counts
@@ -88,18 +98,20 @@ def figure(rows: list[dict], protocol: str, model_label: str):
     from experiments.aggregate import PROTOCOLS
 
     plt = _pyplot()
-    rows = sorted(rows, key=lambda r: r["backbone"])
+    rows = _in_order(rows)
     arms = arm_order(r["arm"] for r in rows)
     bars = [{"backbone": r["backbone"], "arm": r["arm"], "cell": r[(protocol, "avg")], "runs": r["runs"],
-             "expected": r["expected"], "paper": paper_avg(r["backbone"], r["arm"]) if protocol == "release" else None}
-            for r in rows]
+             "expected": r["expected"], "reference": r.get("reference", False),
+             "paper": None if protocol != "release" else r["paper"]["avg"] if r.get("reference")
+             else paper_avg(r["backbone"], r["arm"])} for r in rows]
     groups = len({r["backbone"] for r in rows})
     fig, ax = plt.subplots(figsize=(max(4.5, 0.45 * len(rows) + 1.2 * groups), 4.0))
     draw_bars(ax, bars, arms)
     ax.axhline(0, color="black", linewidth=0.5)
     ax.set_ylabel("BFCL V3 multi-turn Avg (%)")
     ax.set_title(f"{model_label}\n{PROTOCOLS[protocol][2]}; mean ± 95% CI over seeds; above each bar: runs of "
-                 "expected" + ("; ◇ the paper (Tables 1, 3)" if protocol == "release" else ""), fontsize=7)
+                 "expected" + ("; ◇ the paper (Tables 1, 3; its reference rows last)" if protocol == "release" else ""),
+                 fontsize=7)
     _legend(ax, any(b["paper"] is not None for b in bars))
     fig.tight_layout()
     return fig
@@ -111,12 +123,13 @@ def table2_figure(rows: list[dict]):
     from experiments.paper_numbers import TABLE2_COLUMNS
 
     plt = _pyplot()
-    rows = sorted(rows, key=lambda r: r["backbone"])
+    rows = _in_order(rows)
     arms = arm_order(r["arm"] for r in rows)
     fig, axes = plt.subplots(2, 4, figsize=(14, 6.5))
     for ax, column in zip(axes.flat, TABLE2_COLUMNS):
         bars = [{"backbone": r["backbone"], "arm": r["arm"], "cell": r[column], "runs": r["runs"],
-                 "expected": r["expected"], "paper": (r["paper"] or {}).get(column)} for r in rows]
+                 "expected": r["expected"], "reference": r.get("reference", False),
+                 "paper": None if column in r["unlike"] else (r["paper"] or {}).get(column)} for r in rows]
         draw_bars(ax, bars, arms)
         ax.set_title(COLUMN_TITLES[column], fontsize=8)
         ax.set_ylabel("%", fontsize=7)
@@ -131,7 +144,8 @@ def table2_figure(rows: list[dict]):
     mark = last.plot([], [], label="the paper", **PAPER_MARK)[0]
     last.legend([*handles, mark], [*labels, "the paper"], loc="center", fontsize=8)
     fig.suptitle("Table 2, out of domain: base model before training, each arm's final model; mean ± 95% CI over "
-                 "seeds; above each bar: runs of expected", fontsize=9)
+                 "seeds; above each bar: runs of expected; ◇ the paper (in a tau2 panel only above runs measured on "
+                 "its row's task set), its reference rows last", fontsize=9)
     fig.tight_layout()
     return fig
 

@@ -20,10 +20,12 @@ def test_every_budget_file_builds_with_every_key_it_states(name):
         assert (list(got) if isinstance(got, tuple) else got) == value, key
 
 
-def test_the_paper_budget_is_table_4():
+def test_the_paper_budget_is_table_4_and_the_releases():
     b = Budget.from_config(compose_with("budget=paper").budget)
-    # Table 4: 32 prompts x 8 rollouts, mini-batches of 8 prompts (4 steps), micro-batch 1, 6 epochs,
-    # max response 4096 tokens, temperature 1.0, BFCL's 20 steps per turn
+    # Table 4: 32 prompts x 8 rollouts, mini-batches of 8 prompts (4 steps), micro-batch 1, max response 4096
+    # tokens, temperature 1.0, up to 20 interaction steps (the unit unstated; the release counts 20 model outputs
+    # per trajectory, BFCL 20 steps per turn, which this budget caps unless an arm sets budget.step_limit).
+    # The release alone: 6 epochs (trainer.total_epochs)
     assert (b.prompts_per_round, b.rollouts_per_prompt, b.steps_per_round, b.micro_batch_size) == (32, 8, 4, 1)
     assert (b.rounds, b.epochs, b.max_new_tokens, b.temperature, b.max_steps_per_turn) == (None, 6, 4096, 1.0, 20)
     assert b.episodes == 256 and b.ood_benchmarks == ("bfcl_v4_memory",)
@@ -140,7 +142,7 @@ def test_the_paper_budget_is_refused_on_a_machine_without_a_gpu_unless_allowed(n
         return
     with pytest.raises(UserError) as err:
         budget.check_device(gpus)
-    # the paper's budget (DESIGN: 6 epochs, 32 prompts x 8 rollouts, 4,096 new tokens) and the three ways on
+    # budget=paper (6 epochs: the release's; 32 prompts x 8 rollouts, 4,096 new tokens: Table 4) and the three ways on
     assert str(err.value) == (
         "budget=paper is sized for GPUs (6 epochs of rounds of 32 prompts x 8 rollouts, up to 4096 new tokens per "
         "step) and would train for weeks on this machine, which has no GPU: run it on a GPU machine, try budget=tiny "

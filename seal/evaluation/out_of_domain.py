@@ -101,9 +101,11 @@ def record_of(rollout: Any) -> dict[str, Any]:
 
 def metrics_of(benchmark: Any, records: list[dict[str, Any]]) -> dict[str, Any]:
     """`eval/<benchmark>/<category>` accuracies and `eval/<benchmark>/avg`, their unweighted mean (as
-    BFCL averages memory over its backends and web search over its two settings)."""
+    BFCL averages memory over its backends and web search over its two settings), the counts behind them,
+    and the task set they were played on where the benchmark has splits of its own (tau2's `split` and
+    `split_tasks`)."""
     summary = category_summary([(r["category"], r["valid"]) for r in records], benchmark.categories, category=str)
-    return summary_metrics(summary, benchmark.metric_prefix)
+    return summary_metrics(summary, benchmark.metric_prefix) | benchmark.task_set()
 
 
 def evaluate_benchmark(engine: Any, benchmark: Any, out_dir: Path, n: int | None, step_limit: str = "turn",

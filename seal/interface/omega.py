@@ -20,7 +20,8 @@ from seal.diagnosis import labels as L
 from seal.diagnosis.profile import FailureProfile
 
 MODES = ("off", "always", "evolve")
-# The paper's five capability guidelines, in the order they are shown
+# The paper's five capability guidelines (the names; the sentences shown are the project's, seal.interface.render),
+# in the order they are shown
 GUIDELINES = ("cautious_call", "active_respond", "state_aware", "scope", "format")
 COMPONENTS = ("schema", "err", "cap")
 SCHEMA_STYLES = ("project", "release")

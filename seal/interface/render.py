@@ -11,6 +11,11 @@ phi_schema has two annotation styles (InterfaceConfig.schema_style, set by conf/
 - `release`: " [required]" at the end of each required top-level parameter's description, allowed
   values only from an explicit `enum` key (no BFCL V3 multi-turn parameter has one), and tools
   delivered later shown as they are: what the authors' release did.
+
+Whose words the learner reads: only RELEASE_SCHEMA_NOTE is quoted, from the release (bfcl_env.py, the default
+instruction of its observation_lite). Every other text here (SCHEMA_NOTE, GUIDELINE_TEXT, the hints) is this
+project's wording of what the paper describes (Section 3.3; Appendix D.3/D.4 paraphrased, never quoted), in
+the classes the paper names; the release words its guidelines and hints otherwise.
 """
 
 from __future__ import annotations
@@ -32,7 +37,8 @@ from seal.interface.omega import GUIDELINES, SCHEMA_STYLES, Omega
 from seal.interface.view import PLAIN, View
 
 REQUIRED_MARK = "[required]"
-# phi_schema's system-prompt note per style, unless the config gives its own text
+# phi_schema's system-prompt note per style, unless the config gives its own text: the project's words for the
+# note the paper describes, and the release's own sentence, quoted
 SCHEMA_NOTE = (
     "Parameters marked [required] must be provided exactly. "
     "Do not invent tools outside the current schema."
@@ -42,6 +48,7 @@ RELEASE_SCHEMA_NOTE = (
     "do not invent tools outside the current schema."
 )
 SCHEMA_NOTES = {"project": SCHEMA_NOTE, "release": RELEASE_SCHEMA_NOTE}
+# phi_cap's guidelines: the paper's five (their names and what each asks), in this project's words
 GUIDELINE_TEXT = {
     "cautious_call": "Cautious call: if no available tool fits the request, reply in plain text; "
     "do not fabricate a call.",

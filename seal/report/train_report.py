@@ -148,8 +148,9 @@ def write_train_report(out_dir: Path, *, title: str, header: dict[str, Any], his
               "the interface)."]
     lines += ["", "## Optimisation signals", "",
               "Zero-spread groups have equal rewards and so zero advantages: their weights change nothing. The "
-              "effective weights are those of the other trajectories. KL is the paper's low-variance KL to the "
-              "reference model; clip is the share of tokens whose ratio was clipped; means over the round's steps.",
+              "effective weights are those of the other trajectories. KL is the release's low-variance KL (verl's "
+              "low_var_kl) to the reference model; clip is the share of tokens whose ratio was clipped; means over "
+              "the round's steps.",
               ""]
     lines.append(markdown_table(
         ["round", "zero-spread groups", "effective weight mean (n)", "KL", "clip ratio", "entropy", "grad norm", "loss"],

@@ -77,7 +77,8 @@ def grpo_config(cfg: DictConfig, budget: Budget, out_dir: Path, num_train: int, 
         # a float below 1 is a fraction of the training steps
         warmup_steps=float(tr.warmup_ratio),
         beta=tr.beta,
-        # the paper's KL (verl's low_var_kl) has no importance-ratio factor; seal.rl.trainer computes it
+        # the release's KL estimator (verl's low_var_kl; the paper gives only its coefficient 0.001) has no
+        # importance-ratio factor; seal.rl.trainer computes it
         use_bias_correction_kl=False,
         epsilon=tr.epsilon,
         # TRL's two-sided clipping caps the ratio at delta for every token; with delta > 1 + epsilon that

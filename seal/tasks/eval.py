@@ -131,6 +131,9 @@ def evaluate_ood(cfg: DictConfig, benchmark: Any, budget: Budget, out_dir: Path)
     })
     write_report(out_dir, f"Evaluation on {name}: {backbone.describe()}", backbone,
                  f"Budget `{budget.name}`, greedy decoding, plain benchmark interface, tool format `{engine.format.name}`"
+                 + (f"; task split `{metrics['split']}` ("
+                    + ", ".join(f"{c} {n} tasks" for c, n in metrics["split_tasks"].items()) + ")"
+                    if "split" in metrics else "")
                  + (f"; {prereqs} memory prerequisite conversations played first." if prereqs else "."),
                  f"{table}\n\n## Outcomes\n\n{outcomes_table(records)}\n")
     print(table)

@@ -215,7 +215,7 @@ def test_a_rounds_shuffle_is_drawn_from_its_own_seed_and_leaves_the_process_rng_
 
 # ---------------------------------------------------------------------------------------- the release's parser
 # Each expected answer below is what the release's own functions answered the same output: its strict
-# xml_json parser (env_service/environments/bfcl/bfcl_env.py:216-341 at yihaohu0118/SEAL a0d22db), the
+# xml_json parser (env_service/environments/bfcl/bfcl_env.py:216-341 on the release's main: docs' Sources), the
 # error text bfcl_env.py:1150-1180 makes of its reasons, and env_handler.py:167-198 + :334-383 (the name
 # checks), run in a scratch folder with the tool list VISIBLE. ("run", calls): the calls execute, as the
 # release's decoded strings; ("refused", text): nothing runs and the model reads text; ("text", None): a

@@ -26,6 +26,17 @@ def test_release_split_is_400_400_and_scenario_disjoint_by_number():
     assert sorted(map(tuple, overlap["shared_duplicate_groups"])) == [(40, 43), (66, 70, 74)]
 
 
+def test_the_release_split_file_holds_only_what_the_release_split_has():
+    """The release's own split file (data/bfcl_400_split.json) has train, test and a seed, and every one of its
+    arms validates on all 400 test entries (val_files: data/bfcl_eval_400.parquet): no validation subset of test
+    to carry as the release's."""
+    import json
+    from importlib.resources import files
+
+    data = json.loads(files("seal.env").joinpath("data/bfcl_v3_seal_release_split.json").read_text())
+    assert set(data) == {"train", "test"} and (len(data["train"]), len(data["test"])) == (400, 400)
+
+
 @pytest.mark.parametrize("seed", [0, 1, 7])
 def test_scenario_disjoint_split_is_leak_free(seed):
     split = scenario_disjoint(val_scenarios=10, seed=seed)

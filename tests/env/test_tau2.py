@@ -451,8 +451,11 @@ def test_task_eval_with_the_oracle_checks_a_tau2_install_offline(tmp_path, capsy
     # python run.py task=eval benchmark=tau2 backbone=oracle: no simulator named, the oracle's user is the gold replay's
     run(compose_with("task=eval", "benchmark=tau2", "backbone=oracle"), tmp_path)
     metrics = json.loads((tmp_path / "metrics.json").read_text())
-    # budget=smoke: the first test task of each domain, each solved by the replay
+    # budget=smoke: the first task of each domain's base split (the paper's Qwen2.5 rows: 114/50/114 tasks), each
+    # solved by the replay; the metrics say which split and how many tasks it has
     assert metrics["counts"] == {d: {"passed": 1, "total": 1} for d in ("airline", "retail", "telecom")}
+    assert (metrics["split"], metrics["split_tasks"]) == ("base", {"airline": 50, "retail": 114, "telecom": 114})
+    assert "task split `base` (airline 50 tasks, retail 114 tasks, telecom 114 tasks)" in (tmp_path / "report.md").read_text()
     assert metrics["eval/tau2/avg"] == 1.0
     # a model gets no such default: it needs a simulator, and is told so before it is loaded
     with pytest.raises(SystemExit) as done:

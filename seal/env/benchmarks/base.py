@@ -68,6 +68,11 @@ class Benchmark:
         keep files, e.g. memory snapshots)."""
         raise NotImplementedError
 
+    def task_set(self) -> dict[str, Any]:
+        """What an evaluation's metrics record of the task set it played, beside its counts: a benchmark with
+        task splits of its own names the split and the tasks of each category in it (tau2); {} otherwise."""
+        return {}
+
     def select(self, entries: list[Entry], n: int | None) -> tuple[list[Entry], list[Entry]]:
         """(prerequisite conversations, scored entries) for the first `n` scored entries (None: all)."""
         return [], entries if n is None else entries[: max(int(n), 0)]

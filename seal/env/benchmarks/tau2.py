@@ -183,10 +183,11 @@ class Tau2Session:
 class Tau2(Benchmark):
     CATEGORIES = DOMAINS + ("mock",)
 
-    def __init__(self, name: str | None = None, domains: list[str] | None = None, split: str | None = "test",
+    def __init__(self, name: str | None = None, domains: list[str] | None = None, split: str | None = "base",
                  user: Callable[[], Any] | None = None, max_user_turns: int = 30):
         super().__init__(name, list(DOMAINS) if domains is None else list(domains))
-        # tau2's own task split (test; base: every task of the original benchmark; null: every task)
+        # tau2's own task split (base: every task of the original benchmark, the paper's Qwen2.5 rows; test:
+        # a part of it, its reference rows; null: every task)
         self.split = split
         # what builds the user simulator, called once when it is first needed (the config's
         # seal.policy.simulated_user.user_simulator partial); None: none is configured
@@ -207,6 +208,15 @@ class Tau2(Benchmark):
     def use_user(self, user: Any) -> None:
         """Play every later conversation with `user` (a built simulator: a test's script, the gold replay's)."""
         self._user = user
+
+    def task_set(self) -> dict[str, Any]:
+        """tau2's split and the tasks of each domain in it (Table 2's numbers are fractions of one split's tasks:
+        the paper's Qwen2.5 rows of base's, its reference rows of test's; experiments.aggregate compares like
+        with like)."""
+        return {"split": self.split, "split_tasks": {d: len(self._tasks(d)) for d in self.categories}}
+
+    def _tasks(self, domain: str) -> list[Any]:
+        return list(load_tasks(domain, self.split).values())
 
     def prepare(self) -> None:
         """The user simulator is built (and an endpoint asked once) before any model is loaded."""
@@ -330,12 +340,15 @@ class Tau2Solo(Tau2):
                                                                      stop_token=STOP_WORD)
         system = functools.partial(agent_prompt("SYSTEM_PROMPT_SOLO").format, agent_instruction=instruction,
                                    domain_policy=env.get_policy())
-        tasks = [task for task in load_tasks(category, self.split).values() if solo_task(task)]
+        tasks = self._tasks(category)
         return [Entry(id=f"tau2_solo_{category}_{task.id}", category=category, scenario=i,
                       turns=[[{"role": "system", "content": system(ticket=task.ticket)}]],
                       initial_config={"domain": category, "split": self.split, "task": str(task.id), "solo": True},
                       involved_classes=[], functions=docs, kind="tau2", benchmark=self.name)
                 for i, task in enumerate(tasks)]
+
+    def _tasks(self, domain: str) -> list[Any]:
+        return [task for task in load_tasks(domain, self.split).values() if solo_task(task)]
 
     def turns(self, entry: Entry, backends: Any) -> list[list[dict[str, str]]]:
         return entry.turns  # the ticket, in the system message, is the only turn's opening
