@@ -23,6 +23,16 @@ PAPER_MARK = {"marker": "D", "markersize": 4.5, "markerfacecolor": "white", "mar
               "markeredgewidth": 1.0, "linestyle": "none", "zorder": 5}
 
 
+def wrapped(text: str, fig, fontsize: float) -> str:
+    """`text` broken into lines that fit the figure's width at `fontsize` (matplotlib draws a title on one line
+    per newline, centred: a longer line runs past both edges of the canvas). An average character is taken as
+    0.6 of the font size wide, a little wider than DejaVu Sans's."""
+    import textwrap
+
+    width_points = fig.get_figwidth() * 72 * 0.95
+    return textwrap.fill(text, width=max(20, int(width_points / (0.6 * fontsize))), break_on_hyphens=False)
+
+
 def _pyplot():
     import matplotlib
 
@@ -109,9 +119,9 @@ def figure(rows: list[dict], protocol: str, model_label: str):
     draw_bars(ax, bars, arms)
     ax.axhline(0, color="black", linewidth=0.5)
     ax.set_ylabel("BFCL V3 multi-turn Avg (%)")
-    ax.set_title(f"{model_label}\n{PROTOCOLS[protocol][2]}; mean ± 95% CI over seeds; above each bar: runs of "
-                 "expected" + ("; ◇ the paper (Tables 1, 3; its reference rows last)" if protocol == "release" else ""),
-                 fontsize=7)
+    title = (f"{PROTOCOLS[protocol][2]}; mean ± 95% CI over seeds; above each bar: runs of expected"
+             + ("; ◇ the paper (Tables 1, 3; its reference rows last)" if protocol == "release" else ""))
+    ax.set_title(wrapped(f"{model_label}. {title}", fig, 7), fontsize=7)
     _legend(ax, any(b["paper"] is not None for b in bars))
     fig.tight_layout()
     return fig
@@ -143,9 +153,9 @@ def table2_figure(rows: list[dict]):
                 handles.append(handle), labels.append(label)
     mark = last.plot([], [], label="the paper", **PAPER_MARK)[0]
     last.legend([*handles, mark], [*labels, "the paper"], loc="center", fontsize=8)
-    fig.suptitle("Table 2, out of domain: base model before training, each arm's final model; mean ± 95% CI over "
-                 "seeds; above each bar: runs of expected; ◇ the paper (in a tau2 panel only above runs measured on "
-                 "its row's task set), its reference rows last", fontsize=9)
+    fig.suptitle(wrapped("Table 2, out of domain: base model before training, each arm's final model; mean ± 95% CI "
+                         "over seeds; above each bar: runs of expected; ◇ the paper (in a tau2 panel only above runs "
+                         "measured on its row's task set), its reference rows last", fig, 9), fontsize=9)
     fig.tight_layout()
     return fig
 

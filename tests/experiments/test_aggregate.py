@@ -839,3 +839,22 @@ def test_the_figures_draw_the_papers_reference_rows_last_and_a_tau2_diamond_only
     assert retail == sorted([16.67, 19.30, 10.00, 7.50, 15.00, 50.88])
     memory = sorted(y for line in titles["BFCL V4 Memory"].get_lines() if line.get_gid() == "paper" for y in line.get_ydata())
     assert 15.92 in memory
+
+
+@pytest.mark.parametrize("rows_count", [1, 12])
+def test_the_figures_titles_lie_inside_their_canvas(tmp_path, rows_count):
+    """Each title line's drawn extent, as matplotlib's renderer measures it, within the saved canvas (the one-line
+    title of a narrow Table 1 figure ran past both edges)."""
+    from experiments.aggregate import ood_table, reference_rows
+    from experiments.tables_figure import figure, table2_figure
+
+    _run(tmp_path, "s0", "qwen2.5-7b", "seal", 0, eval_before=_metrics(0), eval_after=_metrics(0))
+    runs, problems = survey(tmp_path)
+    rows = [r for r in main_table(runs, expected=expected_seeds(runs, problems)) if r["key"] == "final"]
+    rows = (rows + reference_rows("table1"))[:rows_count]
+    for fig, title in ((figure(rows, "release", "headline model (best on validation where the run validated, else "
+                                                 "final)"), lambda f: f.axes[0].title),
+                       (table2_figure(ood_table(runs)), lambda f: f._suptitle)):
+        fig.canvas.draw()
+        box = title(fig).get_window_extent(fig.canvas.get_renderer())
+        assert 0 <= box.x0 and box.x1 <= fig.bbox.width, (box, fig.bbox)
