@@ -73,8 +73,10 @@ def _what_is_wrong(exc: ValueError, text: str) -> str:
     """What a JSON parser's error means for a file a run wrote, in a few words."""
     if not text.strip():
         return "it is empty"
-    # the text ran out inside a value: at its end, or inside a string that never closes
-    if isinstance(exc, json.JSONDecodeError) and (exc.pos >= len(text.rstrip()) or exc.msg.startswith("Unterminated")):
+    # the text ran out inside a value: at its last character (a number cut after its point), or inside a string
+    # that never closes; "extra data" is a whole value followed by more
+    if isinstance(exc, json.JSONDecodeError) and not exc.msg.startswith("Extra data") and (
+            exc.pos >= len(text.rstrip()) - 1 or exc.msg.startswith("Unterminated")):
         return f"it ends in the middle of a value after {len(text.encode())} bytes (cut short while it was written?)"
     if isinstance(exc, json.JSONDecodeError):
         return f"it is not JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})"

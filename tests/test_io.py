@@ -15,6 +15,9 @@ def test_a_truncated_json_file_is_named_with_what_is_wrong(tmp_path):
     with pytest.raises(DamagedFile) as found:
         read_json(path)
     assert str(found.value) == f"{path} is damaged: it ends in the middle of a value after 20 bytes (cut short while it was written?)"
+    path.write_text('{"avg": 0.')  # a number cut after its point: the parser stops at the point, the last byte
+    with pytest.raises(DamagedFile, match=r"is damaged: it ends in the middle of a value after 10 bytes"):
+        read_json(path)
     path.write_text("")
     with pytest.raises(DamagedFile, match=r"metrics.json is damaged: it is empty$"):
         read_json(path)
