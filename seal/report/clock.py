@@ -105,6 +105,13 @@ class JobClock:
         self.rounds_left = self.plan.rounds
         self.ood_left = 2 * len(self.plan.ood)
 
+    def earlier(self, *, eval_episodes: int = 0, eval_seconds: float = 0.0, round_seconds: list[float] = ()) -> None:
+        """Rates an earlier attempt of the run measured (a resumed run): they count in the estimate, not in
+        what is left."""
+        self.eval_episodes += eval_episodes
+        self.eval_seconds += eval_seconds
+        self.round_seconds += [s for s in round_seconds if s > 0]
+
     def evaluated(self, episodes: int, seconds: float) -> None:
         """An evaluation of `episodes` episodes (before or after training) took `seconds`."""
         self.eval_seconds += seconds

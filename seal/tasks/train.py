@@ -262,7 +262,8 @@ def announce(run: TrainingRun) -> None:
 
     entries, selection, protocols, out_dir = run.entries, run.selection, tuple(run.eval_protocols), run.out_dir
     planned = run.budget.rounds_for(len(entries.train))
-    first = rounds_done(out_dir)[0]
+    history = checkpointed_rounds(out_dir)[0]
+    first = len(history)
     before, after = [], []
     if entries.heldout and not (out_dir / "eval_before.json").exists():
         before.append(Evaluation(f"evaluate ({entries.heldout_part} part)", len(entries.heldout), protocols))
@@ -279,20 +280,44 @@ def announce(run: TrainingRun) -> None:
                    rollouts=run.budget.rollouts_per_prompt, steps_per_round=run.budget.steps_per_round,
                    validated=validated, validation=Evaluation("validation", len(selection.val_entries), protocols),
                    after=tuple(after), ood=tuple(b.name for b in run.ood_benchmarks), first_round=first)
-    run.clock = JobClock(plan, clock=time.perf_counter, started=run.started)
+    run.clock = clock = JobClock(plan, clock=time.perf_counter, started=run.started)
+    # a resumed run starts from the earlier attempt's rates: its rounds' times and its evaluation's
+    clock.earlier(round_seconds=[sum(v for k, v in r.get("metrics", {}).items() if k.startswith("time/"))
+                                 for r in history],
+                  **_evaluation_rate(out_dir / "eval_before.json"))
     if run.dist.main:
-        log.info("%s", plan.describe())
+        found = clock.left()
+        when = (f"about {_duration(found[0])} at the earlier attempt's rates" if found else
+                "estimated once the first evaluation or round is timed")
+        log.info("%s; the time it takes: %s, then on every round line", plan.describe(), when)
 
 
-def rounds_done(out_dir: Path) -> tuple[int, Path | None]:
-    """The rounds the run directory's last complete checkpoint holds, and that checkpoint (0, None: none)."""
+def checkpointed_rounds(out_dir: Path) -> tuple[list[dict[str, Any]], Path | None]:
+    """The round records the run directory's last complete checkpoint holds, and that checkpoint ([], None:
+    none); a damaged state file is named in one sentence (seal.io.DamagedFile)."""
     from seal.io import read_json
     from seal.rl.checkpoint import SEAL_STATE, latest_complete_checkpoint
 
     checkpoint = latest_complete_checkpoint(out_dir / "checkpoints")
     if checkpoint is None:
-        return 0, None
-    return len(read_json(checkpoint / SEAL_STATE).get("history", [])), checkpoint
+        return [], None
+    return list(read_json(checkpoint / SEAL_STATE).get("history", [])), checkpoint
+
+
+def rounds_done(out_dir: Path) -> tuple[int, Path | None]:
+    """The rounds the run directory's last complete checkpoint holds, and that checkpoint (0, None: none)."""
+    history, checkpoint = checkpointed_rounds(out_dir)
+    return len(history), checkpoint
+
+
+def _evaluation_rate(path: Path) -> dict[str, float]:
+    """The episodes and seconds of an evaluation file an earlier attempt wrote (none when there is none)."""
+    if not path.exists():
+        return {"eval_episodes": 0, "eval_seconds": 0.0}
+    metrics = read_json(path)
+    timings = [metrics[k] for k in ("timing", "timing_release") if isinstance(metrics.get(k), dict)]
+    entries = int(metrics.get("num_entries") or 0)
+    return {"eval_episodes": entries * len(timings), "eval_seconds": sum(float(t.get("seconds", 0.0)) for t in timings)}
 
 
 def interrupted(run: TrainingRun) -> str:

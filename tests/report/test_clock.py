@@ -52,3 +52,12 @@ def test_an_out_of_domain_benchmark_not_timed_yet_makes_the_estimate_rough():
     assert clock.left() == (0.0, True)  # two out-of-domain evaluations to come, untimed
     clock.ood_done(30.0)
     assert clock.left() == (30.0, False)
+
+
+def test_a_resumed_job_estimates_from_the_earlier_attempts_rates():
+    # the first attempt: 8 evaluation episodes in 16 s, rounds of 30 s and 50 s; left: 2 rounds and the 8
+    # episodes after training: 2 x 40 + 8 x 2 = 96 s, measured before anything of this attempt ran
+    clock = JobClock(plan(before=(), rounds=2, first_round=2, planned_rounds=4), clock=lambda: 0.0, started=0.0)
+    clock.earlier(eval_episodes=8, eval_seconds=16.0, round_seconds=[30.0, 50.0])
+    assert clock.left() == (96.0, False)
+    assert (clock.rounds_left, clock.evals_left) == (2, 8)

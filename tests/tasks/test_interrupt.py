@@ -52,5 +52,9 @@ def test_ctrl_c_says_what_was_kept_and_the_same_command_resumes(tmp_path):
     again = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=900)
     assert again.returncode == 0, again.stderr[-3000:]
     assert f"resuming from {checkpoint}: {rounds} done ([{done}/2]); next: round {done}" in again.stdout
+    # and says up front what is left, and how long it should take at the rates the first attempt measured
+    plan = next(line for line in again.stdout.splitlines() if "plan: " in line)
+    assert plan.split("plan: ")[1].startswith(f"train round {done} ({2 - done} of 2)"), plan
+    assert "; the time it takes: about " in plan and plan.endswith(" at the earlier attempt's rates, then on every round line")
     assert [line.split(" | ")[0] for line in again.stdout.splitlines() if ROUND_LINE.match(line)] == [
         f"[{i + 1}/2] round {i}" for i in range(done, 2)]
