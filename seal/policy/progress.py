@@ -3,9 +3,9 @@
 An evaluation or a round's rollouts plays episodes turn by turn: the bar counts finished *turns* (each
 episode's turns are known when it starts, so the bar moves whenever one ends, not only when a whole
 episode does) and shows the episodes done and the tokens the model has written so far; an optimisation
-counts its optimizer steps. Every `every` seconds, and when the step ends, one line goes to the
-`seal.progress` logger: run.log always has it, the console only when no bar is live there (stderr is not
-a terminal, e.g. a SLURM job's log), so that the lines never break the bar.
+counts its micro-batches. The bar is drawn on a terminal only (stderr a TTY); every `every` seconds, and
+when the step ends, one line goes to the `seal.progress` logger: run.log always has it, the console only
+when no bar is drawn there (a SLURM job's log, a pipe), so that a console shows one or the other.
 
     progress = Progress("eval before · bfcl", total=16, unit="turn", episodes=4)
     progress.advance(turns=1, tokens=120)      # after each generation step
@@ -126,5 +126,6 @@ def _bar(label: str, total: int, unit: str, leave: bool) -> Any:  # pragma: no m
         from tqdm import tqdm
     except ImportError:  # pragma: no cover
         return None
-    # tqdm shows done/total, the elapsed time and the time left at the current rate
-    return tqdm(total=total, desc=label, unit=unit, leave=leave, dynamic_ncols=True)
+    # tqdm shows done/total, the elapsed time and the time left at the current rate; disable=None: only on a
+    # terminal (elsewhere the progress lines say the same, without a bar's carriage returns)
+    return tqdm(total=total, desc=label, unit=unit, leave=leave, dynamic_ncols=True, disable=None)

@@ -95,8 +95,8 @@ class CoEvolution:
         # number of ranks, and a resumed round draws exactly what it drew
         offset = self.dist.rank * len(prompts)
         seeds = [derive_seed(self.seed, len(self.history), offset + i) for i in range(len(entries))]
-        shown = f"round {len(self.history)} · rollouts" if self.progress else False
-        rollouts = self.engine.play(entries, view, temperature=self.temperature, seeds=seeds, progress=shown, leave=False)
+        shown = {"progress": f"round {len(self.history)} · rollouts", "leave": False} if self.progress else {}
+        rollouts = self.engine.play(entries, view, temperature=self.temperature, seeds=seeds, **shown)
         parts = {k: sum(r.timings[k] for r in rollouts) for k in ("generation", "execution", "verification")}
         # whatever else the rollout took (prompt rendering, bookkeeping)
         parts["rollout_other"] = max(time.perf_counter() - t0 - sum(parts.values()), 0.0)

@@ -127,6 +127,7 @@ def run(cfg: DictConfig, out_dir: Path | None = None) -> None:
         if sentence:
             _to_run_log(f"interrupted: {sentence}")
             print(f"interrupted: {sentence}", file=sys.stderr)
+        # a folder the task already wrote into (a checkpoint, an evaluation) is what was kept
         if fresh and _holds_only_hydras_files(out_dir):
             command_line.remove_folder(out_dir)
         sys.exit(130)
@@ -139,7 +140,7 @@ def run(cfg: DictConfig, out_dir: Path | None = None) -> None:
         if isinstance(exc, UserError):
             _to_run_log(f"error: {exc}")
             print(f"error: {exc}", file=sys.stderr)
-            if fresh and _holds_only_hydras_files(out_dir):
+            if fresh:
                 command_line.remove_folder(out_dir)
             sys.exit(2)
         raise

@@ -126,11 +126,10 @@ class TrainingRun:
                                  protocols=self.eval_protocols, progress=folder.name.replace("_", " ") if shown else None)
         # the validations are timed inside their rounds
         if self.clock is not None and shown:
-            self.clock.evaluated(len(entries) * len(self.eval_protocols), time.perf_counter() - started)
-            if self.dist.main:
-                log.info("%s: %d episodes in %s; the job: %s", folder.name.replace("_", " "),
-                         len(entries) * len(self.eval_protocols), _duration(time.perf_counter() - started),
-                         self.clock.estimate())
+            episodes, seconds = len(entries) * len(self.eval_protocols), time.perf_counter() - started
+            self.clock.evaluated(episodes, seconds)
+            log.info("%s: %d episodes in %s; the job: %s", folder.name.replace("_", " "), episodes, _duration(seconds),
+                     self.clock.estimate())
         return found
 
 

@@ -33,6 +33,7 @@ def test_an_ablation_run_is_filed_under_its_arm_and_leaves_readable_outputs(tmp_
                        "budget.ood_benchmarks=[bfcl_single_turn]", "benchmark=bfcl_single_turn",
                        "benchmark.categories=[simple_python]")
     caplog.set_level(logging.INFO)
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)  # a terminal: the bars are drawn
     run(cfg, tmp_path)
     choices = {"env_interface": "evolving", "diagnoser": "rules", "reweighting": "off", "rendering": "project",
                "protocol": "bfcl", "budget.step_limit": "turn", "budget.max_train_tokens": None}
