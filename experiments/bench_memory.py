@@ -60,7 +60,7 @@ def plan_tables() -> str:
         columns = paper_plans(name)
         kv_kib = kv_bytes_per_token(arch, cfg.backbone.dtype) / 1024
         lines += ["", f"### {name}: {param_count(arch) / 1e9:.2f}B parameters, KV cache "
-                      f"{kv_kib:.0f} KiB per token ({cfg.backbone.dtype})"]
+                      f"{kv_kib:.0f} KiB per token ({cfg.backbone.dtype}); {paper_disk(name)}"]
         lines.append(f"{'GiB per rank':22}" + "".join(f"{label:>13}" for label in columns))
         rows = [part for part, _ in next(iter(columns.values())).table()]
         for i, part in enumerate(rows):
@@ -68,6 +68,22 @@ def plan_tables() -> str:
         fits = "".join(f"{'yes' if m.total <= USABLE else 'no':>13}" for m in columns.values())
         lines.append(f"{'fits 80 GB':22}" + fits)
     return "\n".join(lines)
+
+
+def paper_disk(name: str) -> str:
+    """What one budget=paper run of backbone `name` takes on disk at its peak, as the run's own preflight
+    counts it (seal.rl.checkpoint.run_disk_need: its checkpoints and its saved models)."""
+    from hydra.utils import instantiate
+
+    from seal.budget import Budget
+    from seal.policy.memory import GiB
+    from seal.rl.checkpoint import run_disk_need
+
+    cfg = _compose("budget=paper", f"backbone={name}")
+    need = run_disk_need(dict(cfg.backbone.arch), cfg, Budget.from_config(cfg.budget), len(instantiate(cfg.split).train),
+                         dtype=cfg.backbone.dtype)
+    return (f"disk of a run {need.total / GiB:.1f} GiB ({need.at_once} checkpoints of {need.checkpoint / GiB:.1f} "
+            f"GiB at once, {need.models} models of {need.model / GiB:.1f} GiB)")
 
 
 def paper_plans(name: str) -> dict:

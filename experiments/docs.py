@@ -36,15 +36,28 @@ def paper_numbers() -> str:
 
 
 def reproduce_plan() -> str:
-    """What the dry run prints on a checkout without runs, its root named as the default relative path."""
+    """What the dry run prints on a checkout without runs, its root named as the default relative path, with
+    the SLURM settings conf/local/example.yaml shows."""
     from experiments import reproduce
 
     with tempfile.TemporaryDirectory() as tmp:
         out = io.StringIO()
         with contextlib.redirect_stdout(out):
-            reproduce.main(["--dry-run", "--root", f"{tmp}/multirun/reproduce"])
+            reproduce.main(["--dry-run", "--root", f"{tmp}/multirun/reproduce", "--", *reproduce.EXAMPLE_LAUNCHER])
         text = out.getvalue().replace(f"{Path(tmp).resolve()}/", "").rstrip()
     return f"```text\n{text}\n```"
+
+
+def paper_jobs() -> str:
+    from experiments.reproduce import paper_jobs_markdown
+
+    return paper_jobs_markdown()
+
+
+def _example_launcher() -> str:
+    from experiments.reproduce import EXAMPLE_LAUNCHER
+
+    return " ".join(EXAMPLE_LAUNCHER)
 
 
 @dataclass(frozen=True)
@@ -57,7 +70,10 @@ class Block:
 BLOCKS = {
     "memory-plan": Block("gpus-and-slurm.md", "python -m experiments.bench memory", memory_plan),
     "paper-numbers": Block("reproducing-the-paper.md", "python -m experiments.paper_numbers", paper_numbers),
-    "reproduce-plan": Block("reproducing-the-paper.md", "python -m experiments.reproduce --dry-run", reproduce_plan),
+    "reproduce-plan": Block("reproducing-the-paper.md", f"python -m experiments.reproduce --dry-run -- {_example_launcher()}",
+                            reproduce_plan),
+    "paper-jobs": Block("gpus-and-slurm.md", f"python -m experiments.reproduce --dry-run -- {_example_launcher()}",
+                        paper_jobs),
 }
 
 

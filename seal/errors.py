@@ -7,3 +7,8 @@ class UserError(Exception):
     def _render_traceback_(self) -> list[str]:
         """What IPython shows for it in a notebook (notebooks/inspect_run.ipynb): the sentence alone."""
         return [f"error: {self}"]
+
+
+class Interrupted(BaseException):
+    """The user stopped the run (Ctrl-C). Its message says in one sentence what was kept and how to go on
+    (empty: the run's own processes have said it); seal.tasks prints it and exits with 130, no traceback."""

@@ -1,7 +1,9 @@
 """The bottom layer: run files and the run directory's identity. Imports nothing of the project.
 
 - `write_json` (atomic) and `markdown_table`: every report, metrics file and table goes through them;
+- `read_json` and `read_jsonl`: a file a run wrote, read back; a damaged one is named in one sentence;
 - `config_fingerprint` and `code_version`: what a run directory records to resume only the same run;
+- `folder_name`: a run's or a sweep's folder, from the overrides of its command line;
 - `short_hash`: short stable ids (W&B run ids, cache keys).
 """
 
@@ -19,6 +21,19 @@ CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 FINGERPRINT_FILE = "fingerprint.txt"
 # config keys (under trainer and budget) that say how often a run saves, not what it computes
 CHECKPOINT_CADENCE = ("save_every", "keep_checkpoints")
+# the folder of a command line that changes nothing: the default run sits beside the others, not above them
+DEFAULT_FOLDER = "defaults"
+# file systems take 255 bytes a name; a longer name keeps its start and ends in a hash of the whole
+MAX_FOLDER_NAME = 200
+
+
+class DamagedFile(ValueError):
+    """A file a run wrote that cannot be read back (truncated, torn or not JSON). Its message is one sentence
+    naming the file and what is wrong with it; seal.tasks reports it as a user's error."""
+
+    def _render_traceback_(self) -> list[str]:
+        """What IPython shows for it in a notebook: the sentence alone."""
+        return [f"error: {self}"]
 
 
 def write_json(path: Path, data: Any) -> None:
@@ -27,6 +42,45 @@ def write_json(path: Path, data: Any) -> None:
     tmp = path.with_suffix(path.suffix + ".tmp")
     tmp.write_text(json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
     tmp.replace(path)
+
+
+def read_json(path: Path) -> Any:
+    """The JSON in `path`; DamagedFile naming it when it is not JSON (a run stopped while a tool wrote it,
+    a copy cut short). A missing file raises FileNotFoundError, as open() does."""
+    path = Path(path)
+    text = path.read_text(errors="replace")
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise DamagedFile(f"{path} is damaged: {_what_is_wrong(exc, text)}") from None
+
+
+def read_jsonl(path: Path) -> list[Any]:
+    """One JSON value per non-empty line of `path`; DamagedFile naming the file and the first bad line."""
+    path = Path(path)
+    values = []
+    for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            values.append(json.loads(line))
+        except ValueError as exc:
+            raise DamagedFile(f"{path} is damaged at line {number}: {_what_is_wrong(exc, line)}") from None
+    return values
+
+
+def _what_is_wrong(exc: ValueError, text: str) -> str:
+    """What a JSON parser's error means for a file a run wrote, in a few words."""
+    if not text.strip():
+        return "it is empty"
+    # the text ran out inside a value: at its last character (a number cut after its point), or inside a string
+    # that never closes; "extra data" is a whole value followed by more
+    if isinstance(exc, json.JSONDecodeError) and not exc.msg.startswith("Extra data") and (
+            exc.pos >= len(text.rstrip()) - 1 or exc.msg.startswith("Unterminated")):
+        return f"it ends in the middle of a value after {len(text.encode())} bytes (cut short while it was written?)"
+    if isinstance(exc, json.JSONDecodeError):
+        return f"it is not JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})"
+    return f"it is not JSON ({exc})"
 
 
 def markdown_table(header: list[str], rows: list[list[Any]]) -> str:
@@ -41,6 +95,19 @@ def markdown_table(header: list[str], rows: list[list[Any]]) -> str:
 def short_hash(text: str, length: int = 12) -> str:
     """The first `length` hex digits of the text's SHA-256."""
     return hashlib.sha256(text.encode()).hexdigest()[:length]
+
+
+def folder_name(override_dirname: str) -> str:
+    """The folder of a run or of a sweep, from Hydra's `override_dirname` (its overrides as typed, sorted,
+    joined by commas; conf/config.yaml's `seal.folder` resolver): `defaults` when the command line has none,
+    and a name over MAX_FOLDER_NAME bytes cut, ending in a hash of the whole, so that it stays one name a
+    file system takes and the same command still finds it."""
+    if not override_dirname:
+        return DEFAULT_FOLDER
+    raw = override_dirname.encode()
+    if len(raw) <= MAX_FOLDER_NAME:
+        return override_dirname
+    return raw[: MAX_FOLDER_NAME - 17].decode(errors="ignore") + "-" + short_hash(override_dirname, 16)
 
 
 def config_fingerprint(cfg: Any) -> str:

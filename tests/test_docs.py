@@ -118,3 +118,41 @@ def test_the_arms_table_lists_every_preset_with_its_training_protocol():
         chosen = [d["override /protocol"] for d in yaml.safe_load(path.read_text()).get("defaults", [])
                   if isinstance(d, dict) and "override /protocol" in d]
         assert shown[name] == (chosen[0] if chosen else config_defaults()["protocol"]), name
+
+
+def test_the_keys_table_gives_each_keys_default_as_the_config_composes_it():
+    """docs/configuration.md's "Keys outside the groups": each single key's default column is what
+    `python run.py --cfg job` prints for it (experiment_name once said seal_evolving where the config says null)."""
+    from omegaconf import OmegaConf
+
+    from tests.test_configs import compose_with
+
+    text = (ROOT / "docs" / "configuration.md").read_text()
+    table = text[text.index("| key | default |"):]
+    rows = table[: table.index("\n\n")].splitlines()[2:]
+    cfg = compose_with()
+    checked = 0
+    for row in rows:
+        key, default = (re.fullmatch(r"`([^`]+)`", cell.strip()) for cell in row.split("|")[1:3])
+        if key is None or default is None or "*" in key.group(1) or "," in key.group(1):
+            continue  # several keys in one row, or a default said in words
+        value = OmegaConf.select(cfg, key.group(1))
+        value = OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
+        shown = "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
+        if isinstance(value, list):
+            shown = "[" + ", ".join(value) + "]"
+        assert default.group(1) == shown, key.group(1)
+        checked += 1
+    assert checked >= 7
+
+
+def test_every_folder_the_docs_write_tables_to_is_ignored_by_git():
+    """The README's and the docs' `--out <folder>` commands leave nothing for `git status` to show."""
+    import subprocess
+
+    folders = {m for page in PAGES for m in re.findall(r"--out ([^\s`]+)", page.read_text())
+               if not m.startswith(("DIR", "<", "$"))}
+    assert "outputs/tables" in folders
+    for folder in folders:
+        ignored = subprocess.run(["git", "check-ignore", "-q", f"{folder}/tables.md"], cwd=ROOT)
+        assert ignored.returncode == 0, f"{folder} is not git-ignored"

@@ -85,7 +85,14 @@ def test_one_fsdp2_process_is_launched_too_with_the_backbones_precision(monkeypa
     monkeypatch.delenv("LOCAL_RANK", raising=False)
     monkeypatch.delenv("WORLD_SIZE", raising=False)
     ran = []
-    monkeypatch.setattr(launch.subprocess, "call", lambda command, cwd: ran.append(command) or 0)
+    class Ranks:  # the launch's process, recorded instead of started
+        def __init__(self, command, cwd):
+            ran.append(command)
+
+        def wait(self, timeout=None):
+            return 0
+
+    monkeypatch.setattr(launch.subprocess, "Popen", Ranks)
     monkeypatch.setattr("hydra.core.hydra_config.HydraConfig.get",
                         lambda: type("H", (), {"overrides": type("O", (), {"task": ["launch.processes=1"]})()})())
     cfg = compose_with("launch.processes=1", "launch.sharding=fsdp2", "backbone=qwen2.5-3b")
@@ -110,3 +117,36 @@ def test_the_paper_launch_is_the_authors_setup_in_one_preset():
     assert plain.backbone.vllm.gpu_memory_utilization is None
     mine = compose_with("launch=paper", "launch.processes=8", "backbone.generation=transformers")
     assert (mine.launch.processes, mine.backbone.generation) == (8, "transformers")
+
+
+def test_ctrl_c_waits_for_the_ranks_to_say_what_was_kept(monkeypatch, tmp_path):
+    """Ctrl-C reaches the launching process and its ranks alike: it waits for the ranks (the main rank says what
+    was kept) instead of killing them, and ends quietly itself."""
+    from seal.errors import Interrupted
+    from tests.test_configs import compose_with
+
+    monkeypatch.delenv("LOCAL_RANK", raising=False)
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    seen = []
+
+    class Ranks:
+        def __init__(self, command, cwd):
+            self.calls = 0
+
+        def wait(self, timeout=None):
+            self.calls += 1
+            seen.append(timeout)
+            if self.calls == 1:
+                raise KeyboardInterrupt
+            return 130
+
+        def kill(self):
+            seen.append("killed")
+
+    monkeypatch.setattr(launch.subprocess, "Popen", Ranks)
+    monkeypatch.setattr("hydra.core.hydra_config.HydraConfig.get",
+                        lambda: type("H", (), {"overrides": type("O", (), {"task": ["launch.processes=2"]})()})())
+    cfg = compose_with("launch.processes=2", "backbone=tiny-random")
+    with pytest.raises(Interrupted) as stopped:
+        launch.relaunch(cfg, tmp_path)
+    assert str(stopped.value) == "" and seen == [None, 120]  # waited for them, never killed them

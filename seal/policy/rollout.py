@@ -82,6 +82,9 @@ class _Run:
         # tokens the protocol's clip took out of the environment's messages (the release's context check counts them)
         self.clipped_tokens = 0
         self.timings = {"generation": 0.0, "execution": 0.0, "verification": 0.0}
+        # the progress display's count of this episode's turns: known at its start, and finished so far
+        self.turns_planned = max(1, len(self.episode.turns))  # pragma: no mutate (display only)
+        self.turns_counted = 0  # pragma: no mutate (display only)
 
     @property
     def length(self) -> int:
@@ -232,13 +235,16 @@ class RolloutEngine:
         progress: bool | str = False,  # pragma: no mutate (display only)
         step_limit: str | None = None,
         protocol: Protocol | None = None,
+        leave: bool = True,  # pragma: no mutate (display only)
     ) -> list[EpisodeRollout]:
         """Play every entry to the end; rollouts come back in the order of `entries` (which may repeat).
 
         `seeds` (one per entry) key the sampling of each episode (seal.policy.generation); the default
         is a fixed seed per position. `step_limit` overrides the engine's (evaluation keeps its own
         protocol next to training's), and so does `protocol` (how the environment answers). `progress`
-        shows a bar with an ETA on stderr, labelled with it when it is a string (e.g. "eval before · bfcl")."""
+        shows the play's progress (seal.policy.progress: finished turns, episodes and tokens written, with the
+        time left) on a bar on stderr and in run.log, labelled with it when it is a string (e.g. "eval before ·
+        bfcl"); `leave=False` clears the bar when the play ends (a training round keeps one line a round)."""
         if seeds is None:
             seeds = [derive_seed(0, i) for i in range(len(entries))]  # pragma: no mutate (any fixed seeds)
         if len(seeds) != len(entries):
@@ -250,7 +256,7 @@ class RolloutEngine:
         queue, active = deque(runs), []
         model = self.model
         was_training = bool(model is not None and model.training)
-        bar = _progress(len(runs), progress) if progress else None  # pragma: no mutate (display only)
+        shown = _progress(runs, progress, leave) if progress else None  # pragma: no mutate (display only)
         if model is not None:
             model.eval()
         if self.generator is not None:
@@ -273,26 +279,29 @@ class RolloutEngine:
                         run.drop_overflow(self.context_length, always=protocol.raw_context_limit)
                     else:
                         ready.append(run)
+                tokens = 0
                 if ready:
                     for run, out in zip(ready, self._step(ready, temperature)):
                         self._consume(run, out)
+                        tokens += len(out.ids)
                 still = []
                 for run in active:
                     if run.episode.done:
                         if self.generator is not None:
                             self.generator.release(run.key)
-                        if bar is not None:
-                            bar.update(1)  # pragma: no mutate
                     else:
                         still.append(run)
+                if shown is not None:  # pragma: no mutate block (display only)
+                    ended = len(active) - len(still)
+                    shown.advance(sum(_turns_done(run, shown) for run in active), episodes=ended, tokens=tokens)
                 active = still
         finally:
             if self.generator is not None:
                 self.generator.end()
             if model is not None and was_training:
                 model.train()
-            if bar is not None:
-                bar.close()
+            if shown is not None:
+                shown.close()
         return [self._finish(run) for run in runs]
 
     def _room_for(self, active: list[_Run], run: _Run) -> bool:
@@ -408,11 +417,23 @@ def environment_answer(fmt: ToolFormat, protocol: Protocol, view: View, outcome:
     return fmt.tool_results(results, protocol.tool_response_newline, clip)
 
 
-def _progress(total: int, label: bool | str):  # pragma: no mutate block (a display: the progress bar)
-    try:
-        from tqdm import tqdm
+def _progress(runs: list[_Run], label: bool | str, leave: bool):  # pragma: no mutate block (display only)
+    """The progress of a play, counted in turns: every episode's turns as known at its start."""
+    from seal.policy.progress import Progress
 
-        # tqdm's bar shows done/total, the elapsed time and the ETA (time left at the current rate)
-        return tqdm(total=total, desc=label if isinstance(label, str) else "episodes", unit="ep")
-    except ImportError:  # pragma: no cover
-        return None
+    return Progress(label if isinstance(label, str) else "episodes", sum(r.turns_planned for r in runs), unit="turn",
+                    episodes=len(runs), leave=leave)
+
+
+def _turns_done(run: _Run, shown: Any) -> int:  # pragma: no mutate block (display only)
+    """The turns of `run` finished since the last count: every planned turn once the episode has ended (an
+    episode that ended early skips the rest), and the turns a conversation added beyond those planned."""
+    episode = run.episode
+    finished = episode.turn + (0 if episode.in_turn else 1)
+    if episode.done:
+        finished = max(finished, run.turns_planned)
+    if finished > run.turns_planned:
+        shown.grow(finished - run.turns_planned)
+        run.turns_planned = finished
+    new, run.turns_counted = finished - run.turns_counted, finished
+    return max(new, 0)

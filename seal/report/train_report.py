@@ -32,16 +32,16 @@ def _top_labels(counts: dict[str, int], layer: str, k: int = 3) -> str:
     return ", ".join(f"{label} {count / total:.0%}" for label, count in top) or "-"
 
 
-def round_line(record: Any, planned: int | None = None) -> str:
+def round_line(record: Any, planned: int | None = None, left: str | None = None) -> str:
     """The console's one line per round: reward, turn pass rate, the most frequent outcome, what the
-    interface changed and the round's seconds."""
+    interface changed, the round's seconds and, with `left`, the job's clock (seal.report.clock)."""
     m = record.metrics
     seconds = sum(v for k, v in m.items() if k.startswith("time/"))
     top = _top_labels(record.labels, "outcome", k=1)
     change = record.interface_diff.replace("\n", "; ") if record.interface_diff else "unchanged"
     return (f"[{record.round + 1}/{planned or '?'}] round {record.round} | reward {m.get('train/reward_mean', 0.0):.3f} "
             f"| turn pass rate {m.get('train/turn_pass_rate', 0.0):.3f} | top outcome {top} | interface {change} "
-            f"| {seconds:.1f} s")
+            f"| {seconds:.1f} s" + (f" | {left}" if left else ""))
 
 
 def _rho_changes(rho: dict[str, float], rho0: dict[str, float]) -> str:

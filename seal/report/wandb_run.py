@@ -18,6 +18,8 @@ from seal.io import short_hash
 
 log = logging.getLogger(__name__)
 MODES = ("offline", "online", "disabled")
+# how much of a long sweep folder name a W&B group keeps (the hash of its path tells two sweeps apart)
+GROUP_NAME = 100
 
 
 def check_mode(mode: str) -> str:
@@ -39,7 +41,9 @@ def run_identity(*, out_dir: Path, fingerprint: str, experiment: str, backbone: 
     out_dir = Path(out_dir).resolve()
     if group is None and sweep_dir is not None:
         sweep = Path(sweep_dir).resolve()
-        group = f"{sweep.name}-{short_hash(str(sweep), 8)}"
+        # the sweep folder is named after the sweep's overrides (conf/config.yaml): a long one is cut, the
+        # hash of its path keeps two sweeps apart
+        group = f"{sweep.name[:GROUP_NAME]}-{short_hash(str(sweep), 8)}"
     return {"run_id": f"seal-{fingerprint}-{short_hash(str(out_dir), 8)}",
             "name": f"{label or experiment} | {backbone} | seed {seed}",
             "group": group, "job_type": experiment, "tags": [*tags, f"backbone={backbone}", f"seed={seed}"]}
@@ -78,7 +82,8 @@ class WandbRun:
             group=group, job_type=job_type, resume="allow", mode=mode, config=config,
             settings=wandb.Settings(console="off", silent=True),
         )
-        log.info("W&B run %s (%s) in %s", run_id, mode, out_dir / "wandb")
+        log.info("W&B run '%s'%s (%s; id %s) in %s", name, f" in group {group}" if group else "", mode, run_id,
+                 out_dir / "wandb")
 
     def log(self, metrics: dict[str, Any], step: int) -> None:
         if self.run is not None:

@@ -60,6 +60,7 @@ class CoEvolution:
         max_train_tokens: int | None = None,
         dist: Dist | None = None,
         on_round_end: Any = None,
+        progress: bool = False,
     ):
         self.engine = engine
         self.entries = entries
@@ -76,6 +77,8 @@ class CoEvolution:
         self.dist = dist or Dist()
         self.history: list[RoundRecord] = []
         self.on_round_end = on_round_end
+        # show each round's rollouts as they go (turns, episodes, tokens: seal.policy.progress), cleared after
+        self.progress = progress
         # the one place where reweighting is decided: it needs labels, and a mode that uses them
         self.weighted = bool(diagnoser.provides_labels and reweighting.active)
         self._played: list[Any] | None = None
@@ -92,7 +95,8 @@ class CoEvolution:
         # number of ranks, and a resumed round draws exactly what it drew
         offset = self.dist.rank * len(prompts)
         seeds = [derive_seed(self.seed, len(self.history), offset + i) for i in range(len(entries))]
-        rollouts = self.engine.play(entries, view, temperature=self.temperature, seeds=seeds)
+        shown = {"progress": f"round {len(self.history)} · rollouts", "leave": False} if self.progress else {}
+        rollouts = self.engine.play(entries, view, temperature=self.temperature, seeds=seeds, **shown)
         parts = {k: sum(r.timings[k] for r in rollouts) for k in ("generation", "execution", "verification")}
         # whatever else the rollout took (prompt rendering, bookkeeping)
         parts["rollout_other"] = max(time.perf_counter() - t0 - sum(parts.values()), 0.0)

@@ -110,6 +110,8 @@ class SealGRPOTrainer(GRPOTrainer):
         from seal.rl.sharding import reference_sharded_per_layer
 
         self.coevolution = coevolution
+        # the round's optimisation on the console and in run.log (OptimisationProgress; None: not shown)
+        self.optimisation: OptimisationProgress | None = None
         # where every micro-batch's log-probs are written (trainer.save_logprobs; None: nowhere)
         self.logprob_dir = logprob_dir
         self._logprob_step: int | None = None
@@ -153,6 +155,8 @@ class SealGRPOTrainer(GRPOTrainer):
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
         out = super()._generate_and_score_completions(inputs)
         weights = self.coevolution.close_round(self.state.global_step)
+        if self.optimisation is not None:
+            self.optimisation.begin(len(self.coevolution.history) - 1)
         epsilon = self.std_epsilon
         if self.scale_rewards == "group" and epsilon != TRL_STD_EPSILON:
             rewards = self.coevolution.round_rewards()
@@ -316,6 +320,37 @@ def scale_advantages(advantages: torch.Tensor, weights: list[float]) -> torch.Te
     return advantages * (w if advantages.dim() == 1 else w.unsqueeze(-1))
 
 
+class OptimisationProgress(TrainerCallback):
+    """A round's optimisation as it goes, counted in micro-batches (seal.policy.progress: a bar cleared when the
+    round's last optimizer step is done, and lines in run.log): the round starts when its rollouts are closed
+    (`begin`), and every micro-batch of every optimizer step moves it."""
+
+    def __init__(self, micro_batches: int):
+        self.micro_batches = micro_batches
+        self.progress: Any = None
+
+    def begin(self, round_: int) -> None:
+        from seal.policy.progress import Progress
+
+        self.end()
+        self.progress = Progress(f"round {round_} · optimisation", self.micro_batches, unit="micro-batch", leave=False)
+
+    def end(self) -> None:
+        if self.progress is not None:
+            self.progress.close()
+            self.progress = None
+
+    def on_substep_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if self.progress is not None:
+            self.progress.advance(1)
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if self.progress is not None:
+            self.progress.advance(1)
+            if self.progress.done >= self.progress.total:
+                self.end()
+
+
 class StepLogCallback(TrainerCallback):
     """Each optimizer step's logged values, as one record of the `trainer.steps` logger (run.log only)."""
 
@@ -374,4 +409,7 @@ def make_trainer(
     trainer.remove_callback(PrinterCallback)
     trainer.remove_callback(ProgressCallback)
     trainer.add_callback(StepLogCallback())
+    if getattr(coevolution, "progress", False):
+        trainer.optimisation = OptimisationProgress(budget.plan.micro_steps_per_rank)
+        trainer.add_callback(trainer.optimisation)
     return trainer

@@ -14,8 +14,8 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from seal.errors import UserError
-from seal.io import in_multirun
+from seal.errors import Interrupted, UserError
+from seal.io import DamagedFile, in_multirun
 from seal.rl import distributed
 from seal.tasks import eval as eval_task
 from seal.tasks import command_line, replay, sanity, score, show_prompt, train, validate_diagnoser
@@ -48,19 +48,45 @@ def resolve(name: str):
 
 class ConsoleFilter(logging.Filter):
     """What the console shows of a run: the project's own lines (INFO and up) and anyone's errors. The
-    libraries' info and warnings (and Python warnings) still reach run.log, which has every record."""
+    libraries' info and warnings (and Python warnings) still reach run.log, which has every record; so do
+    the progress lines of a step whose bar is live on a terminal."""
 
     def filter(self, record: logging.LogRecord) -> bool:
+        if record.name == "seal.progress" and sys.stderr.isatty():
+            return False  # a live bar shows the same on the terminal (seal.policy.progress)
         own = record.name == "__main__" or record.name == "seal" or record.name.startswith("seal.")
         return own or record.levelno >= logging.ERROR
+
+
+# what the libraries say on every run that is expected here and tells a user nothing (logger, the message's
+# opening words)
+KNOWN_NOISE = (
+    # seal passes model_init_kwargs for the reference model, which TRL does build from them (seal/rl/config.py)
+    ("trl.trainer.grpo_trainer", "You passed `model_init_kwargs`"),
+    # the tokenizer's special tokens are the ones the model is trained and evaluated with: transformers aligns
+    # the model's config to them, as intended
+    ("transformers.trainer_utils", "The tokenizer has new PAD/BOS/EOS tokens"),
+    ("transformers.tokenization_utils_tokenizers", "Ignoring clean_up_tokenization_spaces"),
+    # vLLM's import on a machine without a GPU
+    ("vllm.triton_utils.importing", "Triton not installed"),
+)
+
+
+class KnownNoise(logging.Filter):
+    """Leaves out of the console and run.log the library messages of KNOWN_NOISE, expected on every run."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not any(record.name == name and start in record.getMessage()[:120] for name, start in KNOWN_NOISE)
 
 
 def quiet_console() -> None:
     """Keep the console to the project's lines (run.py calls this once Hydra has set up logging): the
     filter on every console handler, Python warnings routed through logging, and the libraries' own
-    console handlers and progress bars replaced by records that reach run.log."""
+    console handlers and progress bars replaced by records that reach run.log; the libraries' messages
+    that are expected on every run (KNOWN_NOISE) reach neither."""
     logging.captureWarnings(True)
     for handler in logging.getLogger().handlers:
+        handler.addFilter(KnownNoise())
         if isinstance(handler, logging.StreamHandler) and not isinstance(handler, logging.FileHandler):
             handler.addFilter(ConsoleFilter())
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
@@ -94,11 +120,23 @@ def run(cfg: DictConfig, out_dir: Path | None = None) -> None:
             distributed.close()
         except Exception as exc:
             raise config_error(exc) or exc
+    except (Interrupted, KeyboardInterrupt) as exc:
+        # Ctrl-C: one sentence of what was kept (the task's own, else this), no traceback; a sweep stops too
+        sentence = str(exc) if isinstance(exc, Interrupted) else (
+            f"nothing of this task={cfg.task} run was kept; the same command starts it again")
+        if sentence:
+            _to_run_log(f"interrupted: {sentence}")
+            print(f"interrupted: {sentence}", file=sys.stderr)
+        # a folder the task already wrote into (a checkpoint, an evaluation) is what was kept
+        if fresh and _holds_only_hydras_files(out_dir):
+            command_line.remove_folder(out_dir)
+        sys.exit(130)
     except Exception as exc:
         if in_multirun():
             log.exception("job failed; the sweep continues")
             (out_dir / "error.txt").write_text(traceback.format_exc())
             return
+        exc = _damaged(exc) or exc
         if isinstance(exc, UserError):
             _to_run_log(f"error: {exc}")
             print(f"error: {exc}", file=sys.stderr)
@@ -106,6 +144,15 @@ def run(cfg: DictConfig, out_dir: Path | None = None) -> None:
                 command_line.remove_folder(out_dir)
             sys.exit(2)
         raise
+
+
+def _damaged(exc: BaseException) -> UserError | None:
+    """A file the run could not read back or could not write, as one sentence naming it (None otherwise)."""
+    if isinstance(exc, DamagedFile):
+        return UserError(f"{exc}; move it away (or restore it) and run the same command again")
+    if command_line.unwritable(exc):
+        return UserError(command_line.cannot_write(exc))
+    return None
 
 
 def check_seed(seed: object) -> None:

@@ -6,11 +6,17 @@ that is wrong for keys that exist under another spelling) and exits with 1, unle
 set, when it raises them instead. `main` sets it while Hydra composes, turns what it raises into one
 sentence, and `composed` takes it away again once the task starts, so that a failing task is reported
 by Hydra as before. A user who sets HYDRA_FULL_ERROR gets Hydra's own report. A sweep's folder that
-Hydra made before it found the error (`SweepFolder`, a Hydra callback) is removed again."""
+Hydra made before it found the error (`SweepFolder`, a Hydra callback) is removed again. A run folder Hydra
+cannot make or write (a read-only or full disk) ends in one sentence naming it, too.
+
+The folders themselves (conf/config.yaml): the `seal.folder` resolver names a run's folder after its
+overrides (seal.io.folder_name), and `SweepFolder` fixes a sweep's folder, named after the whole sweep's
+overrides, for every job of the sweep before the first one starts."""
 
 from __future__ import annotations
 
 import difflib
+import errno
 import os
 import shutil
 import sys
@@ -18,6 +24,12 @@ from pathlib import Path
 from typing import Any, Callable
 
 from hydra.experimental.callback import Callback
+from omegaconf import OmegaConf
+
+from seal.io import folder_name
+
+# conf/config.yaml's run and sweep folders: `${seal.folder:${hydra:job.override_dirname}}`
+OmegaConf.register_new_resolver("seal.folder", folder_name, replace=True)
 
 FULL_ERROR = "HYDRA_FULL_ERROR"
 # whether main() set HYDRA_FULL_ERROR (and composed() should take it away)
@@ -27,12 +39,38 @@ _new_sweep_folder: Path | None = None
 
 
 class SweepFolder(Callback):
-    """conf/config.yaml's hydra.callbacks: notes the sweep folder a multirun will make, before Hydra makes it."""
+    """conf/config.yaml's hydra.callbacks. Before a multirun starts: fixes its sweep folder for every job, and
+    notes whether it is new (to remove it again when Hydra cannot compose a job).
+
+    `hydra.sweep.dir` reads the sweep's overrides (`hydra.job.override_dirname`), which only the multirun's
+    own config holds: every job's config is composed again from the hydra overrides plus the job's, where
+    the same interpolation would read the job's. So the folder, resolved here once, joins the hydra
+    overrides as a plain value, unless the command line named one."""
 
     def on_multirun_start(self, config: Any, **kwargs: Any) -> None:
         global _new_sweep_folder
-        folder = Path(str(config.hydra.sweep.dir)).resolve()
-        _new_sweep_folder = None if folder.exists() else folder
+        from hydra.core.hydra_config import HydraConfig
+
+        named = any(o.split("=", 1)[0].lstrip("+~") == "hydra.sweep.dir" for o in config.hydra.overrides.hydra)
+        # the `hydra:` resolver reads the config Hydra holds, which it sets only once the launcher starts
+        holder = HydraConfig.instance()
+        before = holder.cfg
+        holder.set_config(config)  # which makes config.hydra read-only, as it was not
+        try:
+            folder = str(config.hydra.sweep.dir)
+        finally:
+            holder.cfg = before
+            OmegaConf.set_readonly(config.hydra, False)
+        if not named:
+            config.hydra.sweep.dir = folder
+            config.hydra.overrides.hydra.append(f"hydra.sweep.dir={quoted(folder)}")
+        path = Path(folder).resolve()
+        _new_sweep_folder = None if path.exists() else path
+
+
+def quoted(value: str) -> str:
+    """`value` as a quoted string of Hydra's override grammar (commas and equal signs stay part of it)."""
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
 def remove_folder(folder: Path) -> None:
@@ -63,8 +101,38 @@ def main(hydra_main: Callable[[], Any]) -> None:
         if _new_sweep_folder is not None:
             remove_folder(_new_sweep_folder)
         sys.exit(2)
+    except OSError as exc:
+        # Hydra makes the run folder and writes .hydra/ into it before any task starts
+        if not unwritable(exc):
+            raise
+        print(f"error: {cannot_write(exc)}", file=sys.stderr)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        # before the task started (a task's own Ctrl-C is reported by seal.tasks.run)
+        print("interrupted before the run started; nothing was kept", file=sys.stderr)
+        sys.exit(130)
     finally:
         composed()
+
+
+# what a folder a user chose does when it cannot take the run's files
+UNWRITABLE = (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.ENOTDIR, errno.EEXIST,
+              errno.ENAMETOOLONG)
+
+
+def unwritable(exc: BaseException) -> bool:
+    """Whether `exc` is a file the run could not make or write (not a bug in the code: a folder's problem)."""
+    return isinstance(exc, OSError) and exc.errno in UNWRITABLE and exc.filename is not None
+
+
+def cannot_write(exc: OSError) -> str:
+    """One sentence for a run's file that could not be made or written, naming it and the way out."""
+    why = {errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk quota is used up",
+           errno.EROFS: "the file system is read-only", errno.ENOTDIR: "a part of the path is a file, not a folder",
+           errno.EEXIST: "a file of that name is in the way", errno.ENAMETOOLONG: "the name is too long"}
+    reason = why.get(exc.errno, "permission denied")
+    return (f"cannot write {os.path.abspath(exc.filename)}: {reason}; run from a folder you can write, or give the run another "
+            "folder with hydra.run.dir=<folder> (a sweep: hydra.sweep.dir=<folder>)")
 
 
 def composed() -> None:

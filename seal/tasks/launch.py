@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from seal.errors import UserError
+from seal.errors import Interrupted, UserError
 
 ROOT = Path(__file__).resolve().parents[2]
 ACCELERATE_CONFIGS = ROOT / "experiments" / "cluster" / "accelerate"
@@ -84,7 +84,16 @@ def relaunch(cfg: Any, out_dir: Path) -> bool:
     command = launch_command(processes=processes, sharding=sharding, overrides=list(HydraConfig.get().overrides.task),
                              out_dir=out_dir, gpus=gpus, dtype=cfg.backbone.dtype)
     out_dir.mkdir(parents=True, exist_ok=True)
-    code = subprocess.call(command, cwd=ROOT)
+    ranks = subprocess.Popen(command, cwd=ROOT)
+    try:
+        code = ranks.wait()
+    except KeyboardInterrupt:
+        # Ctrl-C reached the ranks too: the main rank says what was kept; wait for it instead of killing it
+        try:
+            ranks.wait(timeout=120)
+        except (subprocess.TimeoutExpired, KeyboardInterrupt):
+            ranks.kill()
+        raise Interrupted("") from None
     if code != 0:
         raise UserError(f"the {processes}-process launch of this job exited with code {code}; its error is above "
                         f"and in {out_dir / 'run.log'}")

@@ -5,9 +5,10 @@
     python run.py -m experiment=vanilla_rl,seal seed=0,1,2
 
 `train` reads top to bottom, one named step per line: start (seed, ranks, round plan), check every
-choice of the config, build the pieces, evaluate the initial model on a held-out slice, fit (resuming
-from the run directory's last complete round if there is one), evaluate again, write the report. The
-steps share one `TrainingRun`.
+choice of the config, build the pieces, say what the job will do (`announce`), evaluate the initial model
+on a held-out slice, fit (resuming from the run directory's last complete round if there is one), evaluate
+again, write the report. The steps share one `TrainingRun`. Ctrl-C ends the job with one sentence saying
+what was kept and that the same command resumes (`interrupted`).
 """
 
 from __future__ import annotations
@@ -23,8 +24,8 @@ from typing import TYPE_CHECKING, Any
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from seal.errors import UserError
-from seal.io import CONF_DIR, claim_run_dir, code_version, config_fingerprint, fingerprint_matches, write_json
+from seal.errors import Interrupted, UserError
+from seal.io import CONF_DIR, claim_run_dir, code_version, config_fingerprint, fingerprint_matches, read_json, write_json
 from seal.rl.distributed import cuda_devices, local_world
 
 if TYPE_CHECKING:
@@ -109,6 +110,9 @@ class TrainingRun:
     # what the evaluations give: {"before"|"after"|test_*: metrics}, {"ood_before"|"ood_after": ...}
     evals: dict[str, Any] = field(default_factory=dict)
     ood: dict[str, Any] = field(default_factory=dict)
+    # the job's plan and clock (announce), and when the last round ended (or training started)
+    clock: Any = None
+    round_started: float = 0.0
 
     def evaluate(self, entries: list[Any], folder: Path | None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         """Greedy episodes of `entries` under the plain interface and both evaluation protocols; the main rank
@@ -117,19 +121,31 @@ class TrainingRun:
         from seal.evaluation.evaluate import evaluate_entries
 
         shown = folder is not None and folder.name.startswith("eval") and self.dist.main
-        return evaluate_entries(self.engine, entries, folder, dist=self.dist, step_limit=self.eval_step_limit,
-                                protocols=self.eval_protocols, progress=folder.name.replace("_", " ") if shown else None)
+        started = time.perf_counter()
+        found = evaluate_entries(self.engine, entries, folder, dist=self.dist, step_limit=self.eval_step_limit,
+                                 protocols=self.eval_protocols, progress=folder.name.replace("_", " ") if shown else None)
+        # the validations are timed inside their rounds
+        if self.clock is not None and shown:
+            episodes, seconds = len(entries) * len(self.eval_protocols), time.perf_counter() - started
+            self.clock.evaluated(episodes, seconds)
+            log.info("%s: %d episodes in %s; the job: %s", folder.name.replace("_", " "), episodes, _duration(seconds),
+                     self.clock.estimate())
+        return found
 
 
 def train(cfg: DictConfig, out_dir: Path) -> None:
     run = start(cfg, out_dir)
-    check_config(run)
-    build(run)
-    evaluate_before(run)
-    fit(run)
-    evaluate_after(run)
-    if run.dist.main:
-        report(run)
+    try:
+        check_config(run)
+        build(run)
+        announce(run)
+        evaluate_before(run)
+        fit(run)
+        evaluate_after(run)
+        if run.dist.main:
+            report(run)
+    except KeyboardInterrupt:
+        raise Interrupted(interrupted(run) if run.dist.main else "") from None
 
 
 def start(cfg: DictConfig, out_dir: Path) -> TrainingRun:
@@ -227,7 +243,7 @@ def build(run: TrainingRun) -> None:
         engine=run.engine, entries={e.id: e for e in run.entries.train}, omega=initial_interface(run.interface_cfg),
         interface_cfg=run.interface_cfg, diagnoser=run.diagnoser, reweighting=run.reweighting,
         temperature=budget.temperature, seed=cfg.seed, group_size=budget.rollouts_per_prompt,
-        max_train_tokens=budget.max_train_tokens, dist=run.dist,
+        max_train_tokens=budget.max_train_tokens, dist=run.dist, progress=run.dist.main,
     )
     run.run_config = run_config(run)
     if run.dist.main:
@@ -235,6 +251,104 @@ def build(run: TrainingRun) -> None:
         (run.out_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
         write_json(run.out_dir / "run_config.json", run.run_config)
     start_logging(run)
+
+
+def announce(run: TrainingRun) -> None:
+    """Say what the job will do (the evaluations with their episodes under each protocol, the rounds left,
+    the validations, the out-of-domain benchmarks), and start its clock (seal.report.clock)."""
+    from seal.budget import validated_after
+    from seal.report.clock import Evaluation, JobClock, JobPlan
+
+    entries, selection, protocols, out_dir = run.entries, run.selection, tuple(run.eval_protocols), run.out_dir
+    planned = run.budget.rounds_for(len(entries.train))
+    history = checkpointed_rounds(out_dir)[0]
+    first = len(history)
+    before, after = [], []
+    if entries.heldout and not (out_dir / "eval_before.json").exists():
+        before.append(Evaluation(f"evaluate ({entries.heldout_part} part)", len(entries.heldout), protocols))
+    if selection.active and not (out_dir / "eval_test_before.json").exists():
+        before.append(Evaluation("test the initial model", len(entries.test), protocols))
+    if entries.heldout:
+        after.append(Evaluation(f"evaluate ({entries.heldout_part} part)", len(entries.heldout), protocols))
+    if selection.active:
+        after += [Evaluation("test the final model", len(entries.test), protocols),
+                  Evaluation("test the model best on validation", len(entries.test), protocols)]
+    validated = tuple(r for r in range(first, planned) if selection.active and validated_after(r, selection.every, planned))
+    plan = JobPlan(before=tuple(before), rounds=max(planned - first, 0), planned_rounds=planned,
+                   episodes_per_round=run.budget.episodes, prompts=run.budget.prompts_per_round,
+                   rollouts=run.budget.rollouts_per_prompt, steps_per_round=run.budget.steps_per_round,
+                   validated=validated, validation=Evaluation("validation", len(selection.val_entries), protocols),
+                   after=tuple(after), ood=tuple(b.name for b in run.ood_benchmarks), first_round=first)
+    run.clock = clock = JobClock(plan, clock=time.perf_counter, started=run.started)
+    # a resumed run starts from the earlier attempt's rates: its rounds' times and its evaluation's
+    clock.earlier(round_seconds=[sum(v for k, v in r.get("metrics", {}).items() if k.startswith("time/"))
+                                 for r in history],
+                  **_evaluation_rate(out_dir / "eval_before.json"))
+    if run.dist.main:
+        found = clock.left()
+        when = (f"about {_duration(found[0])} at the earlier attempt's rates" if found else
+                "estimated once the first evaluation or round is timed")
+        log.info("%s; the time it takes: %s, then on every round line", plan.describe(), when)
+
+
+def checkpointed_rounds(out_dir: Path) -> tuple[list[dict[str, Any]], Path | None]:
+    """The round records the run directory's last complete checkpoint holds, and that checkpoint ([], None:
+    none); a damaged state file is named in one sentence (seal.io.DamagedFile)."""
+    from seal.io import read_json
+    from seal.rl.checkpoint import SEAL_STATE, latest_complete_checkpoint
+
+    checkpoint = latest_complete_checkpoint(out_dir / "checkpoints")
+    if checkpoint is None:
+        return [], None
+    return list(read_json(checkpoint / SEAL_STATE).get("history", [])), checkpoint
+
+
+def rounds_done(out_dir: Path) -> tuple[int, Path | None]:
+    """The rounds the run directory's last complete checkpoint holds, and that checkpoint (0, None: none)."""
+    history, checkpoint = checkpointed_rounds(out_dir)
+    return len(history), checkpoint
+
+
+def _evaluation_rate(path: Path) -> dict[str, float]:
+    """The episodes and seconds of an evaluation file an earlier attempt wrote (none when there is none)."""
+    if not path.exists():
+        return {"eval_episodes": 0, "eval_seconds": 0.0}
+    metrics = read_json(path)
+    timings = [metrics[k] for k in ("timing", "timing_release") if isinstance(metrics.get(k), dict)]
+    entries = int(metrics.get("num_entries") or 0)
+    return {"eval_episodes": entries * len(timings), "eval_seconds": sum(float(t.get("seconds", 0.0)) for t in timings)}
+
+
+def interrupted(run: TrainingRun) -> str:
+    """The one sentence a stopped run ends with: what it kept (its last complete checkpoint's rounds, numbered
+    as the per-round lines number them, and its evaluations) and that the same command resumes."""
+    out_dir = run.out_dir
+    done, checkpoint = rounds_done(out_dir)
+    planned = run.budget.rounds_for(len(run.entries.train)) if run.entries else None
+    of = f" of {planned}" if planned else ""
+    kept = []
+    if checkpoint is not None:
+        which = "round 0" if done == 1 else f"rounds 0-{done - 1}"
+        kept.append(f"{which} ({done}{of}) in {checkpoint.relative_to(out_dir)}")
+    for name, what in (("eval_before.json", "the evaluation before training"),
+                       ("eval_test_before.json", "the initial model's test evaluation"),
+                       ("final_model", "the trained model (final_model/)")):
+        if (out_dir / name).exists():
+            kept.append(what)
+    if not kept:
+        return f"nothing of this run was complete yet; the same command starts it again in {out_dir}"
+    go_on = f"resumes after round {done - 1}" if checkpoint is not None else "goes on from there"
+    return f"{out_dir} keeps {_and(kept)}; the same command {go_on}"
+
+
+def _and(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def _duration(seconds: float) -> str:
+    from seal.policy.progress import duration
+
+    return duration(seconds)
 
 
 def generate_with_the_loaded_model(run: TrainingRun) -> Any:
@@ -336,6 +450,7 @@ def start_logging(run: TrainingRun) -> None:
     interface state). Only the main rank logs to W&B and writes the per-round files; with several ranks
     each also appends its own rho and Omega per round to ranks/ (they must agree, and are checked to)."""
     from seal.env.benchmark import get_entries
+    from seal.policy.progress import say
     from seal.report.train_report import round_line, write_metrics_log
     from seal.report.wandb_run import WandbRun, run_identity
     from seal.rl.selection import ModelSelection
@@ -363,7 +478,10 @@ def start_logging(run: TrainingRun) -> None:
         if not dist.main:
             return
         write_metrics_log(out_dir / "metrics.jsonl", coevolution.history)
-        print(round_line(record, planned_rounds), flush=True)
+        now = time.perf_counter()
+        run.clock.round_done(now - run.round_started)
+        run.round_started = now
+        say(round_line(record, planned_rounds, left=run.clock.estimate()))
         wandb.log({**record.metrics, "round": record.round}, step=record.round)
         wandb.table("diag/labels", ["label", "count"], sorted(record.labels.items()), step=record.round)
         write_json(out_dir / "interface" / f"round_{record.round:04d}.json", record.interface)
@@ -381,11 +499,11 @@ def evaluate_before(run: TrainingRun) -> None:
             write_json(before_path, metrics)
         run.evals["before"] = metrics
     elif run.entries.heldout:
-        run.evals["before"] = json.loads(before_path.read_text())
+        run.evals["before"] = read_json(before_path)
     # with model selection the before-evaluation is on the validation part: the initial model on test too
     run.evals.update(run.selection.test_initial(run.entries.test))
     run.ood = evaluate_out_of_domain(run.engine, run.ood_benchmarks, run.budget, run.out_dir, "before", run.dist,
-                                     run.eval_step_limit)
+                                     run.eval_step_limit, run.clock)
 
 
 def fit(run: TrainingRun) -> None:
@@ -418,6 +536,7 @@ def fit(run: TrainingRun) -> None:
     checkpoint = latest_complete_checkpoint(Path(trainer.args.output_dir))
     if checkpoint is not None:
         resume(run, checkpoint)
+    run.round_started = time.perf_counter()
     trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
     if copy is not None:
         # one full state dict in the backbone's dtype, gathered from the shards on every rank
@@ -449,7 +568,9 @@ def resume(run: TrainingRun, checkpoint: Path) -> None:
     run.coevolution.load_state_dict(read_state(checkpoint))
     if run.dist.main:
         write_metrics_log(run.out_dir / "metrics.jsonl", run.coevolution.history)
-    log.info("resuming from %s (round %d done)", checkpoint, len(run.coevolution.history))
+    done, planned = len(run.coevolution.history), run.budget.rounds_for(len(run.entries.train))
+    log.info("resuming from %s: %s done ([%d/%d]); next: round %d", checkpoint,
+             "round 0" if done == 1 else f"rounds 0-{done - 1}", done, planned, done)
 
 
 def evaluate_after(run: TrainingRun) -> None:
@@ -461,7 +582,7 @@ def evaluate_after(run: TrainingRun) -> None:
             write_json(run.out_dir / "eval_after.json", metrics)
         run.evals["after"] = metrics
     run.ood.update(evaluate_out_of_domain(run.engine, run.ood_benchmarks, run.budget, run.out_dir, "after", run.dist,
-                                          run.eval_step_limit))
+                                          run.eval_step_limit, run.clock))
     run.evals.update(run.selection.test_evaluations(run.engine.model, run.entries.test))
 
 
@@ -491,7 +612,8 @@ def report(run: TrainingRun) -> None:
                      for m, v in metrics.items() if m.startswith("eval/")})
     wandb.save_files([out_dir / "report.md", out_dir / "curves.png", out_dir / "metrics.json"])
     wandb.finish()
-    log.info("done: %d rounds; report in %s", len(history), out_dir / "report.md")
+    log.info("done: %d rounds in %s; report in %s", len(history), _duration(time.perf_counter() - run.started),
+             out_dir / "report.md")
 
 
 def report_header(run: TrainingRun) -> dict[str, Any]:
@@ -552,7 +674,7 @@ def out_of_domain_benchmarks(cfg: DictConfig, budget: Budget) -> list[Any]:
 
 
 def evaluate_out_of_domain(engine: Any, benchmarks: list[Any], budget: Budget, out_dir: Path, when: str,
-                           dist: Any, step_limit: str) -> dict[str, Any]:
+                           dist: Any, step_limit: str, clock: Any = None) -> dict[str, Any]:
     """{"ood_<when>": {benchmark: metrics}} for the model as it is now (`when`: before | after training),
     shared out over the ranks (the main rank writes the files); results already on disk (a resumed run)
     are read back."""
@@ -564,12 +686,17 @@ def evaluate_out_of_domain(engine: Any, benchmarks: list[Any], budget: Budget, o
     for node in benchmarks:
         folder = out_dir / f"ood_{when}" / node.name
         if (folder / "metrics.json").exists():
-            results[node.name] = json.loads((folder / "metrics.json").read_text())
+            results[node.name] = read_json(folder / "metrics.json")
+            if clock is not None:
+                clock.ood_left = max(clock.ood_left - 1, 0)
             continue
+        started = time.perf_counter()
         metrics, _ = evaluate_benchmark(engine, node, folder, budget.ood_entries_per_category, step_limit, dist=dist,
                                         progress=f"ood {when}" if dist.main else None)
         if dist.main:
             write_json(folder / "metrics.json", metrics)
+        if clock is not None:
+            clock.ood_done(time.perf_counter() - started)
         results[node.name] = metrics
     return {f"ood_{when}": results}
 

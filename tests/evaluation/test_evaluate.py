@@ -90,10 +90,16 @@ def test_a_bad_step_limit_is_one_clear_error(tmp_path, capsys):
     assert exc.value.code == 2 and "eval.step_limit='trajectory': choose turn" in capsys.readouterr().err
 
 
-def test_each_protocol_plays_under_its_own_labelled_progress_bar_with_an_eta(tmp_path, capsys):
+def test_each_protocol_plays_under_its_own_labelled_progress_bar_with_an_eta(tmp_path, capsys, monkeypatch, bench):
+    import sys
+
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)  # a terminal: the bars are drawn
     evaluate(tmp_path, "backbone=oracle")
     err = capsys.readouterr().err
-    # smoke: one entry per category, four in all, under BFCL's protocol and then the release's
+    # smoke: one entry per category, four in all, under BFCL's protocol and then the release's; the bar counts
+    # their turns (as the benchmark's files have them) and says the episodes done
+    ids = [json.loads(line)["id"] for line in (tmp_path / "trajectories.jsonl").read_text().splitlines()]
+    turns = sum(len(bench[i].turns) for i in ids)
     for protocol in ("bfcl", "release"):
         final = [line for line in err.replace("\r", "\n").splitlines() if line.startswith(f"eval test · {protocol}: 100%")]
-        assert final and "| 4/4 [" in final[-1] and "<00:00" in final[-1], err
+        assert final and f"| {turns}/{turns} [" in final[-1] and "<00:00" in final[-1] and "4/4 episodes" in final[-1], err

@@ -1,6 +1,9 @@
-"""experiments.reproduce: the job list behind Tables 1 and 3, the GPU-hour bound, skipping finished runs."""
+"""experiments.reproduce: the job list behind Tables 1 and 3, what each job needs of a cluster (GPUs, host
+memory, disk, hours, requeues), skipping finished runs, and nothing submitted without --submit or a typed
+confirmation, nor to a partition without the GPUs the jobs ask for."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -41,7 +44,9 @@ def test_a_dry_run_lists_the_jobs_and_skips_finished_ones(tmp_path):
                            "--", "budget=paper", "hydra.launcher.partition=gpu"], cwd=REPO, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("27 jobs, 1 finished, 26 to run")
-    assert "finished backbone=qwen2.5-3b experiment=seal seed=1 launch=paper budget=paper" in proc.stdout
+    assert "  finished backbone=qwen2.5-3b experiment=seal seed=1 launch=paper budget=paper  <= 27.7 GPU-h" in proc.stdout
+    # the launcher's settings every job shares are named once, not on every job's line
+    assert "(every job also gets hydra.launcher.partition=gpu)" in proc.stdout
     assert not list(tmp_path.glob(".reproduce"))  # nothing submitted
 
 
@@ -59,9 +64,10 @@ def test_the_dry_run_plans_the_papers_budget_without_being_told(tmp_path):
     # 8.962 GPU-hours per billion parameters; Qwen2.5-7B has 7.62B (68.3), and the 27 jobs hold
     # 6 x 3.09B (Qwen2.5-3B) + 15 x 7.62B (Qwen2.5-7B) + 6 x 8.03B (ToolACE-2-8B) = 181.02B
     per_billion = 72 * 256 * 16384 * 10 * 1e9 / (312e12 * 0.3) / 3600
-    assert "backbone=qwen2.5-7b experiment=seal seed=0 budget=paper launch=paper  <= 68.3 GPU-h" in proc.stdout
-    assert lines[-1] == (f"GPU-hours to run, upper bound: {181.02 * per_billion:.1f} (context-filling episodes, 30% "
-                         "of 312 TFLOPS)") == "GPU-hours to run, upper bound: 1622.3 (context-filling episodes, 30% of 312 TFLOPS)"
+    assert "backbone=qwen2.5-7b experiment=seal seed=0 budget=paper launch=paper  <= 68.3 GPU-h | 4 GPU(s)" in proc.stdout
+    assert (f"GPU-hours to run, upper bound: {181.02 * per_billion:.1f} (context-filling episodes, 30% "
+            "of 312 TFLOPS)") == "GPU-hours to run, upper bound: 1622.3 (context-filling episodes, 30% of 312 TFLOPS)"
+    assert "GPU-hours to run, upper bound: 1622.3 (context-filling episodes, 30% of 312 TFLOPS)" in lines
 
 
 def test_a_smaller_budget_is_an_explicit_choice_and_says_so(tmp_path):
@@ -102,7 +108,8 @@ def test_bad_input_is_one_sentence_and_exit_2(tmp_path, args, message):
 def test_the_run_directory_is_the_one_hydra_names_with_launch_overrides():
     from hydra import compose, initialize_config_dir
 
-    job, extra = Job("qwen2.5-7b", "seal", 2), ("budget=paper", "launch.processes=4", "launch.sharding=fsdp2")
+    job, extra = Job("qwen2.5-7b", "seal", 2), ("budget=paper", "launch.processes=4", "launch.sharding=fsdp2",
+                                                "logger.mode=disabled")
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
         cfg = compose(config_name="config", overrides=job.overrides(extra), return_hydra_config=True)
     assert run_dir(REPO, job, extra).name == cfg.hydra.job.override_dirname == "backbone=qwen2.5-7b,budget=paper,experiment=seal,seed=2"
@@ -113,7 +120,7 @@ def test_submission_writes_the_manifest_of_every_planned_run_first(tmp_path, mon
 
     seen = {}
 
-    def submit(jobs, root, extra, launcher):
+    def submit(jobs, root, extra, launcher, partition=None):
         seen["manifest"] = json.loads((root / "manifest.json").read_text())  # already there when jobs start
         return [(job, 0) for job in jobs]
 
@@ -122,9 +129,192 @@ def test_submission_writes_the_manifest_of_every_planned_run_first(tmp_path, mon
     monkeypatch.setattr(reproduce.subprocess, "run", lambda *a, **k: SimpleNamespace(returncode=0))
     # no budget given: the paper's, in every run directory's name and in the manifest
     assert reproduce.main(["--root", str(tmp_path), "--backbones", "qwen2.5-3b", "--seeds", "0,1",
-                           "--ablation-backbone", "", "--launcher", "basic"]) == 0
+                           "--ablation-backbone", "", "--launcher", "basic", "--submit"]) == 0
     # 1 backbone x {vanilla_rl, seal} x seeds {0, 1}, each named as Hydra names its folder
     assert seen["manifest"]["overrides"] == ["budget=paper", "launch=paper"]
     assert seen["manifest"]["runs"] == [
         {"dir": f"backbone=qwen2.5-3b,budget=paper,experiment={arm},launch=paper,seed={seed}", "backbone": "qwen2.5-3b",
          "experiment": arm, "seed": seed} for arm in ("vanilla_rl", "seal") for seed in (0, 1)]
+
+
+# -- nothing submitted by surprise ----------------------------------------------------------------------------
+
+SMALL = ["--backbones", "qwen2.5-3b", "--seeds", "0", "--ablation-backbone", ""]
+
+
+def test_without_submit_and_without_a_terminal_nothing_is_submitted(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "experiments.reproduce", "--root", str(tmp_path), "--launcher",
+                           "basic", *SMALL], cwd=REPO, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 2
+    assert proc.stdout.startswith("2 jobs, 0 finished, 2 to run")  # the plan is shown
+    assert proc.stderr == "error: nothing submitted: add --submit to submit these 2 jobs (or run it at a terminal, which asks)\n"
+    assert list(tmp_path.iterdir()) == []  # no manifest, no job
+
+
+@pytest.mark.parametrize("typed, submitted", [("submit", True), ("yes", False), ("", False)])
+def test_at_a_terminal_only_the_typed_word_submits(tmp_path, monkeypatch, capsys, typed, submitted):
+    import experiments.reproduce as reproduce
+
+    calls = []
+    monkeypatch.setattr(reproduce, "submit", lambda jobs, *a, **k: calls.append(jobs) or [(j, 0) for j in jobs])
+    monkeypatch.setattr(reproduce.subprocess, "run", lambda *a, **k: SimpleNamespace(returncode=0))
+    monkeypatch.setattr(sys.stdin, "isatty", lambda: True)
+    prompts = []
+    monkeypatch.setattr("builtins.input", lambda prompt: prompts.append(prompt) or typed)
+    code = reproduce.main(["--root", str(tmp_path), "--launcher", "basic", *SMALL])
+    # the prompt names the jobs and their GPU-hour bound: 2 x 27.7
+    assert prompts == ["submit 2 jobs, at most 55.4 GPU-hours? type submit to go on: "]
+    assert (code, bool(calls)) == ((0, True) if submitted else (1, False))
+    if not submitted:
+        assert capsys.readouterr().out.endswith("nothing submitted\n") and not (tmp_path / "manifest.json").exists()
+
+
+# -- what the jobs ask SLURM for, and what a partition has ----------------------------------------------------
+
+def test_gres_as_sinfo_prints_it():
+    from experiments.reproduce import parse_gres
+
+    assert parse_gres("(null)") == {}
+    assert parse_gres("gpu:a100:4(S:0-1)") == {"a100": 4}
+    assert parse_gres("gpu:2") == {None: 2}
+    assert parse_gres("gpu:a100:4(S:0,2),gpu:v100:2,tmpdisk:100") == {"a100": 4, "v100": 2}
+    assert parse_gres("gpu") == {None: 1}
+
+
+def test_what_the_launcher_settings_ask_slurm_for():
+    from experiments.reproduce import GpuAsk, gpus_asked
+
+    assert gpus_asked({"gpus_per_node": 4}) == GpuAsk(4)
+    assert gpus_asked({"gpus_per_node": "a100:4"}) == GpuAsk(4, "a100")
+    assert gpus_asked({"gres": "gpu:h100:8"}) == GpuAsk(8, "h100")
+    assert gpus_asked({"gpus_per_task": 1, "tasks_per_node": 4}) == GpuAsk(4)
+    assert gpus_asked({"gpus_per_node": 4, "additional_parameters": {"constraint": "a100"}}) == GpuAsk(4, None, "a100")
+    # an expression is left to SLURM
+    assert gpus_asked({"gpus_per_node": 4, "constraint": "a100|h100"}) == GpuAsk(4)
+    assert gpus_asked({}) == GpuAsk(0)
+
+
+@pytest.fixture
+def fake_sinfo(tmp_path, monkeypatch):
+    """A `sinfo` on PATH answering as a cluster with a CPU partition `local` (default) and `gpu` (2 nodes of 4 A100s)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    script = bin_dir / "sinfo"
+    script.write_text('#!/bin/sh\ncase "$*" in\n'
+                      '  *"-o %P"*) printf "local*\\ngpu\\n" ;;\n'
+                      '  *"-p local"*) printf "(null)|(null)\\n" ;;\n'
+                      '  *"-p gpu"*) printf "gpu:a100:4(S:0-1)|a100,ib\\n" ;;\n'
+                      'esac\n')
+    script.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+
+
+def test_a_partition_without_the_gpus_asked_for_is_refused_in_one_sentence(fake_sinfo):
+    from experiments.reproduce import GpuAsk, check_partition
+
+    with pytest.raises(UserError) as refused:
+        check_partition(None, GpuAsk(4), needed=4, processes=4)  # the default partition: local
+    assert str(refused.value) == ("partition local has no GPUs (sinfo's GRES: (null)) but each job asks for 4 GPU(s): "
+                                  "choose a partition that has them with hydra.launcher.partition=<name> "
+                                  "(`sinfo -o \"%P %G %f\"` lists each partition's GPUs and features)")
+    assert check_partition("gpu", GpuAsk(4, "a100", "a100"), needed=4, processes=4) == "gpu"
+    with pytest.raises(UserError, match=r"^partition gpu has no node with them \(sinfo's GRES: gpu:a100:4\(S:0-1\)\) but "
+                                        r"each job asks for 8 GPU\(s\):"):
+        check_partition("gpu", GpuAsk(8), needed=8, processes=8)
+    with pytest.raises(UserError, match="each job asks for 4 h100 GPU"):
+        check_partition("gpu", GpuAsk(4, "h100"), needed=4, processes=4)
+    with pytest.raises(UserError, match=r"^partition big is not one of this cluster's \(gpu, local\)"):
+        check_partition("big", GpuAsk(4), needed=4, processes=4)
+    # a job that runs 4 processes, one per GPU, but asks SLURM for none
+    with pytest.raises(UserError, match=r"^each job runs 4 process\(es\), one per GPU, but asks SLURM for 0 GPU\(s\): set "
+                                        r"hydra.launcher.gpus_per_node=4"):
+        check_partition("gpu", GpuAsk(0), needed=4, processes=4)
+    # CPU-sized jobs (budget=smoke) go to a partition without GPUs
+    assert check_partition("local", GpuAsk(0), needed=0, processes=1) == "local"
+
+
+def test_submitting_the_papers_jobs_to_a_partition_without_gpus_submits_nothing(tmp_path, fake_sinfo):
+    root = tmp_path / "reproduce"
+    proc = subprocess.run([sys.executable, "-m", "experiments.reproduce", "--root", str(root), "--submit", *SMALL,
+                           "--", "hydra.launcher.partition=local", "hydra.launcher.gpus_per_node=4"],
+                          cwd=REPO, capture_output=True, text=True, env=os.environ)
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("error: partition local has no GPUs (sinfo's GRES: (null)) but each job asks for 4 GPU(s)")
+    assert not root.exists()
+
+
+# -- what each job needs of the cluster ---------------------------------------------------------------------
+
+def test_host_memory_is_the_docs_table():
+    from experiments.reproduce import host_memory_gib
+
+    # docs/gpus-and-slurm.md, Host memory: R ranks x 4 bytes x P, plus 8 GiB a rank
+    assert round(host_memory_gib(7.62e9, 4, lora=False), 1) == round(4 * 4 * 7.62e9 / 2**30 + 32, 1) == 145.5
+    assert round(host_memory_gib(8.03e9, 4, lora=False), 1) == 151.7
+    assert round(host_memory_gib(3.09e9, 1, lora=False), 1) == 19.5
+    assert round(host_memory_gib(3.09e9, 1, lora=True), 1) == round(2 * 3.09e9 / 2**30 + 8, 1)
+
+
+def test_a_paper_jobs_disk_is_the_runs_own_preflight_figure():
+    from hydra.utils import instantiate
+    from omegaconf import OmegaConf
+
+    from experiments.reproduce import job_config, needs_of
+    from seal.budget import Budget
+    from seal.rl.checkpoint import run_disk_need
+
+    cfg = job_config(Job("qwen2.5-7b", "seal", 0), with_budget(()))
+    need = needs_of(cfg, gpu_hours=68.3)
+    preflight = run_disk_need(OmegaConf.to_container(cfg.backbone.arch), cfg, Budget.from_config(cfg.budget),
+                              len(instantiate(cfg.split).train), dtype=cfg.backbone.dtype)
+    assert need.disk_gib == pytest.approx(preflight.total / 2**30, rel=1e-9)
+    # by hand: 352 train entries (400 less the 48 of the validation part) -> 66 rounds, a checkpoint every 6
+    # and 1 kept: 2 on disk at once of 12 bytes a parameter, and 2 bf16 models (final, best on validation)
+    params = preflight.model / 2
+    assert need.disk_gib == pytest.approx((2 * 12 * params + 2 * 2 * params) / 2**30)
+    assert (need.gpus, need.rounds, need.save_every) == (4, 66, 6)
+    # a requeued job reads its bf16 weights and its last checkpoint back: 14 bytes a parameter
+    assert need.reload_gib == pytest.approx(14 * params / 2**30)
+
+
+def test_the_requeues_a_job_takes_under_the_time_limit():
+    from experiments.reproduce import Needs
+
+    # 68 GPU-hours on 4 GPUs: 17 h; 720-minute allocations. The first works 720 minutes; each later one loses
+    # 30 minutes to the reload (360 GiB at 0.2 GiB/s) and replays 6 of 68 rounds (17 h / 68 = 15 min each: 90 min),
+    # so works 600: (1020 - 720) / 600 -> 1 requeue
+    need = Needs(gpus=4, ranks=4, host_gib=0, disk_gib=0, gpu_hours=68.0, rounds=68, save_every=6, reload_gib=360.0)
+    assert (need.hours, need.reload_minutes, need.replay_minutes) == (17.0, 30.0, 90.0)
+    assert need.requeues(720) == 1
+    assert need.requeues(1020) == 0
+    assert need.requeues(420) == 2  # 600 left, 300 a requeue
+    assert need.requeues(120) == float("inf")  # a requeue gets no further than its reload and replay
+
+
+def test_the_example_launcher_settings_are_the_examples_own():
+    from experiments.reproduce import EXAMPLE_LAUNCHER
+
+    example = (REPO / "conf" / "local" / "example.yaml").read_text()
+    for setting in EXAMPLE_LAUNCHER:
+        key, value = setting.removeprefix("hydra.launcher.").split("=")
+        assert f"#     {key}: {value} " in example or f"#     {key}: {value}\n" in example, setting
+
+
+def test_the_dry_run_prints_what_every_job_needs(tmp_path):
+    from experiments.reproduce import EXAMPLE_LAUNCHER
+
+    proc = subprocess.run([sys.executable, "-m", "experiments.reproduce", "--dry-run", "--root", str(tmp_path),
+                           "--backbones", "qwen2.5-7b", "--seeds", "0", "--ablation-backbone", "", "--",
+                           *EXAMPLE_LAUNCHER], cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    line = next(x for x in proc.stdout.splitlines() if "experiment=seal" in x)
+    # 68.3 GPU-h on 4 GPUs: 17.1 h, one requeue at 720 minutes; 145.5 GiB of host memory (docs' table); the disk
+    # as test_a_paper_jobs_disk_is_the_runs_own_preflight_figure counts it
+    assert line.endswith("<= 68.3 GPU-h | 4 GPU(s), <= 17.1 h, 1 requeue | 145.5 GiB RAM, 198.6 GiB disk"), line
+    assert "requeues: the longest job (17.1 h at most) takes 1 at hydra.launcher.timeout_min=720" in proc.stdout
+    assert "warning" not in proc.stdout
+    # with Hydra's own default time limit (60 minutes) and no requeue allowed, the plan says it cannot finish
+    short = subprocess.run([sys.executable, "-m", "experiments.reproduce", "--dry-run", "--root", str(tmp_path),
+                            "--backbones", "qwen2.5-3b", "--seeds", "0", "--ablation-backbone", "", "--",
+                            "hydra.launcher.timeout_min=60"], cwd=REPO, capture_output=True, text=True)
+    assert "warning: hydra.launcher.max_num_timeout=0 allows 0 requeue(s) of the 19 it takes" in short.stdout

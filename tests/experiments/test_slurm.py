@@ -131,15 +131,41 @@ def test_a_preempted_job_is_requeued_by_submitit_and_resumes_to_the_same_rounds_
     assert a.keys() == b.keys() and all((a[k] == b[k]).all() for k in a)
 
 
-def test_reproduce_submits_every_arm_skips_finished_runs_and_aggregates(cluster, tmp_path):
+def test_reproduce_submits_every_arm_names_its_jobs_skips_finished_runs_and_aggregates(cluster, tmp_path):
     """experiments.reproduce end to end, tiny-random standing in for every backbone: Table 1's two arms
-    and Table 3's three ablations (seal shared) for one seed, as five SLURM jobs."""
+    and Table 3's three ablations (seal shared) for one seed, as five SLURM jobs of a CPU-sized budget (they ask
+    for no GPU, so the GPU-less partition takes them), submitted with --submit; the job ids it prints are
+    the ones SLURM runs, with their logs where it says."""
     root = tmp_path / "reproduce"
     args = [sys.executable, "-m", "experiments.reproduce", "--root", str(root), "--backbones", "tiny-random",
             "--seeds", "0", "--ablation-backbone", "tiny-random", "--", "budget=smoke", *TINY[1:], *LAUNCHER[1:]]
-    proc = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=2400)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    assert proc.stdout.startswith("5 jobs, 0 finished, 5 to run")
+    proc = subprocess.Popen([*args[:3], "--submit", *args[3:]], cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    lines = []
+    try:
+        for line in proc.stdout:
+            lines.append(line.rstrip("\n"))
+            if line.startswith("cancel: "):
+                break
+        # while they run: what SLURM itself says of every id printed
+        ids = lines[-1].removeprefix("cancel: scancel ").split()
+        submitted = [line.split()[0] for line in lines if re.match(r"^ +\d+(_\d+)? +backbone=", line)]
+        assert len(ids) == 5 and sorted(ids) == sorted(submitted), lines
+        assert f"watch: squeue -j {','.join(ids)}" in lines
+        for slurm_id in ids:
+            shown = subprocess.run(["scontrol", "show", "job", slurm_id], capture_output=True, text=True, check=True).stdout
+            stdout = re.search(r"StdOut=(\S+)", shown).group(1)
+            assert stdout.startswith(f"{root}/.submitit/"), shown
+            assert re.search(r"JobState=(PENDING|RUNNING|COMPLETING|COMPLETED)", shown), shown
+        out, err = proc.communicate(timeout=2400)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, out[-2000:] + err[-2000:]
+    assert lines[0] == "5 jobs, 0 finished, 5 to run (under %s)" % root
+    assert lines[lines.index(next(x for x in lines if x.startswith("submitted")))] == "submitted 5 of 5 jobs to partition local:"
+    # each job is named as it returns
+    assert len([x for x in out.splitlines() if re.match(r"^\d/5 returned: backbone=tiny-random", x)]) == 5
     assert len(list(root.glob("*/metrics.json"))) == 5
     table = (root / "tables" / "tables.md").read_text()
     for arm in ("vanilla_rl", "seal", "wo_env_adaptation", "wo_reweighting", "wo_closed_loop"):
@@ -148,3 +174,44 @@ def test_reproduce_submits_every_arm_skips_finished_runs_and_aggregates(cluster,
     # again: everything is finished, nothing is submitted
     again = subprocess.run([*args[:3], "--dry-run", *args[3:]], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert again.stdout.startswith("5 jobs, 5 finished, 0 to run"), again.stdout
+
+
+def test_reproduce_refuses_the_papers_gpu_jobs_on_the_partition_without_gpus(cluster, tmp_path):
+    """The paper's own jobs (budget=paper, launch=paper: 4 GPUs each) on the local partition, whose node has no
+    GPU (sinfo's GRES: (null)): one sentence, exit code 2, nothing submitted."""
+    gres = subprocess.run(["sinfo", "-h", "-p", "local", "-o", "%G"], capture_output=True, text=True, check=True).stdout
+    assert gres.split() == ["(null)"]
+    before = subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True, check=True).stdout.split()
+    root = tmp_path / "reproduce"
+    proc = subprocess.run([sys.executable, "-m", "experiments.reproduce", "--root", str(root), "--submit",
+                           "--backbones", "qwen2.5-7b", "--seeds", "0", "--ablation-backbone", "", "--",
+                           "hydra.launcher.partition=local", "hydra.launcher.gpus_per_node=4"],
+                          cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr
+    assert proc.stderr == ("error: partition local has no GPUs (sinfo's GRES: (null)) but each job asks for 4 GPU(s): "
+                           "choose a partition that has them with hydra.launcher.partition=<name> (`sinfo -o \"%P %G %f\"` "
+                           "lists each partition's GPUs and features)\n")
+    after = subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True, check=True).stdout.split()
+    assert after == before and not root.exists()
+    # asking SLURM for no GPU at all, for jobs whose launch runs 4 processes on 4 GPUs
+    proc = subprocess.run([sys.executable, "-m", "experiments.reproduce", "--root", str(root), "--submit",
+                           "--backbones", "qwen2.5-7b", "--seeds", "0", "--ablation-backbone", "", "--",
+                           "hydra.launcher.partition=local"], cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 2 and proc.stderr.startswith(
+        "error: each job runs 4 process(es), one per GPU, but asks SLURM for 0 GPU(s)"), proc.stderr
+
+
+def test_a_sweep_without_a_folder_of_its_own_gets_one_named_after_it(cluster, tmp_path):
+    """Two sweeps of the same task from one directory, as SLURM jobs: each in its own folder under
+    multirun/<task>/ (the jobs compose their folder in the SLURM job itself), each with its multirun.yaml."""
+    for args in (["split.val_scenarios=0,1"], ["split.val_scenarios=2", "split=seal_release,scenario_disjoint"]):
+        proc = subprocess.run([sys.executable, str(REPO / "run.py"), "-m", *LAUNCHER, "task=replay", *args],
+                              cwd=tmp_path, capture_output=True, text=True, timeout=1800)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    sweeps = tmp_path / "multirun" / "replay"
+    first, second = sweeps / "split.val_scenarios=0,1", sweeps / "split.val_scenarios=2,split=seal_release,scenario_disjoint"
+    assert sorted(p.name for p in sweeps.iterdir()) == sorted([first.name, second.name])
+    assert sorted(p.parent.name for p in first.glob("*/summary.json")) == ["split.val_scenarios=0", "split.val_scenarios=1"]
+    assert sorted(p.parent.name for p in second.glob("*/summary.json")) == [
+        "split.val_scenarios=2,split=scenario_disjoint", "split.val_scenarios=2,split=seal_release"]
+    assert (first / "multirun.yaml").exists() and (second / "multirun.yaml").exists()

@@ -43,14 +43,21 @@ def test_a_run_is_named_by_its_arm_backbone_and_seed_not_by_its_override_string(
     assert (labelled["name"], labelled["job_type"]) == ("lr_probe | qwen2.5-7b | seed 3", "seal_evolving+reweighting=off")
 
 
-def test_wandb_init_receives_group_and_job_type(tmp_path, monkeypatch):
+def test_wandb_init_receives_group_and_job_type(tmp_path, monkeypatch, caplog):
+    import logging
+
     import wandb
 
     seen = {}
     monkeypatch.setattr(wandb, "init", lambda **kwargs: seen.update(kwargs) or object())
     identity = run_identity(out_dir=tmp_path, fingerprint="f", experiment="wo_reweighting", backbone="b", seed=2,
                             sweep_dir=tmp_path.parent)
+    caplog.set_level(logging.INFO, logger="seal.report.wandb_run")
     WandbRun(mode="offline", project="seal", entity=None, out_dir=tmp_path, config={}, **identity)
+    # the console names the run as W&B shows it: its name and group (the id only beside them)
+    assert caplog.records[-1].getMessage() == (
+        f"W&B run 'wo_reweighting | b | seed 2' in group {identity['group']} (offline; id {identity['run_id']}) in "
+        f"{tmp_path / 'wandb'}")
     assert (seen["group"], seen["job_type"], seen["tags"], seen["id"]) == (
         identity["group"], "wo_reweighting", ["backbone=b", "seed=2"], identity["run_id"])
     assert seen["mode"] == "offline" and seen["resume"] == "allow" and Path(seen["dir"]) == tmp_path

@@ -30,7 +30,7 @@ class ScriptedEngine:
         self.model = None
         self.plays = 0
 
-    def play(self, entries, view=None, *, temperature=1.0, seeds=None, progress=False):
+    def play(self, entries, view=None, *, temperature=1.0, seeds=None, progress=False, leave=True):
         self.plays += 1
         out = []
         for position, entry in enumerate(entries):

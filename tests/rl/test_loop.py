@@ -1,6 +1,7 @@
 """`python run.py` end to end on the tiny random backbone: outputs, every preset, kill and resume."""
 
 import json
+import re
 import os
 import signal
 import subprocess
@@ -112,10 +113,14 @@ def test_a_run_killed_in_its_second_epoch_resumes_to_the_same_rounds_and_model(t
     full, killed = tmp_path / "full", tmp_path / "killed"
     done = subprocess.run([*args, f"hydra.run.dir={full}"], cwd=ROOT, check=True, timeout=600, capture_output=True,
                           text=True)
-    # the console: one line per round and the closing line; no progress bar, step dict or library warning
+    # the console, not a terminal here: what the job will do, one line per round, each round's progress as lines
+    # (no bar: no terminal to draw it on) and the closing line; no step dict or library warning
     lines = done.stdout.splitlines()
-    assert [line.split(" | ")[0] for line in lines[:4]] == [f"[{i + 1}/4] round {i}" for i in range(4)], lines
-    assert len(lines) == 5 and "done: 4 rounds" in lines[4], lines
+    round_lines = [line.split(" | ")[0] for line in lines if re.match(r"^\[\d/4\] round", line)]
+    assert round_lines == [f"[{i + 1}/4] round {i}" for i in range(4)], lines
+    assert "plan: train rounds 0-3 (4 of 4)" in lines[0] and "done: 4 rounds" in lines[-1], lines
+    assert all("[seal." in line or re.match(r"^\[\d/4\] round", line) for line in lines), lines
+    assert sum("[seal.progress]" in line and "rollouts: turn" in line for line in lines) == 4
     assert done.stderr == "", done.stderr
     # ... while run.log has everything, each optimizer step's values included
     assert (full / "run.log").read_text().count("[trainer.steps]") >= 4

@@ -1,6 +1,7 @@
 """The ends a user can cause end in one sentence on stderr, exit code 2, and leave nothing behind: a bad seed,
 a misspelt key, an unknown choice, budget=paper on a CPU, a hub backbone whose weights are not here, the
-aggregate on a missing folder, the notebook on a wrong run folder."""
+aggregate on a missing folder, the notebook on a wrong run folder, a read-only output folder, a damaged file
+of an earlier attempt, a torn metrics file under the notebook."""
 
 import os
 import subprocess
@@ -141,3 +142,81 @@ def test_in_jupyter_the_notebook_shows_a_wrong_run_folder_as_the_same_sentence(t
     # what IPython shows is the sentence alone, no traceback
     assert error.traceback == [f"error: {tmp_path / 'nothere'} is not a folder; name a training run's folder, "
                                "e.g. outputs/train/<run>"]
+
+
+def _read_only_folder(tmp_path):
+    """A folder nothing can be written into: a read-only file system (root can write through permissions), else
+    a folder without write permission. None when neither can be made here."""
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    if os.geteuid() == 0:
+        mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(folder)], capture_output=True)
+        return (folder, "the file system is read-only") if mounted.returncode == 0 else (None, None)
+    folder.chmod(0o555)
+    return folder, "permission denied"
+
+
+def test_a_read_only_output_folder_is_one_sentence(tmp_path):
+    folder, reason = _read_only_folder(tmp_path)
+    if folder is None:
+        pytest.skip("no read-only folder can be made here (root without mount)")
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    try:
+        line = refused(cwd, RUN, "task=replay", f"hydra.run.dir={folder}/run")
+    finally:
+        if os.geteuid() == 0:
+            subprocess.run(["umount", str(folder)], capture_output=True)
+    assert line == (f"error: cannot write {folder}/run: {reason}; run from a folder you can write, or give the run "
+                    "another folder with hydra.run.dir=<folder> (a sweep: hydra.sweep.dir=<folder>)")
+
+
+def test_a_damaged_file_of_an_earlier_attempt_is_named_in_one_sentence(tmp_path, capsys):
+    from seal.tasks import run
+    from tests.test_configs import compose_with
+
+    # the evaluation before training, cut short: a resumed run reads it back instead of evaluating again
+    (tmp_path / "eval_before.json").write_text('{"eval/bfcl_v3/avg": 0.')
+    cfg = compose_with("backbone=tiny-random", "budget=tiny", "logger.mode=disabled")
+    with pytest.raises(SystemExit) as done:
+        run(cfg, tmp_path)
+    assert done.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"error: {tmp_path / 'eval_before.json'} is damaged: it ends in the middle of a value after 23 bytes (cut "
+        "short while it was written?); move it away (or restore it) and run the same command again")
+
+
+def _torn_run(folder):
+    """A run folder whose metrics.jsonl's second line was cut short."""
+    import json
+
+    folder.mkdir()
+    (folder / "run_config.json").write_text(json.dumps({"experiment_name": "seal", "backbone": {"name": "tiny-random"}}))
+    rounds = [json.dumps({"round": r, "train/reward_mean": 0.5}) for r in range(3)]
+    (folder / "metrics.jsonl").write_text("\n".join([rounds[0], rounds[1][:12], rounds[2]]) + "\n")
+    return folder
+
+
+def test_the_notebook_on_a_torn_metrics_file_names_the_file_and_the_line(tmp_path):
+    run_dir = _torn_run(tmp_path / "run")
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    line = refused(cwd, "-m", "seal.report.inspect_run", str(run_dir))
+    assert line == (f"error: {run_dir / 'metrics.jsonl'} is damaged at line 2: it ends in the middle of a value after 12 "
+                    "bytes (cut short while it was written?); the notebook reads it whole: move it away or restore it")
+
+
+def test_in_jupyter_a_torn_metrics_file_is_the_same_sentence(tmp_path, monkeypatch):
+    import nbformat
+    from nbclient import NotebookClient
+    from nbclient.exceptions import CellExecutionError
+
+    run_dir = _torn_run(tmp_path / "run")
+    notebook = nbformat.read(ROOT / "notebooks" / "inspect_run.ipynb", as_version=4)
+    monkeypatch.setenv("SEAL_RUN_DIR", str(run_dir))
+    with pytest.raises(CellExecutionError):
+        NotebookClient(notebook, timeout=120, resources={"metadata": {"path": str(ROOT / "notebooks")}}).execute()
+    (error,) = [o for o in notebook.cells[1].outputs if o.output_type == "error"]
+    assert error.traceback == [f"error: {run_dir / 'metrics.jsonl'} is damaged at line 2: it ends in the middle of a "
+                               "value after 12 bytes (cut short while it was written?); the notebook reads it whole: "
+                               "move it away or restore it"]

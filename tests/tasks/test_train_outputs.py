@@ -1,19 +1,26 @@
 """What one small training run leaves behind, as a newcomer meets it: the arm it is filed under (run_config.json,
-metrics.json, W&B), labelled progress bars, the report's title, the checkpoint folder's model card, and the
-notebook's plot (budget=tiny, backbone=tiny-random, an ablation of the default arm)."""
+metrics.json, W&B), what the job will do said up front, labelled progress bars (turns, episodes, tokens) and a
+clock on every round line, the report's title, the checkpoint folder's model card, and the notebook's plot
+from the command line and under `jupyter execute` (budget=tiny, backbone=tiny-random, an ablation of the
+default arm)."""
 
 import json
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 from seal.report import wandb_run
-from seal.report.inspect_run import main as inspect_run
 from seal.tasks import run
 from tests.config_values import backbone_cfg
 from tests.test_configs import compose_with
 
 ARM = "seal_evolving+reweighting=off"
+ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_an_ablation_run_is_filed_under_its_arm_and_leaves_readable_outputs(tmp_path, monkeypatch, capsys):
+def test_an_ablation_run_is_filed_under_its_arm_and_leaves_readable_outputs(tmp_path, monkeypatch, capsys, caplog):
     seen = {}
 
     class Recording(wandb_run.WandbRun):
@@ -25,6 +32,8 @@ def test_an_ablation_run_is_filed_under_its_arm_and_leaves_readable_outputs(tmp_
     cfg = compose_with("backbone=tiny-random", "budget=tiny", "reweighting=off", "logger.mode=disabled",
                        "budget.ood_benchmarks=[bfcl_single_turn]", "benchmark=bfcl_single_turn",
                        "benchmark.categories=[simple_python]")
+    caplog.set_level(logging.INFO)
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)  # a terminal: the bars are drawn
     run(cfg, tmp_path)
     choices = {"env_interface": "evolving", "diagnoser": "rules", "reweighting": "off", "rendering": "project",
                "protocol": "bfcl", "budget.step_limit": "turn", "budget.max_train_tokens": None}
@@ -36,12 +45,31 @@ def test_an_ablation_run_is_filed_under_its_arm_and_leaves_readable_outputs(tmp_
     assert (seen["job_type"], seen["name"]) == (ARM, f"{ARM} | tiny-random | seed 0")
     assert seen["config"]["arm_choices"] == choices
 
-    # a bar per protocol for the held-out evaluations, a bar per category of an out-of-domain benchmark
-    err = capsys.readouterr().err.replace("\r", "\n")
+    # what the job will do, said up front (conf/budget/tiny.yaml: one held-out entry per category, 2 rounds of
+    # 1 prompt x 2 rollouts and 1 optimizer step; both evaluation protocols)
+    said = [r.getMessage() for r in caplog.records if r.name == "seal.tasks.train"]
+    assert said[0] == ("plan: evaluate (test part) before training on 4 entries under 2 protocols (bfcl, release): 8 "
+                       "episodes; train rounds 0-1 (2 of 2), each 2 episodes (1 prompt x 2 rollouts) and 1 optimizer "
+                       "step; evaluate (test part) after training on 4 entries under 2 protocols (bfcl, release): 8 "
+                       "episodes; out of domain: bfcl_single_turn, before and after training; 16 evaluation and 4 "
+                       "training episodes in all; the time it takes: estimated once the first evaluation or round is "
+                       "timed, then on every round line")
+    out = capsys.readouterr()
+    # every round line ends with the job's clock
+    rounds = [line for line in out.out.splitlines() if line.startswith(("[1/2] round 0 |", "[2/2] round 1 |"))]
+    assert len(rounds) == 2 and all(" so far" in line.rsplit(" | ", 1)[1] for line in rounds)
+    # a bar per protocol for the held-out evaluations (turns, episodes, tokens), a bar per category of an
+    # out-of-domain benchmark, and each round's rollouts and optimisation
+    err = out.err.replace("\r", "\n")
     for label in ("eval before · bfcl", "eval before · release", "eval after · bfcl", "eval after · release"):
-        assert f"{label}: 100%|" in err, label
+        assert f"{label}: 100%|" in err and "4/4 episodes" in err, label
     for when in ("before", "after"):
         assert f"ood {when} · bfcl_single_turn · simple_python: 100%|" in err
+    for r in (0, 1):  # bars cleared when done (the console keeps one line a round)
+        assert f"round {r} · rollouts:" in err and f"round {r} · optimisation:" in err
+    # the same as lines for run.log (seal.progress)
+    progress = [r.getMessage() for r in caplog.records if r.name == "seal.progress"]
+    assert any(m.startswith("eval before · release: turn ") and "4 of 4 episodes done" in m for m in progress)
 
     report = (tmp_path / "report.md").read_text()
     assert report.startswith(f"# SEAL training run: {ARM} | tiny-random | seed 0\n")
@@ -49,12 +77,22 @@ def test_an_ablation_run_is_filed_under_its_arm_and_leaves_readable_outputs(tmp_
     card = (tmp_path / "checkpoints" / "README.md").read_text()
     assert "fine-tuned version of [tiny-random]" in card and "[None]" not in card
 
-    # the notebook, run from the command line, saves its plot beside the run
-    inspect_run([str(tmp_path)])
+    # the notebook, run from the command line, saves its plot beside the run, and says only where
+    cli = subprocess.run([sys.executable, "-m", "seal.report.inspect_run", str(tmp_path)], cwd=ROOT,
+                         capture_output=True, text=True, timeout=600)
+    assert (cli.returncode, cli.stdout, cli.stderr) == (0, f"{tmp_path / 'inspect_run.ipynb'}\n", "")
     notebook = json.loads((tmp_path / "inspect_run.ipynb").read_text())
     outputs = [o for c in notebook["cells"] if c["cell_type"] == "code" for o in c["outputs"]]
     assert any("image/png" in o.get("data", {}) for o in outputs)
     assert f"| {ARM} | tiny-random | 2 rounds" in "".join("".join(o.get("text", "")) for o in outputs)
+    # under `jupyter execute`, which keeps no output, the terminal is told which run and where its figure went
+    jupyter = subprocess.run([str(Path(sys.executable).parent / "jupyter"), "execute", "notebooks/inspect_run.ipynb"],
+                             cwd=ROOT, capture_output=True, text=True, timeout=600,
+                             env={**os.environ, "SEAL_RUN_DIR": str(tmp_path)})
+    assert jupyter.returncode == 0, jupyter.stderr
+    assert f"inspect_run: {tmp_path} (named by SEAL_RUN_DIR)\n" in jupyter.stderr
+    assert f"inspect_run: figure saved as {tmp_path / 'inspect_run.png'}\n" in jupyter.stderr
+    assert (tmp_path / "inspect_run.png").read_bytes().startswith(b"\x89PNG")
 
 
 def test_a_model_card_names_the_hub_checkpoint_behind_the_weights():

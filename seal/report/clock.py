@@ -1,0 +1,161 @@
+"""A training job's plan and clock: what it will do, said up front, and how long what is left should take.
+
+`JobPlan` lists the job's work in the order it runs: the evaluations (each an entry count played under each
+evaluation protocol), the rounds (episodes each, and the validations among them), and the out-of-domain
+benchmarks before and after training. `JobClock` times the work as it is done and estimates the rest from
+the rates measured so far: seconds per evaluation episode, seconds per round, seconds per out-of-domain
+evaluation. Until a kind of work has been timed once, its share is borrowed from another kind (a round as
+its episodes at the evaluation's rate), and the estimate says it is rough.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from seal.policy.progress import duration
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """One held-out evaluation of the job: `entries` played under each of `protocols`."""
+
+    name: str
+    entries: int
+    protocols: tuple[str, ...]
+
+    @property
+    def episodes(self) -> int:
+        return self.entries * len(self.protocols)
+
+
+@dataclass(frozen=True)
+class JobPlan:
+    """A training job's work, in the order it runs (what a resumed job still has to do)."""
+
+    before: tuple[Evaluation, ...]
+    rounds: int
+    planned_rounds: int
+    episodes_per_round: int
+    prompts: int
+    rollouts: int
+    steps_per_round: int
+    # the rounds (0-based) after which the model is validated, and the validation's size
+    validated: tuple[int, ...] = ()
+    validation: Evaluation | None = None
+    after: tuple[Evaluation, ...] = ()
+    ood: tuple[str, ...] = ()
+    first_round: int = 0
+
+    @property
+    def evaluation_episodes(self) -> int:
+        val = len(self.validated) * self.validation.episodes if self.validation else 0
+        return sum(e.episodes for e in (*self.before, *self.after)) + val
+
+    def describe(self) -> str:
+        """The plan in one paragraph, for the console and run.log."""
+        parts = [_evaluations(e, "before training") for e in self.before]
+        if self.rounds:
+            first, last = self.first_round, self.first_round + self.rounds - 1
+            which = f"round {first}" if first == last else f"rounds {first}-{last}"
+            parts.append(f"train {which} ({self.rounds} of {self.planned_rounds}), each {self.episodes_per_round} "
+                         f"episodes ({_count(self.prompts, 'prompt')} x {_count(self.rollouts, 'rollout')}) and "
+                         f"{_count(self.steps_per_round, 'optimizer step')}")
+        if self.validated and self.validation:
+            rounds = ", ".join(map(str, self.validated))
+            parts.append(f"validate after round{'s' if len(self.validated) > 1 else ''} {rounds} on "
+                         f"{self.validation.entries} entries ({self.validation.episodes} episodes each)")
+        parts += [_evaluations(e, "after training") for e in self.after]
+        if self.ood:
+            parts.append(f"out of domain: {', '.join(self.ood)}, before and after training")
+        return (f"plan: {'; '.join(parts)}; {self.evaluation_episodes} evaluation and "
+                f"{self.rounds * self.episodes_per_round} training episodes in all")
+
+
+def _count(n: int, what: str) -> str:
+    return f"{n} {what}" + ("" if n == 1 else "s")
+
+
+def _evaluations(e: Evaluation, when: str) -> str:
+    protocols = e.protocols
+    return (f"{e.name} {when} on {_count(e.entries, 'entry').replace('entrys', 'entries')} under "
+            f"{_count(len(protocols), 'protocol')} ({', '.join(protocols)}): {e.episodes} episodes")
+
+
+@dataclass
+class JobClock:
+    """Times a JobPlan's work as it is done; `left()` estimates the rest at the rates measured so far."""
+
+    plan: JobPlan
+    clock: Callable[[], float] = time.monotonic
+    started: float = field(default=0.0)
+    eval_seconds: float = 0.0
+    eval_episodes: int = 0
+    round_seconds: list[float] = field(default_factory=list)
+    ood_seconds: float | None = None
+    # what is still to do: evaluation episodes, rounds (from first_round on), out-of-domain evaluations
+    evals_left: int = 0
+    rounds_left: int = 0
+    ood_left: int = 0
+
+    def __post_init__(self) -> None:
+        self.started = self.started or self.clock()
+        self.evals_left = sum(e.episodes for e in (*self.plan.before, *self.plan.after))
+        self.rounds_left = self.plan.rounds
+        self.ood_left = 2 * len(self.plan.ood)
+
+    def earlier(self, *, eval_episodes: int = 0, eval_seconds: float = 0.0, round_seconds: list[float] = ()) -> None:
+        """Rates an earlier attempt of the run measured (a resumed run): they count in the estimate, not in
+        what is left."""
+        self.eval_episodes += eval_episodes
+        self.eval_seconds += eval_seconds
+        self.round_seconds += [s for s in round_seconds if s > 0]
+
+    def evaluated(self, episodes: int, seconds: float) -> None:
+        """An evaluation of `episodes` episodes (before or after training) took `seconds`."""
+        self.eval_seconds += seconds
+        self.eval_episodes += episodes
+        self.evals_left = max(self.evals_left - episodes, 0)
+
+    def round_done(self, seconds: float) -> None:
+        """A round (its rollouts, optimisation and any validation after it) took `seconds`."""
+        self.round_seconds.append(seconds)
+        self.rounds_left = max(self.rounds_left - 1, 0)
+
+    def ood_done(self, seconds: float) -> None:
+        """One out-of-domain benchmark's evaluation took `seconds`."""
+        self.ood_seconds = seconds
+        self.ood_left = max(self.ood_left - 1, 0)
+
+    def left(self) -> tuple[float, bool] | None:
+        """(seconds left, rough) at the rates measured so far; None before anything was timed. Rough: a share
+        was borrowed from another kind of work (no round, or no evaluation, or no out-of-domain one timed yet)."""
+        per_episode = self.eval_seconds / self.eval_episodes if self.eval_episodes else None
+        per_round = sum(self.round_seconds) / len(self.round_seconds) if self.round_seconds else None
+        if per_episode is None and per_round is None:
+            return None
+        rough = False
+        if per_round is None:
+            per_round, rough = per_episode * self.plan.episodes_per_round, bool(self.rounds_left)
+        if per_episode is None:
+            per_episode, rough = per_round / max(self.plan.episodes_per_round, 1), bool(self.evals_left)
+        ood = 0.0
+        if self.ood_left:
+            rough = rough or self.ood_seconds is None
+            ood = self.ood_left * (self.ood_seconds if self.ood_seconds is not None else 0.0)
+        # validations are inside the measured rounds; the evaluations left are the before/after ones
+        return self.evals_left * per_episode + self.rounds_left * per_round + ood, rough
+
+    def elapsed(self) -> float:
+        return self.clock() - self.started
+
+    def estimate(self) -> str:
+        """What the console says: the time so far and, once something was timed, about how long is left."""
+        found = self.left()
+        if found is None:
+            return f"{duration(self.elapsed())} so far"
+        seconds, rough = found
+        if not (self.evals_left or self.rounds_left or self.ood_left):
+            return f"{duration(self.elapsed())} so far"
+        return f"{duration(self.elapsed())} so far, about {duration(seconds)} left" + (" (rough)" if rough else "")

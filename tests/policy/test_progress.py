@@ -1,0 +1,55 @@
+"""seal.policy.progress: what a long step says while it runs, and the play's turns as they end."""
+
+import logging
+
+from seal.policy.progress import Progress, duration
+
+
+class Clock:
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_durations_read_as_a_person_reads_them():
+    assert [duration(s) for s in (0, 44.6, 61, 3599, 3600, 7500)] == ["0 s", "45 s", "1 min 01 s", "59 min 59 s",
+                                                                      "1 h 00 min", "2 h 05 min"]
+
+
+def test_a_step_logs_what_is_done_its_tokens_and_the_time_left_every_minute(caplog):
+    clock = Clock()
+    caplog.set_level(logging.INFO, logger="seal.progress")
+    progress = Progress("eval before · release", 16, unit="turn", episodes=4, bar=False, every=60, clock=clock)
+    assert progress.line() == "eval before · release: turn 0 of 16, 0 of 4 episodes done; 0 s, no turn done yet"
+    clock.now += 30
+    progress.advance(4, tokens=600)
+    assert caplog.records == []  # not a minute yet
+    clock.now += 30
+    progress.advance(0, episodes=1, tokens=600)
+    # by hand: 4 of 16 turns in 60 s -> 12 left at 15 s each = 180 s; 1,200 tokens in 60 s = 20/s
+    (record,) = caplog.records
+    assert record.getMessage() == ("eval before · release: turn 4 of 16, 1 of 4 episodes done, 1,200 tokens written "
+                                   "(20/s); 1 min 00 s, about 3 min 00 s left")
+    progress.advance(12, episodes=3)
+    progress.close()
+    assert caplog.records[-1].getMessage() == ("eval before · release: turn 16 of 16, 4 of 4 episodes done, 1,200 "
+                                               "tokens written (20/s); 1 min 00 s")
+
+
+def test_an_evaluation_counts_every_turn_of_its_entries(caplog, bench):
+    """The oracle replays the gold calls: the play's last line counts the entries' turns as the data has them."""
+    from seal.budget import Budget
+    from seal.policy.oracle import OracleBackbone
+    from seal.policy.rollout import RolloutEngine
+    from tests.test_configs import compose_with
+
+    entries = [bench[i] for i in ("multi_turn_base_0", "multi_turn_miss_func_3", "multi_turn_long_context_7")]
+    turns = sum(len(e.turns) for e in entries)  # from the benchmark's own files
+    engine = RolloutEngine.for_backbone(OracleBackbone(), OracleBackbone().load(), Budget.from_config(compose_with().budget))
+    caplog.set_level(logging.INFO, logger="seal.progress")
+    rollouts = engine.play(entries, temperature=0.0, progress="eval test · bfcl")
+    tokens = sum(r.num_model_tokens for r in rollouts)
+    last = caplog.records[-1].getMessage()
+    assert last.startswith(f"eval test · bfcl: turn {turns} of {turns}, 3 of 3 episodes done, {tokens:,} tokens written")

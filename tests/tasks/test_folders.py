@@ -1,0 +1,73 @@
+"""Where runs and sweeps go: the default run in a folder of its own beside the others, each sweep in a
+folder of its own named after its overrides (so a second sweep never mixes with the first, and the same
+sweep again finds its runs), and the W&B settings out of the folder's name (logging off still resumes)."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from seal.report.wandb_run import run_identity
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run(cwd, *args, env=None):
+    return subprocess.run([sys.executable, str(ROOT / "run.py"), *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=600, env={**os.environ, **(env or {})})
+
+
+def test_the_default_run_sits_beside_the_others_not_above_them(tmp_path):
+    assert run(tmp_path, "task=replay").returncode == 0
+    assert run(tmp_path, "task=replay", "split=all").returncode == 0
+    # one folder per command line, side by side: outputs/<task>/<overrides>, and `defaults` for none
+    assert sorted(p.name for p in (tmp_path / "outputs" / "replay").iterdir()) == ["defaults", "split=all"]
+    assert (tmp_path / "outputs" / "replay" / "defaults" / "summary.json").exists()
+    assert not (tmp_path / "outputs" / "replay" / "summary.json").exists()
+
+
+def test_turning_logging_off_keeps_the_run_in_its_folder(tmp_path):
+    args = ("task=show_prompt", "entry=multi_turn_base_50")
+    for extra, env in (((), {}), (("logger.mode=disabled", "logger.tags=[a]", "logger.group=g"), {})):
+        proc = run(tmp_path, *args, *extra, env=env)
+        assert proc.returncode == 0, proc.stderr
+    assert [p.name for p in (tmp_path / "outputs" / "show_prompt").iterdir()] == ["entry=multi_turn_base_50"]
+
+
+def test_each_sweep_has_a_folder_of_its_own_named_after_its_overrides(tmp_path):
+    first = ("-m", "task=show_prompt", "entry=multi_turn_base_50,multi_turn_base_51", "view=train")
+    second = ("-m", "task=show_prompt", "entry=multi_turn_base_50", "view=train,eval")
+    for args in (first, second):
+        proc = run(tmp_path, *args)
+        assert proc.returncode == 0, proc.stderr
+    sweeps = tmp_path / "multirun" / "show_prompt"
+    # each named as Hydra names a run: its overrides as typed, sorted, joined by commas
+    a, b = sweeps / "entry=multi_turn_base_50,multi_turn_base_51,view=train", sweeps / "entry=multi_turn_base_50,view=train,eval"
+    assert sorted(p.name for p in sweeps.iterdir()) == sorted([a.name, b.name])
+    assert sorted(p.name for p in a.iterdir() if p.is_dir()) == ["entry=multi_turn_base_50,view=train",
+                                                                 "entry=multi_turn_base_51,view=train"]
+    assert sorted(p.name for p in b.iterdir() if p.is_dir()) == ["entry=multi_turn_base_50,view=eval",
+                                                                 "entry=multi_turn_base_50,view=train"]
+    # each sweep keeps its own multirun.yaml, and every job of a sweep was composed with its sweep's folder
+    for sweep, args in ((a, first), (b, second)):
+        assert yaml.safe_load((sweep / "multirun.yaml").read_text())["hydra"]["overrides"]["task"] == list(args[1:])
+        for job in (p for p in sweep.iterdir() if p.is_dir()):
+            assert yaml.safe_load((job / ".hydra" / "hydra.yaml").read_text())["hydra"]["sweep"]["dir"] == str(
+                sweep.relative_to(tmp_path))
+            assert (job / "prompt.txt").exists()
+    # so each has a W&B group of its own, and the same sweep again finds its own folder
+    group = lambda sweep: run_identity(out_dir=sweep / "x", fingerprint="", experiment="", backbone="", seed=0,
+                                       sweep_dir=sweep)["group"]
+    assert group(a) != group(b) and group(a).startswith("entry=multi_turn_base_50,multi_turn_base_51,view=train-")
+    assert run(tmp_path, *first).returncode == 0
+    assert sorted(p.name for p in sweeps.iterdir()) == sorted([a.name, b.name])
+
+
+def test_a_sweep_named_on_the_command_line_goes_there(tmp_path):
+    proc = run(tmp_path, "-m", "task=show_prompt", "entry=multi_turn_base_50,multi_turn_base_51",
+               "hydra.sweep.dir=multirun/lr_probe")
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(p.name for p in (tmp_path / "multirun" / "lr_probe").iterdir() if p.is_dir()) == [
+        "entry=multi_turn_base_50", "entry=multi_turn_base_51"]

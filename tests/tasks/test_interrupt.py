@@ -1,0 +1,60 @@
+"""Ctrl-C on a training run: one sentence of what was kept, exit code 130, no traceback; the same command
+resumes, and its resume line numbers rounds as the per-round lines do."""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+ROUND_LINE = re.compile(r"^\[\d+/\d+\] round \d+")
+ARGS = ["backbone=tiny-random", "budget=tiny", "budget.rounds=2", "budget.heldout_entries_per_category=0",
+        "logger.mode=disabled"]
+
+
+def test_ctrl_c_says_what_was_kept_and_the_same_command_resumes(tmp_path):
+    command = [sys.executable, str(ROOT / "run.py"), *ARGS]
+    # a terminal's Ctrl-C reaches the whole foreground process group
+    proc = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        deadline = time.time() + 900
+        while time.time() < deadline and not list(tmp_path.glob("outputs/train/*/checkpoints/checkpoint-*/seal_state.json")):
+            time.sleep(0.2)
+        os.killpg(proc.pid, signal.SIGINT)
+        out, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err[-3000:]
+    (run_dir,) = (tmp_path / "outputs" / "train").iterdir()
+    # what was kept, read from the disk: the newest complete checkpoint and the rounds its state holds
+    checkpoint = max((p.parent for p in run_dir.glob("checkpoints/checkpoint-*/seal_state.json")),
+                     key=lambda p: int(p.name.split("-")[1]))
+    done = len(json.loads((checkpoint / "seal_state.json").read_text())["history"])
+    rounds = "round 0" if done == 1 else f"rounds 0-{done - 1}"
+    assert "Traceback" not in err
+    assert err.strip().splitlines()[-1] == (f"interrupted: {run_dir} keeps {rounds} ({done} of 2) in checkpoints/"
+                                           f"{checkpoint.name}; the same command resumes after round {done - 1}")
+    # the round lines before it numbered the kept rounds [1/2] round 0, ...
+    assert [line.split(" | ")[0] for line in out.splitlines() if ROUND_LINE.match(line)][:done] == [
+        f"[{i + 1}/2] round {i}" for i in range(done)]
+
+    # run.log has what the console had: the round lines and the sentence
+    log = (run_dir / "run.log").read_text()
+    first = next(line for line in out.splitlines() if ROUND_LINE.match(line))
+    assert first in log and err.strip().splitlines()[-1] in log
+
+    again = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=900)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert f"resuming from {checkpoint}: {rounds} done ([{done}/2]); next: round {done}" in again.stdout
+    # and says up front what is left, and how long it should take at the rates the first attempt measured
+    plan = next(line for line in again.stdout.splitlines() if "plan: " in line)
+    assert plan.split("plan: ")[1].startswith(f"train round {done} ({2 - done} of 2)"), plan
+    assert "; the time it takes: about " in plan and plan.endswith(" at the earlier attempt's rates, then on every round line")
+    assert [line.split(" | ")[0] for line in again.stdout.splitlines() if ROUND_LINE.match(line)] == [
+        f"[{i + 1}/2] round {i}" for i in range(done, 2)]

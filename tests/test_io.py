@@ -1,0 +1,51 @@
+"""seal.io: a damaged run file is named in one sentence; a run's folder name from its command line."""
+
+import hashlib
+import json
+
+import pytest
+
+from seal.io import DEFAULT_FOLDER, DamagedFile, folder_name, read_json, read_jsonl
+
+
+def test_a_truncated_json_file_is_named_with_what_is_wrong(tmp_path):
+    path = tmp_path / "metrics.json"
+    whole = json.dumps({"eval_after": {"eval/bfcl_v3/avg": 0.25}, "rounds": 2})
+    path.write_text(whole[:20])  # cut in the middle, as a copy cut short leaves it
+    with pytest.raises(DamagedFile) as found:
+        read_json(path)
+    assert str(found.value) == f"{path} is damaged: it ends in the middle of a value after 20 bytes (cut short while it was written?)"
+    path.write_text('{"avg": 0.')  # a number cut after its point: the parser stops at the point, the last byte
+    with pytest.raises(DamagedFile, match=r"is damaged: it ends in the middle of a value after 10 bytes"):
+        read_json(path)
+    path.write_text("")
+    with pytest.raises(DamagedFile, match=r"metrics.json is damaged: it is empty$"):
+        read_json(path)
+    path.write_text('{"rounds": 2} trailing')
+    with pytest.raises(DamagedFile, match=r"is damaged: it is not JSON \(Extra data at line 1, column 15\)$"):
+        read_json(path)
+    path.write_text(whole)
+    assert read_json(path)["rounds"] == 2
+
+
+def test_a_torn_json_lines_file_names_its_first_bad_line(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    lines = [json.dumps({"round": r, "train/reward_mean": 0.1 * r}) for r in range(3)]
+    path.write_text("\n".join([lines[0], lines[1][:9], lines[2]]) + "\n")  # line 2 torn
+    with pytest.raises(DamagedFile) as found:
+        read_jsonl(path)
+    assert str(found.value).startswith(f"{path} is damaged at line 2: it ends in the middle of a value after 9 bytes")
+    path.write_text("\n".join(lines) + "\n\n")
+    assert [r["round"] for r in read_jsonl(path)] == [0, 1, 2]
+
+
+def test_a_folder_is_named_after_the_command_lines_overrides():
+    # no override at all: a folder of its own, beside every other run (not their parent)
+    assert folder_name("") == DEFAULT_FOLDER == "defaults"
+    assert folder_name("backbone=tiny-random,budget=tiny") == "backbone=tiny-random,budget=tiny"
+    # a name a file system cannot take (over 255 bytes) keeps its first 183 bytes and the hash of the whole
+    long = ",".join(f"budget.key{i}=value{i}" for i in range(20))
+    assert len(long) > 255
+    expected = long[:183] + "-" + hashlib.sha256(long.encode()).hexdigest()[:16]
+    assert folder_name(long) == expected and len(expected.encode()) == 200
+    assert folder_name(long + "x") != expected  # another command line, another folder
