@@ -7,8 +7,9 @@ The expected runs come from the manifest experiments.reproduce writes at submiss
 with its arm, backbone and seed); without one, from the run directories found below the root (a run
 never created is then named nowhere, and the output says so). With a manifest, a run directory it does
 not list is named and used nowhere. Two finished runs with the same backbone, arm and seed are both
-named and neither is used. Every expected run that is missing, failed, unfinished, not evaluated on test
-or lacks trajectories is listed with what stopped it, and every row and cell says how many of its
+named and neither is used. Every expected run that is missing, failed, unfinished, damaged (a file of it cut
+short or torn, named), not evaluated on test or lacks trajectories is listed with what stopped it, every
+table is built from the others, and every row and cell says how many of its
 expected runs it holds ("2 of 3"; a cell over fewer runs than its row: "n=1 of 3").
 
 Each run's run_config.json gives backbone, arm (`arm`: what the run selects, never its label alone), seed,
@@ -54,7 +55,7 @@ from experiments.paper_numbers import (BASE, PRINTED_AS_IS, REFERENCE, REFERENCE
                                       REFERENCE_ROWS, TABLE2_COLUMNS, TABLES, paper_row, tau2_tasks_of_row)
 from seal.env.benchmark import CATEGORIES
 from seal.errors import UserError
-from seal.io import markdown_table
+from seal.io import DamagedFile, markdown_table, read_json, read_jsonl
 
 COLUMNS = ("avg",) + CATEGORIES
 # protocol: (metric prefix, trajectory file, what it is comparable to)
@@ -210,8 +211,8 @@ def _test_selected(metrics: dict) -> dict | None:
 
 def read_run(run_dir: Path, name: str) -> dict:
     """A finished run: its identity and budget, and per model (MODELS) the evaluation on test and its folder."""
-    config = json.loads((run_dir / "run_config.json").read_text())
-    metrics = json.loads((run_dir / "metrics.json").read_text())
+    config = read_json(run_dir / "run_config.json")
+    metrics = read_json(run_dir / "metrics.json")
     part = config.get("heldout_part", "test")
     evals, folders = {}, {}
     for model, (_label, key, folder, without_val) in MODELS.items():
@@ -244,7 +245,7 @@ def _who(found: dict) -> str:
 
 def survey(root: Path, manifest: list[dict] | None = None) -> tuple[list[dict], list[dict]]:
     """The runs the tables use, and every run that is not used or not complete, with why: {"dir",
-    "state", "kind"} (kind: unlisted, absent, duplicate, no test, no trajectories) and the run's backbone,
+    "state", "kind"} (kind: unlisted, absent, damaged, duplicate, no test, no trajectories) and the run's backbone,
     experiment and seed where they are known. Expected: the manifest's runs, else every job directory
     found below `root` (Hydra's .hydra/ or a run_config.json)."""
     found = sorted({str(p.parent.relative_to(root)) for name in (".hydra", "run_config.json") for p in root.rglob(name)})
@@ -263,18 +264,32 @@ def survey(root: Path, manifest: list[dict] | None = None) -> tuple[list[dict], 
         if state != "finished":
             problems.append({**identity(root / name), **entry, "kind": "absent", "state": state})
             continue
-        runs.append(read_run(root / name, name))
+        try:
+            runs.append(read_run(root / name, name))
+        except DamagedFile as exc:
+            # a file cut short or torn: the run is named, every table is built from the others
+            problems.append({**identity(root / name), **entry, "kind": "damaged", "state": f"damaged: {exc}"})
     runs = _without_duplicates(runs, problems)
     for run in runs:
         if run["no_test"]:
             problems.append({**_key(run), "kind": "no test", "state": run["no_test"]})
     # the differences pair the headline model's trajectories: a run evaluated without them is named
+    damaged = set()
     for run in runs:
         folder = run["folders"].get(HEADLINE)
         for prefix, file, _ in PROTOCOLS.values():
-            if folder and f"{prefix}/avg" in run["evals"][HEADLINE] and not (Path(run["dir"]) / folder / file).exists():
+            path = Path(run["dir"]) / folder / file if folder else None
+            if not folder or f"{prefix}/avg" not in run["evals"][HEADLINE]:
+                continue
+            if not path.exists():
                 problems.append({**_key(run), "kind": "no trajectories", "state": f"no trajectories: {folder}/{file}"})
-    return runs, problems
+                continue
+            try:
+                read_jsonl(path)
+            except DamagedFile as exc:
+                problems.append({**_key(run), "kind": "damaged", "state": f"damaged: {exc}"})
+                damaged.add(run["name"])
+    return [r for r in runs if r["name"] not in damaged], problems
 
 
 def _key(run: dict) -> dict:
@@ -505,7 +520,7 @@ def entry_rewards(run: dict, model: str, protocol: str) -> dict[str, float] | No
     path = Path(run["dir"]) / folder / PROTOCOLS[protocol][1]
     if not path.exists():
         return None
-    return {t["id"]: float(bool(t["valid"])) for t in map(json.loads, path.read_text().splitlines())}
+    return {t["id"]: float(bool(t["valid"])) for t in read_jsonl(path)}
 
 
 def bootstrap_replicates(d, *, n: int, seed: int = 0):
@@ -775,7 +790,7 @@ def report(root: Path, manifest_path: Path | None, n: int) -> tuple[str, dict]:
     if runs:
         text += f"\n## Runs used ({len(runs)})\n\n" + runs_markdown(runs) + "\n"
     if problems:
-        text += f"\n## Runs not used, missing, failed, unfinished or incomplete ({len(problems)})\n\n" + "\n".join(
+        text += f"\n## Runs not used, missing, failed, unfinished, damaged or incomplete ({len(problems)})\n\n" + "\n".join(
             f"- {p['dir']}: {p['state']}" for p in problems) + "\n"
     return text, {"rows": rows, "headline": headline_rows, "table2": table2, "table3": table3, "diffs": diffs,
                   "references": references}

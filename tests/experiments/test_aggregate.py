@@ -274,6 +274,31 @@ def test_a_deleted_trajectory_file_drops_that_seed_only_and_says_so(tmp_path):
     assert "- v1: no trajectories: eval_after/trajectories.jsonl" in out
 
 
+def test_a_damaged_run_is_named_with_its_file_and_the_tables_come_from_the_others(tmp_path):
+    _two_arms_two_seeds(tmp_path)
+    # vanilla_rl seed 1's metrics.json cut short in a value; seal seed 1's trajectories torn on their second line
+    metrics = tmp_path / "v1" / "metrics.json"
+    text = metrics.read_text()
+    cut = text[:text.index("bfcl_v3/avg") + 4]  # inside a key's string
+    metrics.write_text(cut)
+    trajectories = tmp_path / "s1" / "eval_after" / "trajectories.jsonl"
+    lines = trajectories.read_text().splitlines()
+    trajectories.write_text("\n".join([lines[0], lines[1][:9], lines[2]]) + "\n")
+    runs, problems = survey(tmp_path)
+    assert sorted(r["name"] for r in runs) == ["s0", "v0"]
+    states = {p["dir"]: (p["kind"], p["state"]) for p in problems}
+    assert states["v1"] == ("damaged", f"damaged: {metrics} is damaged: it ends in the middle of a value after {len(cut)} bytes "
+                                       "(cut short while it was written?)")
+    assert states["s1"][0] == "damaged" and states["s1"][1].startswith(f"damaged: {trajectories} is damaged at line 2:")
+    # both seeds are still expected: each arm's row holds 1 of 2 runs, and the comparison pairs seed 0 alone
+    out = _aggregate(tmp_path)
+    assert out.count("| 1 of 2 |") >= 2 and "- v1: damaged: " in out and "- s1: damaged: " in out
+    rows = {(d["comparison"], d["protocol"]): d for d in differences(runs, problems, n=200)}
+    official = rows[("seal - vanilla_rl", "official")]
+    # seed 0: (1, 1, 0) - (1, 0, 0) = +33.3 points over 3 entries
+    assert official["diff"] == pytest.approx(100 / 3) and (official["seeds"], official["entries"]) == (1, 3)
+
+
 def test_the_manifest_names_runs_never_created_failed_or_unfinished_and_every_row_counts_them(tmp_path):
     from experiments.reproduce import Job, plan, run_dir, write_manifest
 
@@ -315,7 +340,7 @@ def test_the_manifest_names_runs_never_created_failed_or_unfinished_and_every_ro
     assert "3 of 6 expected runs used" in out and "Expected runs: 6 from" in out
     assert "| qwen2.5-7b | vanilla_rl | final model | 1 of 3 | paper | — | 30.75 | 0.00 (n=1 of 3) |" in out
     assert "| qwen2.5-7b | seal | final model | 2 of 3 | paper | — | 40.25 | 0.00 ± 0.00 (n=2 of 3) |" in out
-    assert "## Runs not used, missing, failed, unfinished or incomplete (3)" in out
+    assert "## Runs not used, missing, failed, unfinished, damaged or incomplete (3)" in out
     assert f"- {name('vanilla_rl', 2)}: missing: the run directory was never created" in out
     got = {(r["arm"], r["protocol"]): r for r in _csv(tmp_path / "t" / "tables.csv")}
     assert (got[("vanilla_rl", "official")]["runs"], got[("vanilla_rl", "official")]["expected"],
