@@ -55,7 +55,7 @@ GROUP ?=
 MUTANTS ?=
 
 mutate: install ## mutation testing (mutmut), one group at a time (GROUP=env): score per module, survivors; exit 1 under 95%
-	$(PY) -m experiments.mutate $(if $(GROUP),--group $(GROUP)) $(MUTANTS)
+	$(PY) -m tests.tools.mutate $(if $(GROUP),--group $(GROUP)) $(MUTANTS)
 
 run: install ## run the main job: full SEAL on the embedded SmolLM2-135M, smoke budget
 	$(PY) run.py $(ARGS)
@@ -64,7 +64,7 @@ bench: install ## print throughput, speed-up and memory figures (ARGS="throughpu
 	$(PY) -m experiments.bench $(ARGS)
 
 docs: install ## rewrite the blocks of docs/ that a command prints (memory plans, the paper's numbers, the paper's jobs)
-	$(PY) -m experiments.docs
+	$(PY) -m tests.tools.docs
 
 clean: ## remove run outputs and caches (keeps .venv/)
 	rm -rf outputs multirun .pytest_cache .hypothesis

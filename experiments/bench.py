@@ -25,7 +25,8 @@ def section(fn: Callable[[], None]) -> Callable[[], None]:
 @section
 def executor() -> None:
     """The project's executor against bfcl-eval's official one, on the same 4,625 gold calls."""
-    from seal.env.benchmark import load_benchmark, prepare_bfcl_import
+    from seal.env.benchmarks.bfcl_v3 import load_benchmark
+    from seal.env.entry import prepare_bfcl_import
     from seal.env.calls import parse_call
     from seal.env.executor import Backends, execute
 
@@ -75,8 +76,8 @@ def executor() -> None:
         print(f"{name:28} {rate:10.0f} {total_rate:20.0f} {build:8.2f} {rate / base:10.2f}x")
 
 
-from experiments.bench_memory import memory  # noqa: E402
-from experiments.bench_rollout import rollout, throughput  # noqa: E402
+from experiments.measure.memory import memory  # noqa: E402
+from experiments.measure.rollout import rollout, throughput  # noqa: E402
 
 section(throughput)
 section(rollout)
@@ -84,7 +85,7 @@ section(rollout)
 OVERRIDABLE = {"throughput", "rollout"}
 section(memory)
 
-from experiments.bench_vllm import vllm  # noqa: E402
+from experiments.measure.vllm_engine import vllm  # noqa: E402
 
 section(vllm)
 

@@ -1,6 +1,6 @@
 """README.md is a one-page quick start and docs/ the manual: every relative link in them leads to a file (and
 a heading) that exists, the configuration page lists exactly the choices conf/ holds, and the results log
-is dated. (The blocks a command writes into docs/ are compared in tests/experiments/test_docs.py.)"""
+is dated. (The blocks a command writes into docs/ are compared in tests/tools/test_docs.py.)"""
 
 import re
 from pathlib import Path

@@ -108,6 +108,48 @@ def test_no_circle_of_imports_among_the_modules():
     assert find_circle(graph) is None
 
 
+EXPERIMENTS = SEAL.parent / "experiments"
+
+
+def test_no_circle_of_imports_among_experiments_and_nothing_of_it_imported_by_seal():
+    graph = import_graph(EXPERIMENTS)
+    # the command reaches the tables through their writer; no module of the tables imports a command back
+    assert "experiments.tables.write" in graph["experiments.aggregate"]
+    assert "experiments.measure.preflight.disk" in graph["experiments.cluster.needs"]
+    assert find_circle(graph) is None
+    assert not any(module.startswith("experiments") for p in SEAL.rglob("*.py") for module in imported_modules(p))
+
+
+def imported_modules(path: Path) -> set[str]:
+    """Every module name a file imports (`import a.b`, `from a.b import c`: a.b)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found.add(node.module)
+    return found
+
+
+def test_experiments_holds_its_commands_and_one_folder_per_job_of_short_modules():
+    commands = {p.stem for p in EXPERIMENTS.glob("*.py")} - {"__init__"}
+    assert commands == {"aggregate", "reproduce", "gpu_check", "bench"}
+    assert {p.name for p in EXPERIMENTS.iterdir() if p.is_dir() and p.name != "__pycache__"} == {
+        "tables", "cluster", "measure"}
+    long = {str(p.relative_to(EXPERIMENTS)): n for p in EXPERIMENTS.rglob("*.py")
+            if (n := len(p.read_text().splitlines())) > 400}
+    assert long == {}
+    # a command is its usage and its argument parsing: the work is in its folder
+    assert all(len((EXPERIMENTS / f"{c}.py").read_text().splitlines()) < 200 for c in commands)
+
+
+def test_bfcl_v3s_data_and_its_verdict_are_one_module():
+    module = SEAL / "env" / "benchmarks" / "bfcl_v3.py"
+    defined = {n.name for n in ast.parse(module.read_text()).body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+    assert {"load_benchmark", "get_entries", "category_summary", "scenario_of", "BFCLV3"} <= defined
+    assert not (SEAL / "env" / "benchmark.py").exists()
+
+
 def test_the_checker_sees_a_circle_through_a_function_level_import(tmp_path):
     # the test above would pass vacuously if the graph missed imports: pkg.a -> pkg.b -> pkg.c.d -> pkg.a
     package = tmp_path / "pkg"

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 from seal.diagnosis import labels as L
 from seal.diagnosis.rules import diagnose
-from seal.env.benchmark import Entry
+from seal.env.entry import Entry
 from seal.env.episode import StepRecord
 from seal.env.verifier import Verdict
 from seal.io import restore_rng, rng_state

@@ -18,7 +18,7 @@ from typing import Any
 from seal.diagnosis import labels as L
 from seal.diagnosis.rules import EXECUTION_ERRORS
 from seal.env.schema import check_call, tool_registry
-from seal.env.benchmark import Entry
+from seal.env.entry import Entry
 from seal.env.calls import ToolCall, parse_call
 from seal.env.episode import Episode, StepRecord
 from seal.env.protocol import BFCL, Protocol

@@ -53,7 +53,7 @@ from typing import Any
 
 from seal.diagnosis import labels as L
 from seal.env.schema import bind_arguments, check_call, tool_registry
-from seal.env.benchmark import Entry
+from seal.env.entry import Entry
 from seal.env.calls import ToolCall, UnsafeCall, parse_call
 from seal.env.episode import StepRecord
 from seal.env.executor import BAD_ARGUMENTS, CallRecord

@@ -22,7 +22,7 @@ from typing import Any
 
 from seal.diagnosis import labels as L
 from seal.diagnosis.injections import RECIPES, Case, after_end, play
-from seal.env.benchmark import CATEGORIES, load_benchmark
+from seal.env.benchmarks.bfcl_v3 import CATEGORIES, load_benchmark
 from seal.env.verifier import verify
 
 log = logging.getLogger(__name__)

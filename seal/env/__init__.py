@@ -1,6 +1,7 @@
 """The executable core: BFCL V3 multi-turn data, safe execution, episodes and official verification."""
 
-from seal.env.benchmark import CATEGORIES, Entry, load_benchmark
+from seal.env.benchmarks.bfcl_v3 import CATEGORIES, load_benchmark
+from seal.env.entry import Entry
 from seal.env.calls import ToolCall, UnsafeCall, parse_call
 from seal.env.episode import Episode
 from seal.env.verifier import Verdict, verify

@@ -30,7 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from seal.env.benchmark import Entry
+from seal.env.entry import Entry
 from seal.env.benchmarks import benchmark_of
 from seal.env.calls import ToolCall
 from seal.env.executor import CallRecord

@@ -15,7 +15,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from seal.env.benchmark import prepare_bfcl_import
+from seal.env.entry import prepare_bfcl_import
 from seal.env.calls import ToolCall, UnsafeCall, parse_call
 
 prepare_bfcl_import()

@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from seal.env.benchmark import load_benchmark
+from seal.env.benchmarks.bfcl_v3 import load_benchmark
 from seal.env.calls import ToolCall
 from seal.env.executor import backend_class
 

@@ -14,7 +14,7 @@ import os
 from typing import Optional
 from urllib.parse import urlencode
 
-from seal.env.benchmark import prepare_bfcl_import
+from seal.env.entry import prepare_bfcl_import
 
 prepare_bfcl_import()
 from bfcl_eval.eval_checker.multi_turn_eval.func_source_code.web_search import WebSearchAPI  # noqa: E402

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from importlib.resources import files
 from itertools import combinations
 
-from seal.env.benchmark import CATEGORIES, DUPLICATE_SCENARIO_GROUPS, DUPLICATE_SCENARIOS, scenario_of
+from seal.env.benchmarks.bfcl_v3 import CATEGORIES, DUPLICATE_SCENARIO_GROUPS, DUPLICATE_SCENARIOS, scenario_of
 
 NUM_SCENARIOS = 200
 PARTS = ("train", "val", "test")

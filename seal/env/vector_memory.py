@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from seal.env.benchmark import prepare_bfcl_import
+from seal.env.entry import prepare_bfcl_import
 
 ENCODER_NAME = "all-MiniLM-L6-v2"  # what bfcl-eval's vector memory loads when its module is imported
 _encoder_path: str | None = None

@@ -13,7 +13,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from seal.env.benchmark import Entry
+from seal.env.entry import Entry
 from seal.env.calls import ToolCall
 from seal.env.executor import Backends, CallRecord, execute
 

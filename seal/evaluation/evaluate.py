@@ -21,7 +21,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from seal.env.benchmark import CATEGORIES, Entry, category_summary, get_entries
+from seal.env.benchmarks.bfcl_v3 import CATEGORIES, category_summary, get_entries
+from seal.env.entry import Entry
 from seal.env.episode import describe_step_limit
 from seal.env.protocol import BY_NAME, PROTOCOLS
 from seal.interface.view import PLAIN
@@ -89,7 +90,7 @@ def metrics_of(records: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def summary_metrics(summary: dict[str, Any], prefix: str) -> dict[str, Any]:
-    """A category summary (seal.env.benchmark.category_summary) as `<prefix>/<category>` accuracies,
+    """A category summary (seal.env.benchmarks.bfcl_v3.category_summary) as `<prefix>/<category>` accuracies,
     `<prefix>/avg` and the counts behind them."""
     metrics: dict[str, Any] = {f"{prefix}/{c}": s["accuracy"] for c, s in summary["by_category"].items()}
     metrics[f"{prefix}/avg"] = summary["accuracy_mean"]

@@ -24,7 +24,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from seal.env.benchmark import Entry, category_summary
+from seal.env.benchmarks.bfcl_v3 import category_summary
+from seal.env.entry import Entry
 from seal.evaluation.evaluate import gather_records, summary_metrics
 from seal.interface.view import PLAIN
 

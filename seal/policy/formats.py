@@ -31,7 +31,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from seal.env.benchmark import prepare_bfcl_import
+from seal.env.entry import prepare_bfcl_import
 from seal.env.calls import ToolCall, UnsafeCall, parse_call, parse_call_list
 
 prepare_bfcl_import()

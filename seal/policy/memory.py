@@ -6,7 +6,7 @@ so no weights are needed), per rank under the launch's sharding (seal.rl.shardin
 size of the tensors that the code which trains (TRL 1.16's GRPOTrainer, transformers 5.17's decoder
 layers, accelerate 1.15, torch's DDP and FSDP2) allocates, worked out from the model's config; vectors of
 one number per token and allocator slack come on top. `make bench` also measures a small model's
-training step on the CPU against the plan (experiments/bench_memory.py).
+training step on the CPU against the plan (experiments/measure/memory.py).
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ The rollout engine renders its prompts and turn openings with the same two funct
 
 from __future__ import annotations
 
-from seal.env.benchmark import Entry
+from seal.env.entry import Entry
 from seal.env.episode import TurnStart
 from seal.interface.view import View
 from seal.policy.formats import ToolFormat

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from seal.budget import Budget
-from seal.env.benchmark import Entry
+from seal.env.entry import Entry
 from seal.env.episode import MAXIMUM_STEP_LIMIT, Episode, TurnStart
 from seal.env.protocol import BFCL, Protocol
 from seal.env.verifier import Verdict

@@ -23,7 +23,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig
 
 from seal.budget import Budget
-from seal.env.benchmark import category_summary
+from seal.env.benchmarks.bfcl_v3 import category_summary
 from seal.env.episode import check_step_limit
 from seal.errors import UserError
 from seal.evaluation.evaluate import RELEASE_SUFFIX, check_protocols, evaluate_entries, select_entries, summary_table

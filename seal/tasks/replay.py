@@ -13,7 +13,7 @@ from pathlib import Path
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
-from seal.env.benchmark import category_summary, get_entries
+from seal.env.benchmarks.bfcl_v3 import category_summary, get_entries
 from seal.env.calls import parse_call
 from seal.env.episode import Episode
 from seal.errors import UserError

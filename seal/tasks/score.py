@@ -15,7 +15,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from seal.env.benchmark import category_summary, load_benchmark
+from seal.env.benchmarks.bfcl_v3 import category_summary, load_benchmark
 from seal.env.verifier import verify
 from seal.errors import UserError
 from seal.evaluation.evaluate import summary_table

@@ -19,7 +19,7 @@ from typing import Any
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
-from seal.env.benchmark import get_entries
+from seal.env.benchmarks.bfcl_v3 import get_entries
 from seal.errors import UserError
 from seal.interface import PLAIN, apply, initial_interface
 

@@ -449,7 +449,7 @@ def start_logging(run: TrainingRun) -> None:
     """W&B, the model selection, and what every round leaves behind (metrics.jsonl, the round line, the
     interface state). Only the main rank logs to W&B and writes the per-round files; with several ranks
     each also appends its own rho and Omega per round to ranks/ (they must agree, and are checked to)."""
-    from seal.env.benchmark import get_entries
+    from seal.env.benchmarks.bfcl_v3 import get_entries
     from seal.policy.progress import say
     from seal.report.train_report import round_line, write_metrics_log
     from seal.report.wandb_run import WandbRun, run_identity

@@ -18,7 +18,7 @@ from hydra.utils import instantiate
 from seal.diagnosis import labels as L
 from seal.diagnosis.injections import Case
 from seal.diagnosis.validate import AMBIGUITY_NOTES, build_cases, layer_result, layer_value, write_report
-from seal.env.benchmark import CATEGORIES
+from seal.env.benchmarks.bfcl_v3 import CATEGORIES
 from seal.io import write_json
 
 log = logging.getLogger(__name__)

@@ -19,7 +19,8 @@ REPO = Path(__file__).resolve().parents[2]
 
 _CHILD = r"""
 import json, sys
-from seal.env.benchmark import load_benchmark, prepare_bfcl_import
+from seal.env.benchmarks.bfcl_v3 import load_benchmark
+from seal.env.entry import prepare_bfcl_import
 prepare_bfcl_import()
 import types
 # the runner's module imports every API model handler (anthropic, openai, ...), which the project does
@@ -75,7 +76,8 @@ def _mutmut_cache(script: str, items: list[dict]) -> Path | None:
 
 _EXECUTE = r"""
 import json, sys
-from seal.env.benchmark import load_benchmark, prepare_bfcl_import
+from seal.env.benchmarks.bfcl_v3 import load_benchmark
+from seal.env.entry import prepare_bfcl_import
 prepare_bfcl_import()
 from bfcl_eval.eval_checker.multi_turn_eval.multi_turn_utils import execute_multi_turn_func_call
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import copy
 import random
 
-from seal.env.benchmark import Entry
+from seal.env.entry import Entry
 from seal.env.calls import ToolCall, parse_call
 
 KINDS = (

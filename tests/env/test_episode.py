@@ -151,7 +151,7 @@ def test_long_context_backends_share_no_mutable_data(bench):
 
 
 def test_keep_turn_step_counts_towards_the_limit_and_adds_nothing_to_the_result():
-    from seal.env.benchmark import get_entries
+    from seal.env.benchmarks.bfcl_v3 import get_entries
 
     entry = get_entries(["multi_turn_base_0"])[0]
     episode = Episode(entry, max_steps=2)
@@ -165,7 +165,7 @@ def test_keep_turn_step_counts_towards_the_limit_and_adds_nothing_to_the_result(
 
 
 def test_a_recorded_call_does_not_change_when_the_backend_mutates_its_state():
-    from seal.env.benchmark import load_benchmark
+    from seal.env.benchmarks.bfcl_v3 import load_benchmark
     from seal.env.executor import execute
 
     entry = next(e for e in load_benchmark().values() if "TwitterAPI" in e.involved_classes)
@@ -244,7 +244,7 @@ def test_undecodable_outputs_count_towards_the_episode_limit(bench):
 
 
 def test_step_limit_mode_is_checked():
-    from seal.env.benchmark import get_entries
+    from seal.env.benchmarks.bfcl_v3 import get_entries
     from seal.env.episode import check_step_limit
     from seal.errors import UserError
 

@@ -5,7 +5,7 @@ Every expected value is worked out from the release's code (the mirror of yihaoh
 import pytest
 from omegaconf import OmegaConf
 
-from seal.env.benchmark import get_entries
+from seal.env.benchmarks.bfcl_v3 import get_entries
 from seal.env.calls import ToolCall
 from seal.env.episode import Episode
 from seal.env.protocol import BFCL, RELEASE, Protocol

@@ -2,7 +2,7 @@ from collections import Counter
 
 import pytest
 
-from seal.env.benchmark import CATEGORIES, DUPLICATE_SCENARIO_GROUPS, scenario_of
+from seal.env.benchmarks.bfcl_v3 import CATEGORIES, DUPLICATE_SCENARIO_GROUPS, scenario_of
 from seal.env.splits import all_entries, leakage_report, old_per_category_split, scenario_disjoint, seal_release
 
 

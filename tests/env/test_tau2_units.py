@@ -387,7 +387,7 @@ def test_a_tool_without_a_description_is_documented_with_an_empty_one():
 
 
 def test_an_entry_of_a_split_its_domain_lacks_is_refused():
-    from seal.env.benchmark import Entry
+    from seal.env.entry import Entry
     from seal.env.benchmarks.tau2 import task_of
 
     task = next(iter(load_tasks("airline", None)))

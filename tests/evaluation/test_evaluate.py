@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from seal.env.benchmark import CATEGORIES, load_benchmark
+from seal.env.benchmarks.bfcl_v3 import CATEGORIES, load_benchmark
 from seal.env.protocol import BFCL, RELEASE
 from seal.tasks import run
 from tests.test_configs import compose_with

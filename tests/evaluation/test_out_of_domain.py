@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import pytest
 
 from seal.env import vector_memory
-from seal.env.benchmark import prepare_bfcl_import
+from seal.env.entry import prepare_bfcl_import
 from seal.env.benchmarks import agentic, benchmark_of
 from seal.env.benchmarks import bfcl_single_turn as single_turn
 from seal.env.benchmarks.bfcl_single_turn import BFCLSingleTurn
@@ -178,7 +178,7 @@ def test_the_possible_answer_takes_the_first_acceptable_value_and_leaves_out_wha
 
 
 def test_a_possible_answer_needs_no_parameters_block_and_no_required_list():
-    from seal.env.benchmark import Entry
+    from seal.env.entry import Entry
 
     functions = [{"name": "now", "description": "the time"},  # a tool without parameters
                  {"name": "find", "description": "search", "parameters": {"type": "dict", "properties": {

@@ -6,7 +6,9 @@ import sys
 import numpy as np
 import pytest
 
-from experiments.aggregate import differences, expected_seeds, main_table, mean_ci, survey
+from experiments.tables.cells import main_table, mean_ci
+from experiments.tables.differences import differences
+from experiments.tables.runs import expected_seeds, survey
 
 REPO = __import__("pathlib").Path(__file__).resolve().parents[2]
 KEYS = ("avg", "base", "miss_func", "miss_param", "long_context")
@@ -207,7 +209,7 @@ def test_a_spread_of_exactly_zero_prints_as_zero(tmp_path):
 
 
 def test_the_bootstrap_crosses_one_entry_resample_with_the_seed_resample_by_hand():
-    from experiments.aggregate import bootstrap_replicates, paired_bootstrap
+    from experiments.tables.differences import bootstrap_replicates, paired_bootstrap
 
     d = np.array([[100.0, 0.0, -100.0], [0.0, 100.0, 100.0]])  # 2 seeds x 3 entries
     reps = bootstrap_replicates(d, n=5, seed=7)
@@ -227,7 +229,7 @@ def test_the_bootstrap_crosses_one_entry_resample_with_the_seed_resample_by_hand
 
 
 def test_paired_bootstrap_by_hand():
-    from experiments.aggregate import paired_bootstrap
+    from experiments.tables.differences import paired_bootstrap
 
     # one seed; per-entry differences (1, 0, 0, 0): observed +25 points. A replicate's mean is
     # 25 * Binomial(4, 1/4), so P(d* <= 0) = (3/4)^4 = 0.3164 -> p = 0.633; the 2.5th percentile is 0
@@ -300,7 +302,7 @@ def test_a_damaged_run_is_named_with_its_file_and_the_tables_come_from_the_other
 
 
 def test_the_manifest_names_runs_never_created_failed_or_unfinished_and_every_row_counts_them(tmp_path):
-    from experiments.reproduce import Job, plan, run_dir, write_manifest
+    from experiments.cluster.jobs import Job, plan, run_dir, write_manifest
 
     jobs = plan(("qwen2.5-7b",), (0, 1, 2), None)  # seal and vanilla_rl x 3 seeds
     extra = ("budget=paper",)
@@ -348,7 +350,7 @@ def test_the_manifest_names_runs_never_created_failed_or_unfinished_and_every_ro
 
 
 def test_an_arm_the_manifest_expects_without_a_finished_run_keeps_its_row(tmp_path):
-    from experiments.reproduce import Job, run_dir, write_manifest
+    from experiments.cluster.jobs import Job, run_dir, write_manifest
 
     jobs = [Job("qwen2.5-7b", "seal", 0), Job("qwen2.5-7b", "vanilla_rl", 0)]
     write_manifest(tmp_path, jobs, ())
@@ -360,7 +362,7 @@ def test_an_arm_the_manifest_expects_without_a_finished_run_keeps_its_row(tmp_pa
 
 
 def test_a_run_directory_the_manifest_does_not_list_is_named_and_used_nowhere(tmp_path):
-    from experiments.reproduce import Job, run_dir, write_manifest
+    from experiments.cluster.jobs import Job, run_dir, write_manifest
 
     write_manifest(tmp_path, [Job("qwen2.5-7b", "seal", 0)], ())
     _run(tmp_path, run_dir(tmp_path, Job("qwen2.5-7b", "seal", 0), ()).name, "qwen2.5-7b", "seal", 0,
@@ -473,7 +475,7 @@ def test_the_module_runs_as_a_command(tmp_path):
 
 
 def test_ablation_table_has_every_column_under_both_protocols_and_the_papers(tmp_path):
-    from experiments.aggregate import ablation_table
+    from experiments.tables.cells import ablation_table
 
     zero = _metrics(0)
     _run(tmp_path, "s0", "qwen2.5-7b", "seal", 0, eval_before=zero, eval_after=_metrics(0.40, release=(0.5, 0.6, 0, 0, 0)))
@@ -509,7 +511,7 @@ def test_ablation_table_has_every_column_under_both_protocols_and_the_papers(tmp
 def test_the_figure_centres_each_group_and_marks_the_paper_apart_from_the_error_bars(tmp_path):
     from matplotlib.container import BarContainer
 
-    from experiments.tables_figure import figure
+    from experiments.tables.figure import figure
 
     for seed, (s, v, w) in enumerate([(0.01, 0.30, 0.20), (0.09, 0.32, 0.24)]):
         _run(tmp_path, f"s{seed}", "qwen2.5-3b", "seal", seed, eval_before=_metrics(0),
@@ -553,7 +555,7 @@ def test_the_figure_centres_each_group_and_marks_the_paper_apart_from_the_error_
 
 
 def test_the_figure_shows_a_missing_run_in_its_count(tmp_path):
-    from experiments.tables_figure import figure
+    from experiments.tables.figure import figure
 
     _run(tmp_path, "s0", "qwen2.5-7b", "seal", 0, eval_before=_metrics(0), eval_after=_metrics(0, release=(0.5, 0, 0, 0, 0)))
     runs, _ = survey(tmp_path)
@@ -601,7 +603,7 @@ def _ood(memory=None, web=None, tau2=None, split="base", tasks=TAU2_BASE):
 
 
 def test_table_2_sets_every_row_and_column_beside_the_papers(tmp_path):
-    from experiments.aggregate import ood_table
+    from experiments.tables.cells import ood_table
 
     zero = _metrics(0)
     for name, arm, seed, before, after in [
@@ -728,8 +730,8 @@ def test_the_output_files_and_their_columns(tmp_path):
 
 
 def test_table_2_in_markdown_has_the_papers_numbers_and_the_note_on_the_one_kept_as_printed():
-    from experiments.aggregate import table2_markdown
-    from experiments.paper_numbers import paper_row
+    from experiments.tables.write import table2_markdown
+    from experiments.tables.paper_numbers import paper_row
 
     ood = ("bfcl_v4", "bfcl_v4_web_search", "bfcl_v4_memory", "tau2", "tau2_retail", "tau2_airline", "tau2_telecom")
     row = {"backbone": "qwen2.5-3b", "arm": "vanilla_rl", "model": "final model", "runs": 1, "expected": 1,
@@ -752,7 +754,7 @@ def test_table_2_in_markdown_has_the_papers_numbers_and_the_note_on_the_one_kept
 
 
 def test_tau2_task_sets_are_labelled_by_split_and_tasks_played():
-    from experiments.like_measured import tau2_label, tau2_measured
+    from experiments.tables.like_measured import tau2_label, tau2_measured
 
     full_base = {"retail": 114, "airline": 50, "telecom": 114}
     assert tau2_label(("base", full_base)) == "base 114/50/114"
@@ -770,7 +772,7 @@ def test_tau2_task_sets_are_labelled_by_split_and_tasks_played():
 
 
 def test_a_tau2_column_keeps_the_papers_number_only_where_every_run_played_every_task_of_its_rows_split():
-    from experiments.like_measured import unlike_paper
+    from experiments.tables.like_measured import unlike_paper
 
     base, test = ("base", dict(zip(("retail", "airline", "telecom"), TAU2_BASE))), ("test", dict(zip(("retail", "airline", "telecom"), TAU2_TEST)))
     qwen, toolace = ("qwen2.5-7b", "seal"), ("toolace-2-8b", "base model")
@@ -840,8 +842,8 @@ def test_a_run_with_fewer_test_entries_is_named_in_the_header_the_run_list_and_t
 
 
 def test_the_figures_draw_the_papers_reference_rows_last_and_a_tau2_diamond_only_over_like_measured_runs(tmp_path):
-    from experiments.aggregate import ood_table, reference_rows
-    from experiments.tables_figure import figure, table2_figure
+    from experiments.tables.cells import ood_table, reference_rows
+    from experiments.tables.figure import figure, table2_figure
 
     _run(tmp_path, "s0", "qwen2.5-7b", "seal", 0, eval_before=_metrics(0), eval_after=_metrics(0, release=(0.5, 0, 0, 0, 0)),
          ood_after=_ood(tau2=(0.2, 0.2, 0.2, 0.2), split="test", tasks=TAU2_TEST))
@@ -870,8 +872,8 @@ def test_the_figures_draw_the_papers_reference_rows_last_and_a_tau2_diamond_only
 def test_the_figures_titles_lie_inside_their_canvas(tmp_path, rows_count):
     """Each title line's drawn extent, as matplotlib's renderer measures it, within the saved canvas (the one-line
     title of a narrow Table 1 figure ran past both edges)."""
-    from experiments.aggregate import ood_table, reference_rows
-    from experiments.tables_figure import figure, table2_figure
+    from experiments.tables.cells import ood_table, reference_rows
+    from experiments.tables.figure import figure, table2_figure
 
     _run(tmp_path, "s0", "qwen2.5-7b", "seal", 0, eval_before=_metrics(0), eval_after=_metrics(0))
     runs, problems = survey(tmp_path)

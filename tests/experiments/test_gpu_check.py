@@ -10,7 +10,8 @@ import pytest
 import yaml
 
 from experiments import gpu_check
-from experiments.gpu_check import Failure
+from experiments.measure.preflight import disk, model, node, runs, steps
+from experiments.measure.preflight.steps import Failure
 from seal.errors import UserError
 from seal.policy.backbones import embedded_tokenizer
 from seal.rl.checkpoint import latest_complete_checkpoint
@@ -35,8 +36,8 @@ def preflight_cli(*args):
 
 @pytest.mark.parametrize("name", ["qwen2.5-3b", "llama-3.1-8b", "qwen3-4b"])
 def test_the_published_shape_is_the_backbone_configs_vocabulary_included(tmp_path, name):
-    bb = gpu_check.published_backbone(name, [])
-    gpu_check.model_config(bb["arch"], embedded_tokenizer(), 16384, tiny=False).save_pretrained(tmp_path)
+    bb = model.published_backbone(name, [])
+    model.model_config(bb["arch"], embedded_tokenizer(), 16384, tiny=False).save_pretrained(tmp_path)
     saved = json.loads((tmp_path / "config.json").read_text())
     arch = published_arch(name)
     assert {k: saved[k] for k in SHAPE_KEYS} == {k: arch[k] for k in SHAPE_KEYS}
@@ -49,9 +50,9 @@ def test_the_published_shape_is_the_backbone_configs_vocabulary_included(tmp_pat
 
 
 def test_the_tiny_shape_scales_only_the_sizes_and_is_built_once(tmp_path):
-    bb = gpu_check.published_backbone("qwen2.5-3b", [])
-    first = gpu_check.build_model(bb["arch"], 16384, True, "bfloat16", str(tmp_path))
-    again = gpu_check.build_model(bb["arch"], 16384, True, "bfloat16", str(tmp_path))
+    bb = model.published_backbone("qwen2.5-3b", [])
+    first = model.build_model(bb["arch"], 16384, True, "bfloat16", str(tmp_path))
+    again = model.build_model(bb["arch"], 16384, True, "bfloat16", str(tmp_path))
     assert first["built"] and not again["built"] and again["path"] == first["path"]
     saved = json.loads((Path(first["path"]) / "config.json").read_text())
     assert {k: saved[k] for k in SHAPE_KEYS} == {"hidden_size": 128, "num_hidden_layers": 2, "num_attention_heads": 2,
@@ -67,15 +68,15 @@ def test_the_tiny_shape_scales_only_the_sizes_and_is_built_once(tmp_path):
 
 
 def test_a_tiny_qwen3_derives_its_head_size_from_the_tiny_width():
-    config = gpu_check.model_config(published_arch("qwen3-4b"), embedded_tokenizer(), 16384, tiny=True)
+    config = model.model_config(published_arch("qwen3-4b"), embedded_tokenizer(), 16384, tiny=True)
     assert (config.model_type, config.hidden_size, config.num_attention_heads, config.head_dim) == ("qwen3", 128, 2, 64)
 
 
 def test_the_embedding_note_names_the_published_vocabulary_and_what_the_tokenizer_covers():
-    qwen = gpu_check.embedding_note(published_arch("qwen2.5-3b"), 151936, SMOLLM2_VOCAB, tiny=False)
+    qwen = model.embedding_note(published_arch("qwen2.5-3b"), 151936, SMOLLM2_VOCAB, tiny=False)
     assert qwen == ("published qwen2 shape, vocabulary 151,936 as published (one tied matrix); the embedded SmolLM2 "
                     "tokenizer's ids cover its first 49,152 rows")
-    llama = gpu_check.embedding_note(published_arch("llama-3.1-8b"), 128256, SMOLLM2_VOCAB, tiny=True)
+    llama = model.embedding_note(published_arch("llama-3.1-8b"), 128256, SMOLLM2_VOCAB, tiny=True)
     assert llama.startswith("tiny llama shape {'hidden_size': 128") and "128,256 as published (embedding and LM head)" in llama
 
 
@@ -84,8 +85,8 @@ def test_a_model_built_for_qwen2_5_3b_has_its_published_shape_in_bf16(tmp_path):
     # about 2 min and 6 GiB of memory on a CPU
     from seal.policy.memory import param_count
 
-    bb = gpu_check.published_backbone("qwen2.5-3b", [])
-    built = gpu_check.build_model(bb["arch"], int(bb["context_length"]), False, bb["dtype"], str(tmp_path))
+    bb = model.published_backbone("qwen2.5-3b", [])
+    built = model.build_model(bb["arch"], int(bb["context_length"]), False, bb["dtype"], str(tmp_path))
     folder = Path(built["path"])
     saved = json.loads((folder / "config.json").read_text())
     arch = published_arch("qwen2.5-3b")
@@ -119,10 +120,10 @@ RuntimeError: PytorchStreamWriter failed writing file data/12: file write failed
 
 
 def test_the_failure_reason_is_the_line_that_says_why():
-    assert gpu_check.failure_reason(HYDRA_ERROR) == "Could not override 'budget.nonexistent'."
-    assert gpu_check.failure_reason(TRACEBACK) == \
+    assert runs.failure_reason(HYDRA_ERROR) == "Could not override 'budget.nonexistent'."
+    assert runs.failure_reason(TRACEBACK) == \
         "RuntimeError: PytorchStreamWriter failed writing file data/12: file write failed"
-    assert gpu_check.failure_reason("sanity check: ...\nerror: backbone.dtype='f8': choose one of float32\n") == \
+    assert runs.failure_reason("sanity check: ...\nerror: backbone.dtype='f8': choose one of float32\n") == \
         "backbone.dtype='f8': choose one of float32"
 
 
@@ -138,15 +139,15 @@ def test_a_flat_sanity_reward_fails_on_the_published_shape_only(tmp_path):
     log = tmp_path / "sanity.log"
     log.write_text("sanity: reward 0.250 -> 0.200 (did NOT rise; needed +0.15)\n")
     sanity_json(tmp_path / "run", [0.25, 0.25, 0.25, 0.2, 0.2, 0.2], rose=False)
-    assert gpu_check.check_sanity(1, tmp_path / "run", log, mechanics_only=True) == (
+    assert runs.check_sanity(1, tmp_path / "run", log, mechanics_only=True) == (
         "reward 0.25 -> 0.20 over 6 rounds at lr 1e-06 (did not rise: expected on a tiny shape, only the "
         "mechanics count)")
     with pytest.raises(Failure, match=r"^step sanity: the reward did not rise \(reward 0.25 -> 0.20 over 6 rounds "
                                       r"at lr 1e-06, \+0.15 needed\)"):
-        gpu_check.check_sanity(1, tmp_path / "run", log, mechanics_only=False)
+        runs.check_sanity(1, tmp_path / "run", log, mechanics_only=False)
     sanity_json(tmp_path / "run", [0.0, 0.0, 0.25, 1.0, 1.0, 0.75], rose=True)
     # (0 + 0 + 0.25) / 3 and (1 + 1 + 0.75) / 3
-    verdict = gpu_check.check_sanity(0, tmp_path / "run", log, mechanics_only=False)
+    verdict = runs.check_sanity(0, tmp_path / "run", log, mechanics_only=False)
     assert verdict == "reward 0.08 -> 0.92 over 6 rounds at lr 1e-06 (rose)"
 
 
@@ -155,7 +156,7 @@ def test_a_sanity_run_that_crashed_fails_with_its_reason(tmp_path):
     log.write_text(TRACEBACK)
     # exit code 1 without sanity.json is a crash, not the task's "did not rise"
     with pytest.raises(Failure, match=r"^step sanity failed with exit code 1: RuntimeError: PytorchStreamWriter"):
-        gpu_check.check_sanity(1, tmp_path / "empty", log, mechanics_only=True)
+        runs.check_sanity(1, tmp_path / "empty", log, mechanics_only=True)
 
 
 def test_the_train_step_needs_what_the_paper_run_leaves(tmp_path):
@@ -167,31 +168,31 @@ def test_the_train_step_needs_what_the_paper_run_leaves(tmp_path):
     (run / "run_config.json").write_text(json.dumps({"training_memory_gib": plan}))
     # SIGKILL (the OOM killer's) leaves no line in the log that says why
     with pytest.raises(Failure, match=r"^step train failed with exit code -9: killed by SIGKILL \(log: "):
-        gpu_check.check_train(-9, run, log)
+        runs.check_train(-9, run, log)
     with pytest.raises(Failure, match=r"^step train exited 0 but wrote no metrics.json"):
-        gpu_check.check_train(0, run, log)
+        runs.check_train(0, run, log)
     metrics = {"rounds": 1, "planned_rounds": 2, "world_size": 2, "round_time_split": {}}
     (run / "metrics.json").write_text(json.dumps(metrics))
     with pytest.raises(Failure, match=r"^step train exited 0 but wrote no best.json"):
-        gpu_check.check_train(0, run, log, 2)
+        runs.check_train(0, run, log, 2)
     (run / "best.json").write_text(json.dumps({"round": 1, "entries": 4}))
     with pytest.raises(Failure, match=r"ran 1 of its 2 rounds"):
-        gpu_check.check_train(0, run, log, 2)
+        runs.check_train(0, run, log, 2)
     metrics["rounds"] = 2
     (run / "metrics.json").write_text(json.dumps(metrics))
     with pytest.raises(Failure, match=r"ran on 2 rank\(s\) instead of 4"):
-        gpu_check.check_train(0, run, log, 4)
+        runs.check_train(0, run, log, 4)
     with pytest.raises(Failure, match=r"wrote no ood_before"):
-        gpu_check.check_train(0, run, log, 2)
+        runs.check_train(0, run, log, 2)
     metrics |= {"ood_before": {"bfcl_v4_memory": {}}, "ood_after": {"bfcl_v4_memory": {}}, "test_final": {"x": 0},
                 "test_best_on_val": {"x": 0},
                 "round_time_split": {"generation": 4.2, "optimisation": 35.0, "diagnosis": 0.01}}
     (run / "metrics.json").write_text(json.dumps(metrics))
     with pytest.raises(Failure, match=r"kept no best model"):
-        gpu_check.check_train(0, run, log, 2)
+        runs.check_train(0, run, log, 2)
     (run / "best_model").mkdir()
     (run / "best_model" / "config.json").write_text("{}")
-    assert gpu_check.check_train(0, run, log, 2) == (
+    assert runs.check_train(0, run, log, 2) == (
         plan, "2 rounds on 2 rank(s) (per round: generation 4 s, optimisation 35 s); best model of round 1 on 4 "
               "validation entries; bfcl_v4_memory before and after")
 
@@ -202,27 +203,27 @@ def test_a_checkpoint_counts_once_complete_with_every_round_in_its_shardings_lay
     folder.mkdir(parents=True)
     (folder / "model.safetensors").write_bytes(b"")
     with pytest.raises(Failure, match=r"^step checkpoint: no complete checkpoint"):
-        gpu_check.check_checkpoint(tmp_path)
+        runs.check_checkpoint(tmp_path)
     (folder / "seal_state.json").write_text(json.dumps({"history": [{"round": 0}]}))
     with pytest.raises(Failure, match=r"records 1 rounds instead of 2"):
-        gpu_check.check_checkpoint(tmp_path)
+        runs.check_checkpoint(tmp_path)
     (folder / "seal_state.json").write_text(json.dumps({"history": [{"round": 0}, {"round": 1}]}))
-    assert gpu_check.check_checkpoint(tmp_path) == folder
+    assert runs.check_checkpoint(tmp_path) == folder
     # fsdp2: accelerate's sharded folder, not a safetensors file
     with pytest.raises(Failure, match=r"holds no sharded model \(pytorch_model_fsdp_0/\)"):
-        gpu_check.check_checkpoint(tmp_path, "fsdp2")
+        runs.check_checkpoint(tmp_path, "fsdp2")
     (folder / "pytorch_model_fsdp_0").mkdir()
-    assert gpu_check.check_checkpoint(tmp_path, "fsdp2") == folder
+    assert runs.check_checkpoint(tmp_path, "fsdp2") == folder
     (folder / "model.safetensors").unlink()
     with pytest.raises(Failure, match=r"holds no model weights"):
-        gpu_check.check_checkpoint(tmp_path)
+        runs.check_checkpoint(tmp_path)
 
 
 def test_several_processes_are_an_accelerate_launch_of_the_wrapped_run(tmp_path):
     args = ["task=train", "launch.sharding=fsdp2"]
-    one = gpu_check.run_command(args, gpu_check.Launch(), tmp_path / "train", gpus=0, dtype="bfloat16")
+    one = runs.run_command(args, runs.Launch(), tmp_path / "train", gpus=0, dtype="bfloat16")
     assert one[:2] == [sys.executable, "-c"] and one[3:] == [str(REPO / "run.py"), *args, f"hydra.run.dir={tmp_path / 'train'}"]
-    two = gpu_check.run_command(args, gpu_check.Launch(2, "fsdp2"), tmp_path / "train", gpus=0, dtype="bfloat16")
+    two = runs.run_command(args, runs.Launch(2, "fsdp2"), tmp_path / "train", gpus=0, dtype="bfloat16")
     at = two.index("--module")
     # accelerate's launcher with the sharding's config and 2 processes, each running run.py under the wrapper
     assert two[:3] == [sys.executable, "-m", "accelerate.commands.launch"]
@@ -233,7 +234,7 @@ def test_several_processes_are_an_accelerate_launch_of_the_wrapped_run(tmp_path)
     assert two[at:at + 4] == ["--module", "experiments.gpu_check", "--child", str(REPO / "run.py")]
     assert two[at + 4:] == [*args, "launch.processes=null", f"hydra.run.dir={tmp_path / 'train'}"]
     # FSDP2 on one process is a launch of one rank (it needs the launch's process group), not a plain process
-    single = gpu_check.run_command(args, gpu_check.Launch(1, "fsdp2"), tmp_path / "train", gpus=1, dtype="bfloat16")
+    single = runs.run_command(args, runs.Launch(1, "fsdp2"), tmp_path / "train", gpus=1, dtype="bfloat16")
     assert single[:3] == [sys.executable, "-m", "accelerate.commands.launch"]
     assert single[single.index("--num_processes") + 1] == "1"
 
@@ -247,7 +248,7 @@ def test_several_processes_are_an_accelerate_launch_of_the_wrapped_run(tmp_path)
     (4, 1, {"CUDA_VISIBLE_DEVICES": "3"}, None),  # the user's own choice stands
 ])
 def test_the_runs_see_as_many_gpus_as_they_have_processes(gpus, processes, env, visible):
-    assert gpu_check.visible_gpus(gpus, processes, env) == visible
+    assert runs.visible_gpus(gpus, processes, env) == visible
 
 
 def test_the_disk_need_of_the_paper_node_is_its_checkpoints_and_models_by_hand():
@@ -258,7 +259,7 @@ def test_the_disk_need_of_the_paper_node_is_its_checkpoints_and_models_by_hand()
 
     arch = published_arch("qwen2.5-7b")
     n = param_count(arch)
-    plan = gpu_check.disk_plan("qwen2.5-7b", gpu_check.published_backbone("qwen2.5-7b", []), False, [], 4)
+    plan = disk.disk_plan("qwen2.5-7b", model.published_backbone("qwen2.5-7b", []), False, [], 4)
     assert (plan.checkpoint, plan.checkpoints, plan.model, plan.models, plan.built) == (12 * n, 2, 2 * n, 2, 2 * n)
     # the figures: about 2 x 85 + 2 x 14 GiB, and a model more
     assert round(plan.checkpoint / 2**30) == 85 and round(plan.model / 2**30) == 14
@@ -275,8 +276,8 @@ def test_a_disk_too_small_is_refused_before_anything_is_built(tmp_path, monkeypa
     from collections import namedtuple
 
     usage = namedtuple("usage", "total used free")
-    monkeypatch.setattr(gpu_check.shutil, "disk_usage", lambda path: usage(10 * 2**30, 0, 2**30))
-    monkeypatch.setattr(gpu_check, "_build_in_a_child", lambda *a: pytest.fail("built despite the refusal"))
+    monkeypatch.setattr(disk.shutil, "disk_usage", lambda path: usage(10 * 2**30, 0, 2**30))
+    monkeypatch.setattr(node, "build_in_a_child", lambda *a: pytest.fail("built despite the refusal"))
     out = tmp_path / "out"
     assert gpu_check.main(["--backbone", "qwen2.5-7b", "--processes", "4", "--out", str(out)]) == 2
     err = capsys.readouterr().err.strip()
@@ -291,32 +292,32 @@ def test_a_node_of_four_processes_plays_a_round_that_splits_over_them():
     from tests.test_configs import compose_with
 
     for processes in (1, 2, 4, 8):
-        cfg = compose_with("backbone=tiny-random", *gpu_check.train_overrides(processes, [])[1:])
+        cfg = compose_with("backbone=tiny-random", *steps.train_overrides(processes, [])[1:])
         budget = Budget.from_config(cfg.budget, processes)  # refuses a round that does not split
         assert budget.rounds_for(budget.train_entries) == 2
     # the user's own sizes stand
-    assert gpu_check.train_overrides(4, ["budget.prompts_per_round=8"]) == [
-        *gpu_check.TRAIN, "budget.train_entries=8"]
+    assert steps.train_overrides(4, ["budget.prompts_per_round=8"]) == [
+        *steps.TRAIN, "budget.train_entries=8"]
 
 
 def test_the_steps_peak_is_the_largest_ranks(tmp_path):
     (tmp_path / "train.peak.json.rank0").write_text(json.dumps({"max_rss_gib": 3.0}))
     (tmp_path / "train.peak.json.rank1").write_text(json.dumps({"max_rss_gib": 5.0}))
-    peak = gpu_check._largest_peak(tmp_path, "train")
+    peak = runs._largest_peak(tmp_path, "train")
     assert peak["max_rss_gib"] == 5.0 and len(peak["ranks"]) == 2
-    assert gpu_check._largest_peak(tmp_path, "sanity") == {}
+    assert runs._largest_peak(tmp_path, "sanity") == {}
 
 
 def test_out_is_claimed_and_only_its_step_folders_are_cleared(tmp_path):
     (tmp_path / "theirs.txt").write_text("")
     with pytest.raises(UserError, match="holds files this preflight did not write"):
-        gpu_check.prepare_out(tmp_path)
+        node.prepare_out(tmp_path)
     out = tmp_path / "out"
-    gpu_check.prepare_out(out)
+    node.prepare_out(out)
     for name in ("sanity", "train", "logs", "models"):
         (out / name).mkdir()
         (out / name / "f").write_text("")
-    gpu_check.prepare_out(out)
+    node.prepare_out(out)
     assert sorted(p.name for p in out.iterdir()) == [".gpu_check", "models"]
 
 

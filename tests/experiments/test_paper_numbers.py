@@ -1,9 +1,9 @@
-"""experiments.paper_numbers against the paper's Tables 1-3, typed again here from the paper (issue 39 and
+"""experiments.tables.paper_numbers against the paper's Tables 1-3, typed again here from the paper (issue 39 and
 DESIGN.md list them): a wrong digit, a swapped row or a missing cell fails."""
 
 import pytest
 
-from experiments.paper_numbers import (PRINTED_AS_IS, REFERENCE_NOTES, REFERENCE_ROWS, TABLES, TAU2_SPLIT_OF_ROW,
+from experiments.tables.paper_numbers import (PRINTED_AS_IS, REFERENCE_NOTES, REFERENCE_ROWS, TABLES, TAU2_SPLIT_OF_ROW,
                                       TAU2_TASKS, paper_avg, paper_number, tau2_tasks_of_row)
 
 # As the paper prints them, one line a row: backbone | arm | the table's columns in its own order.
@@ -196,11 +196,11 @@ def test_the_avg_of_an_ablation_arm_comes_from_table_3():
 
 
 def test_the_markdown_prints_every_number_as_the_paper_does():
-    """What `python -m experiments.paper_numbers` prints: per table its title, the columns, then each row with its
+    """What `python -m experiments.tables.paper_numbers` prints: per table its title, the columns, then each row with its
     numbers as the paper prints them (a whole number without decimals, the others with two), its reference rows
     last, Table 2 with each row's tau2 task set, and under a table the notes on the numbers kept as printed, on
     ToolACE-2's Table 2 row and on the reference rows."""
-    from experiments.paper_numbers import markdown
+    from experiments.tables.paper_numbers import markdown
 
     def block(title, columns, typed, notes=()):
         rows = [f"| {backbone} | {arm} | " + " | ".join(cells) + " |"

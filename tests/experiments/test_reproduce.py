@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 from types import SimpleNamespace
 
-from experiments.reproduce import Job, gpu_hours_bound, plan, run_dir, with_budget
+from experiments.cluster.jobs import Job, plan, run_dir, with_budget
+from experiments.cluster.needs import gpu_hours_bound
 from seal.errors import UserError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -82,7 +83,7 @@ def test_a_smaller_budget_is_an_explicit_choice_and_says_so(tmp_path):
 
 
 def test_the_paper_budget_brings_the_authors_launch_unless_one_is_chosen():
-    from experiments.reproduce import with_budget
+    from experiments.cluster.jobs import with_budget
 
     assert with_budget(()) == ("budget=paper", "launch=paper")
     assert with_budget(("budget=paper",)) == ("launch=paper", "budget=paper")
@@ -172,7 +173,7 @@ def test_at_a_terminal_only_the_typed_word_submits(tmp_path, monkeypatch, capsys
 # -- what the jobs ask SLURM for, and what a partition has ----------------------------------------------------
 
 def test_gres_as_sinfo_prints_it():
-    from experiments.reproduce import parse_gres
+    from experiments.cluster.slurm import parse_gres
 
     assert parse_gres("(null)") == {}
     assert parse_gres("gpu:a100:4(S:0-1)") == {"a100": 4}
@@ -182,7 +183,7 @@ def test_gres_as_sinfo_prints_it():
 
 
 def test_what_the_launcher_settings_ask_slurm_for():
-    from experiments.reproduce import GpuAsk, gpus_asked
+    from experiments.cluster.slurm import GpuAsk, gpus_asked
 
     assert gpus_asked({"gpus_per_node": 4}) == GpuAsk(4)
     assert gpus_asked({"gpus_per_node": "a100:4"}) == GpuAsk(4, "a100")
@@ -210,7 +211,7 @@ def fake_sinfo(tmp_path, monkeypatch):
 
 
 def test_a_partition_without_the_gpus_asked_for_is_refused_in_one_sentence(fake_sinfo):
-    from experiments.reproduce import GpuAsk, check_partition
+    from experiments.cluster.slurm import GpuAsk, check_partition
 
     with pytest.raises(UserError) as refused:
         check_partition(None, GpuAsk(4), needed=4, processes=4)  # the default partition: local
@@ -246,7 +247,7 @@ def test_submitting_the_papers_jobs_to_a_partition_without_gpus_submits_nothing(
 # -- what each job needs of the cluster ---------------------------------------------------------------------
 
 def test_host_memory_is_the_docs_table():
-    from experiments.reproduce import host_memory_gib
+    from experiments.cluster.needs import host_memory_gib
 
     # docs/gpus-and-slurm.md, Host memory: R ranks x 4 bytes x P, plus 8 GiB a rank
     assert round(host_memory_gib(7.62e9, 4, lora=False), 1) == round(4 * 4 * 7.62e9 / 2**30 + 32, 1) == 145.5
@@ -259,7 +260,8 @@ def test_a_paper_jobs_disk_is_the_runs_own_preflight_figure():
     from hydra.utils import instantiate
     from omegaconf import OmegaConf
 
-    from experiments.reproduce import job_config, needs_of
+    from experiments.cluster.jobs import job_config
+    from experiments.cluster.needs import needs_of
     from seal.budget import Budget
     from seal.rl.checkpoint import run_disk_need
 
@@ -278,7 +280,7 @@ def test_a_paper_jobs_disk_is_the_runs_own_preflight_figure():
 
 
 def test_the_requeues_a_job_takes_under_the_time_limit():
-    from experiments.reproduce import Needs
+    from experiments.cluster.needs import Needs
 
     # 68 GPU-hours on 4 GPUs: 17 h; 720-minute allocations. The first works 720 minutes; each later one loses
     # 30 minutes to the reload (360 GiB at 0.2 GiB/s) and replays 6 of 68 rounds (17 h / 68 = 15 min each: 90 min),
@@ -292,7 +294,7 @@ def test_the_requeues_a_job_takes_under_the_time_limit():
 
 
 def test_the_example_launcher_settings_are_the_examples_own():
-    from experiments.reproduce import EXAMPLE_LAUNCHER
+    from experiments.cluster.needs import EXAMPLE_LAUNCHER
 
     example = (REPO / "conf" / "local" / "example.yaml").read_text()
     for setting in EXAMPLE_LAUNCHER:
@@ -301,7 +303,7 @@ def test_the_example_launcher_settings_are_the_examples_own():
 
 
 def test_the_dry_run_prints_what_every_job_needs(tmp_path):
-    from experiments.reproduce import EXAMPLE_LAUNCHER
+    from experiments.cluster.needs import EXAMPLE_LAUNCHER
 
     proc = subprocess.run([sys.executable, "-m", "experiments.reproduce", "--dry-run", "--root", str(tmp_path),
                            "--backbones", "qwen2.5-7b", "--seeds", "0", "--ablation-backbone", "", "--",

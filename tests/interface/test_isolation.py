@@ -72,7 +72,8 @@ def executed(entries):
 @pytest.fixture(scope="module")
 def raw_entries():
     """The entries as bfcl-eval's own inference loads them (with its Python-syntax note in each doc)."""
-    from seal.env.benchmark import CATEGORIES, prepare_bfcl_import
+    from seal.env.benchmarks.bfcl_v3 import CATEGORIES
+    from seal.env.entry import prepare_bfcl_import
 
     prepare_bfcl_import()
     from bfcl_eval.utils import load_dataset_entry

@@ -2,7 +2,7 @@ import functools
 
 import pytest
 
-from seal.env.benchmark import CATEGORIES
+from seal.env.benchmarks.bfcl_v3 import CATEGORIES
 
 
 # Built once per process, not once per session: `make mutate` runs every mutant's tests as a new

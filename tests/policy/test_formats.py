@@ -136,7 +136,7 @@ def test_system_prompts_show_tools_and_extra_text(bench):
 
 
 def test_bfcl_python_system_prompt_is_bfcls_own(bench):
-    from seal.env.benchmark import prepare_bfcl_import
+    from seal.env.entry import prepare_bfcl_import
 
     prepare_bfcl_import()
     utils = pytest.importorskip("bfcl_eval.model_handler.utils", exc_type=ImportError)
@@ -179,7 +179,8 @@ QWEN_TOOLS_TAIL = (
 @pytest.fixture(scope="module")
 def raw_bfcl_docs():
     """Entry id -> its initial tool docs as bfcl-eval loads them without the language hint."""
-    from seal.env.benchmark import CATEGORIES, prepare_bfcl_import
+    from seal.env.benchmarks.bfcl_v3 import CATEGORIES
+    from seal.env.entry import prepare_bfcl_import
 
     prepare_bfcl_import()
     from bfcl_eval.utils import load_dataset_entry

@@ -21,7 +21,7 @@ LAYER_3B = 2048 * 2048 + 2048 + 2 * (2048 * 256 + 256) + 2048 * 2048 + 3 * 2048 
 N_3B = 36 * LAYER_3B + 151936 * 2048 + 2048  # tied embedding, final norm
 LAYER_7B = 3584 * 3584 + 3584 + 2 * (3584 * 512 + 512) + 3584 * 3584 + 3 * 3584 * 18944 + 2 * 3584
 N_7B = 28 * LAYER_7B + 2 * 152064 * 3584 + 3584  # untied head
-# an 80 GB GPU less the CUDA context and the allocator's reserve (experiments/bench_memory.py)
+# an 80 GB GPU less the CUDA context and the allocator's reserve (experiments/measure/memory.py)
 USABLE = 80 * 10**9 - 2 * GiB
 
 
@@ -213,11 +213,11 @@ def test_the_facts_the_plan_rests_on(tmp_path):
 
 
 def test_the_figures_of_the_memory_page_are_the_plans():
-    from experiments.bench_memory import USABLE as bench_usable
-    from experiments.bench_memory import paper_plans
+    from experiments.measure.memory import USABLE as bench_usable
+    from experiments.measure.memory import paper_plans
 
     # the prose of docs/gpus-and-slurm.md's Memory section (the plan tables below it are written by
-    # python -m experiments.docs and compared by tests/experiments/test_docs.py)
+    # python -m tests.tools.docs and compared by tests/tools/test_docs.py)
     text = (ROOT / "docs" / "gpus-and-slurm.md").read_text()
     section = text[text.index("### Memory"):text.index("<!-- begin: memory-plan -->")]
     plans = {name: paper_plans(name) for name in ("qwen2.5-3b", "qwen2.5-7b", "llama-3.1-8b")}

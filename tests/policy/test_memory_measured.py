@@ -1,11 +1,11 @@
 """The memory plan's terms against what transformers, TRL and torch allocate on the CPU for small Qwen2 models:
 the tensors one decoder layer saves for its backward, autocast's weight cache, a whole training step's peaks
-(experiments/bench_memory.py, the figures `make bench` prints) and DDP's gradient buckets."""
+(experiments/measure/memory.py, the figures `make bench` prints) and DDP's gradient buckets."""
 
 import pytest
 import torch
 
-from experiments.bench_memory import LiveTensors, _small_model, measure_ddp_buckets, measure_training_step
+from experiments.measure.memory import LiveTensors, _small_model, measure_ddp_buckets, measure_training_step
 from seal.policy.memory import layer_saved_bytes_per_token, param_count, training_memory
 
 # head_dim 32, GQA 8 / 2, MLP 2.75 x hidden

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from seal.env.benchmark import CATEGORIES
+from seal.env.benchmarks.bfcl_v3 import CATEGORIES
 from seal.env.protocol import BFCL, RELEASE
 from seal.interface.view import PLAIN, PlainView
 from seal.policy.formats import FORMATS, get_format

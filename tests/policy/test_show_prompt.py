@@ -29,7 +29,7 @@ def show(tmp_path, capsys, *overrides):
 
 @pytest.fixture(scope="module")
 def raw_docs():
-    from seal.env.benchmark import prepare_bfcl_import
+    from seal.env.entry import prepare_bfcl_import
 
     prepare_bfcl_import()
     from bfcl_eval.utils import load_dataset_entry

@@ -494,7 +494,7 @@ def test_on_cuda_each_play_wakes_the_engine_syncs_generates_and_sleeps(fake_vllm
     the first play and between plays; each play wakes the weights, loads the trained ones into them,
     then wakes the KV cache (vLLM's order for new weights), generates, and sleeps at level 2 (the model
     has no version attached, so every play loads its weights anyway)."""
-    from seal.env.benchmark import get_entries
+    from seal.env.benchmarks.bfcl_v3 import get_entries
     from seal.policy.backbones import TinyRandomBackbone
     from seal.policy.formats import get_format
     from seal.policy.rollout import RolloutEngine

@@ -7,7 +7,7 @@ import time
 import pytest
 
 from seal.diagnosis import TurnLabel
-from seal.env.benchmark import get_entries
+from seal.env.benchmarks.bfcl_v3 import get_entries
 from seal.interface import InterfaceConfig, initial_interface
 from seal.rl.coevolution import CoEvolution
 from seal.rl.reweighting import Reweighting

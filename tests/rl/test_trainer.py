@@ -7,7 +7,7 @@ import torch
 from hydra.utils import instantiate
 import trl
 
-from seal.env.benchmark import get_entries
+from seal.env.benchmarks.bfcl_v3 import get_entries
 from seal.interface import initial_interface
 from seal.rl.coevolution import CoEvolution
 from seal.budget import Budget

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from seal.env.benchmark import Entry, prepare_bfcl_import
+from seal.env.entry import Entry, prepare_bfcl_import
 from seal.env.benchmarks.base import Benchmark, one_turn_verdict, overflow_verdict
 from seal.env.verifier import Verdict
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from seal.env.benchmark import Entry
+from seal.env.entry import Entry
 from seal.env.verifier import CONTEXT_OVERFLOW, TurnCheck, Verdict
 from seal.errors import UserError
 

@@ -7,7 +7,7 @@ import functools
 import json
 from typing import Any
 
-from seal.env.benchmark import Entry, prepare_bfcl_import
+from seal.env.entry import Entry, prepare_bfcl_import
 
 
 @functools.lru_cache(maxsize=None)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from seal.env.benchmark import Entry, prepare_bfcl_import
+from seal.env.entry import Entry, prepare_bfcl_import
 from seal.env.benchmarks.base import ORACLE_REPLY, Benchmark, one_turn_verdict, overflow_verdict, register
 from seal.env.benchmarks.bfcl_eval_data import load_entries, raw_category
 from seal.env.calls import ToolCall

@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from seal.env.benchmark import Entry, prepare_bfcl_import
+from seal.env.entry import Entry, prepare_bfcl_import
 from seal.env.benchmarks.agentic import Agentic, agentic_reply, unescaped
 from seal.env.benchmarks.base import ORACLE_REPLY, register
 from seal.env.benchmarks.bfcl_eval_data import load_entries, raw_category

@@ -7,7 +7,7 @@ from __future__ import annotations
 import ast
 from typing import Any
 
-from seal.env.benchmark import Entry
+from seal.env.entry import Entry
 from seal.env.benchmarks.agentic import Agentic, agentic_reply, unescaped
 from seal.env.benchmarks.base import register
 from seal.env.benchmarks.bfcl_eval_data import load_entries

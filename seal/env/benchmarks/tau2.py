@@ -23,7 +23,7 @@ import itertools
 import json
 from typing import Any, Callable
 
-from seal.env.benchmark import Entry
+from seal.env.entry import Entry
 from seal.env.benchmarks.base import Benchmark, one_turn_verdict, register
 from seal.env.calls import ToolCall
 from seal.env.executor import CallRecord

@@ -1,6 +1,6 @@
 """Whether a run was measured the way a paper number beside it was: Table 2's tau2 columns.
 
-The paper's tau2 numbers are fractions of one task set per row (experiments.paper_numbers.TAU2_SPLIT_OF_ROW:
+The paper's tau2 numbers are fractions of one task set per row (experiments.tables.paper_numbers.TAU2_SPLIT_OF_ROW:
 tau2's base split for the Qwen2.5 rows, its test split for the reference rows); each tau2 evaluation records
 the split it played and the tasks of each domain (metrics.json: split, counts). experiments.aggregate shows a
 paper number only beside runs that played every task of its row's split, and names the others with these
@@ -9,7 +9,7 @@ functions' words.
 
 from __future__ import annotations
 
-from experiments.paper_numbers import TAU2_DOMAINS, TAU2_SPLIT_OF_ROW, TAU2_TASKS, tau2_tasks
+from experiments.tables.paper_numbers import TAU2_DOMAINS, TAU2_SPLIT_OF_ROW, TAU2_TASKS, tau2_tasks
 
 TAU2_COLUMNS = {"tau2": TAU2_DOMAINS, "tau2_retail": ("retail",), "tau2_airline": ("airline",),
                 "tau2_telecom": ("telecom",)}
@@ -37,7 +37,7 @@ def tau2_label(measured: tuple[str | None, dict[str, int]]) -> str:
 
 def unlike_paper(measured: list[tuple[str | None, dict[str, int]]], row: tuple[str, str]) -> dict[str, str]:
     """Table 2's tau2 columns whose runs were not all measured on every task of the set the paper's `row` fits
-    (experiments.paper_numbers.TAU2_SPLIT_OF_ROW), each with why; a run that played none of a column's domains
+    (experiments.tables.paper_numbers.TAU2_SPLIT_OF_ROW), each with why; a run that played none of a column's domains
     has no value there and is not counted."""
     split = TAU2_SPLIT_OF_ROW.get(row)
     if split is None:

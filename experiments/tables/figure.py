@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from experiments.paper_numbers import BASE, paper_avg
+from experiments.tables.paper_numbers import BASE, paper_avg
 
 ARM_ORDER = (BASE, "vanilla_rl", "wo_env_adaptation", "wo_reweighting", "wo_closed_loop", "seal")
 COLUMN_TITLES = {"bfcl_v4": "BFCL V4 Avg", "bfcl_v4_web_search": "BFCL V4 Web Search", "bfcl_v4_memory": "BFCL V4 Memory",
@@ -105,7 +105,7 @@ def figure(rows: list[dict], protocol: str, model_label: str):
     """Table 1's rows (and the ablation arms of Table 3, which share them): the BFCL V3 Avg of `protocol`
     per backbone and arm; under the release protocol the paper's Avg (Table 1, else Table 3) on each bar
     that has one."""
-    from experiments.aggregate import PROTOCOLS
+    from experiments.tables.columns import PROTOCOLS
 
     plt = _pyplot()
     rows = _in_order(rows)
@@ -130,7 +130,7 @@ def figure(rows: list[dict], protocol: str, model_label: str):
 def table2_figure(rows: list[dict]):
     """Every column of Table 2 in its own panel: the base model before and each arm after training, per
     backbone, the paper's number on each bar that has one."""
-    from experiments.paper_numbers import TABLE2_COLUMNS
+    from experiments.tables.paper_numbers import TABLE2_COLUMNS
 
     plt = _pyplot()
     rows = _in_order(rows)

@@ -1,16 +1,16 @@
-"""experiments.docs: the blocks of docs/ that a command prints are what the command prints now, and a block
+"""tests.tools.docs: the blocks of docs/ that a command prints are what the command prints now, and a block
 that drifted is named by --check and rewritten, with the rest of its page untouched."""
 
 import re
 
 import pytest
 
-from experiments import docs
-from experiments.docs import BLOCKS, Block, current, replace, stale
+from tests.tools import docs
+from tests.tools.docs import BLOCKS, Block, current, replace, stale
 
 
 def test_every_block_of_docs_is_what_its_command_prints():
-    # a failure here: run `make docs` (python -m experiments.docs) and commit the pages it rewrites
+    # a failure here: run `make docs` (python -m tests.tools.docs) and commit the pages it rewrites
     assert stale() == []
 
 
@@ -41,7 +41,7 @@ def test_a_drifted_block_is_named_and_left_alone_by_check(toy, capsys, monkeypat
 def test_a_drifted_block_is_rewritten_and_nothing_else(toy):
     assert stale(toy.parent, write=True) == ["toy"]
     text = toy.read_text()
-    assert text.startswith("# Page\n\nbefore\n<!-- begin: toy -->\n<!-- written by `python -m experiments.docs`")
+    assert text.startswith("# Page\n\nbefore\n<!-- begin: toy -->\n<!-- written by `python -m tests.tools.docs`")
     assert text.endswith("\nfigure 2\n<!-- end: toy -->\nafter\n") and "figure 1" not in text
     assert stale(toy.parent) == []
 
@@ -65,7 +65,7 @@ def test_the_prose_gpu_hours_are_the_dry_runs():
 
 
 def test_the_paper_numbers_block_holds_every_number_of_the_paper():
-    from experiments.paper_numbers import TABLES
+    from experiments.tables.paper_numbers import TABLES
 
     block = current((docs.DOCS / "reproducing-the-paper.md").read_text(), "paper-numbers")
     for rows in TABLES.values():

@@ -1,9 +1,9 @@
-"""experiments/mutate.py's groups (pyproject's [tool.mutmut.groups]): every module and test they name exists,
+"""tests/tools/mutate.py's groups (pyproject's [tool.mutmut.groups]): every module and test they name exists,
 no module is in two groups, and a partly mutated module is limited to the functions named."""
 
 from pathlib import Path
 
-from experiments import mutate
+from tests.tools import mutate
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -35,7 +35,7 @@ def test_an_unknown_group_is_named_with_the_choices(capsys):
 
 
 def test_mutant_globs_alone_pick_the_groups_that_hold_them():
-    group = mutate.Group("g", ["seal/rl/reweighting.py", "experiments/aggregate.py"], ["tests"], [])
-    assert group.holds(["seal.rl.reweighting.*"]) and group.holds(["experiments.aggregate.x_main__mutmut_3"])
+    group = mutate.Group("g", ["seal/rl/reweighting.py", "experiments/tables/runs.py"], ["tests"], [])
+    assert group.holds(["seal.rl.reweighting.*"]) and group.holds(["experiments.tables.runs.x_survey__mutmut_3"])
     assert group.holds(["seal.rl.*"]) and group.holds(["*"])
     assert not group.holds(["seal.rl.trainer.*"]) and not group.holds(["seal.rl.reweighting_other.*"])

@@ -15,7 +15,7 @@ import resource
 import time
 from pathlib import Path
 
-CONF = Path(__file__).resolve().parents[1] / "conf"
+CONF = Path(__file__).resolve().parents[2] / "conf"
 
 EPISODES = 8
 MAX_NEW_TOKENS = 24
@@ -31,7 +31,7 @@ def vllm() -> None:
     from hydra.utils import instantiate
     from omegaconf import OmegaConf
 
-    from experiments.bench_rollout import TURNS, _short_entries
+    from experiments.measure.rollout import TURNS, _short_entries
     from seal.budget import Budget
     from seal.policy.rollout import RolloutEngine
 

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from seal.interface.view import PLAIN
 
-CONF = Path(__file__).resolve().parents[1] / "conf"
+CONF = Path(__file__).resolve().parents[2] / "conf"
 
 TURNS = 3
 MAX_NEW_TOKENS = 24
@@ -38,7 +38,7 @@ NAIVE_EPISODES = 2
 
 
 def _short_entries(engine, n: int):
-    from seal.env.benchmark import load_benchmark
+    from seal.env.benchmarks.bfcl_v3 import load_benchmark
 
     entries = sorted(load_benchmark().values(), key=engine.prompt_tokens)
     # the first turns only (a miss_func holdout turn would need its docs; keep plain turns)
@@ -88,7 +88,7 @@ def _load(overrides: list[str] | tuple[str, ...]):
 def distinct_requests(engine, n: int, new_tokens: int, prompt_tokens: int | None = None):
     """One request per distinct entry (the n with the shortest prompts), its whole rendered prompt or its
     last `prompt_tokens` ids (the tails differ: they hold each entry's own user turn)."""
-    from seal.env.benchmark import load_benchmark
+    from seal.env.benchmarks.bfcl_v3 import load_benchmark
     from seal.policy.generation import GenerationRequest, derive_seed
     from seal.env.episode import TurnStart
 

@@ -2,7 +2,7 @@
 
 Reads mutmut's result files (mutants/**/*.py.meta) and its own exit-code table. A module's score is
 killed / (mutants - equivalent), where killed counts mutants a test failed on, timed out or that
-broke the import; equivalent mutants are listed with a reason in experiments/equivalent_mutants.txt
+broke the import; equivalent mutants are listed with a reason in tests/tools/equivalent_mutants.txt
 ("<mutant key> <fingerprint> <reason>" per line; the fingerprint is a hash of the mutant's changed lines,
 which the report prints beside each survivor). Prints one row per module, then every surviving or untested
 mutant with its changed lines (`mutmut show <key>` prints its diff). Exit code 1 when a module is under the
@@ -24,7 +24,7 @@ from pathlib import Path
 
 GOAL = 0.95
 KILLED = {"killed", "timeout", "caught by type check", "segfault"}
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def equivalent(path: Path) -> dict[str, tuple[str, str]]:
@@ -144,7 +144,7 @@ def print_report(report: Report) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--mutants", type=Path, default=REPO / "mutants")
-    ap.add_argument("--equivalent", type=Path, default=REPO / "experiments" / "equivalent_mutants.txt")
+    ap.add_argument("--equivalent", type=Path, default=REPO / "tests" / "tools" / "equivalent_mutants.txt")
     args = ap.parse_args(argv)
     if not collect(args.mutants):
         print(f"no mutmut results under {args.mutants}: run `make mutate`", file=sys.stderr)

@@ -8,10 +8,10 @@ names is mutated whole). mutmut reads one configuration per process, so each gro
 that sets it before mutmut starts; mutmut writes to mutants/ (a fixed place), and the report scores each group
 right after its run, so the last group's results stay there for `mutmut show <key>`.
 
-    python -m experiments.mutate                    every group, in order; exit 1 if any module is under the goal
-    python -m experiments.mutate --group env        one group (a comma-separated list runs several)
-    python -m experiments.mutate --group env 'seal.env.protocol.*'   only these mutants of the group
-    python -m experiments.mutate 'seal.rl.reweighting.*'            the groups that hold these mutants
+    python -m tests.tools.mutate                    every group, in order; exit 1 if any module is under the goal
+    python -m tests.tools.mutate --group env        one group (a comma-separated list runs several)
+    python -m tests.tools.mutate --group env 'seal.env.protocol.*'   only these mutants of the group
+    python -m tests.tools.mutate 'seal.rl.reweighting.*'            the groups that hold these mutants
 """
 
 from __future__ import annotations
@@ -27,9 +27,9 @@ import time
 import tomllib
 from pathlib import Path
 
-from experiments import mutation_report
+from tests.tools import mutation_report
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,9 +66,9 @@ def run_child(group: Group, mutants: list[str], max_children: int) -> None:
     """mutmut's run with the group's modules and tests (runs in the child process, from the repository root)."""
     import mutmut.configuration as mutmut_config
 
-    # this process imported the experiments package from the repository (to run this module): forget it, so
-    # that the tests import it from mutants/, where the mutated modules are
-    for name in [m for m in sys.modules if m == "experiments" or m.startswith("experiments.")]:
+    # this process imported the tests package (this module) and the experiments package from the repository:
+    # forget both, so that the tests import them from mutants/, where the mutated modules are
+    for name in [m for m in sys.modules if m.split(".")[0] in ("experiments", "tests")]:
         del sys.modules[name]
     base = mutmut_config._load_config()
     mutmut_config._config = dataclasses.replace(
@@ -87,7 +87,7 @@ def run_group(group: Group, mutants: list[str], max_children: int) -> tuple[int,
     # one thread per torch: mutmut forks each mutant's run from a process that already ran the tests, and a
     # forked child whose parent started torch's OpenMP pool hangs in its first parallel op
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "experiments.mutate", "--child", group.name, "--max-children", str(max_children),
+    cmd = [sys.executable, "-m", "tests.tools.mutate", "--child", group.name, "--max-children", str(max_children),
            *mutants]
     with log.open("w") as out:
         code = subprocess.run(cmd, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT).returncode
@@ -97,7 +97,7 @@ def run_group(group: Group, mutants: list[str], max_children: int) -> tuple[int,
         print("".join(log.read_text().splitlines(keepends=True)[-20:]))
         print(f"mutmut stopped with exit code {code}")
         return 1, wall, []
-    report = mutation_report.score(REPO / "mutants", REPO / "experiments" / "equivalent_mutants.txt")
+    report = mutation_report.score(REPO / "mutants", REPO / "tests" / "tools" / "equivalent_mutants.txt")
     mutation_report.print_report(report)
     return (1 if report.failed else 0), wall, report.rows
 

@@ -1,8 +1,8 @@
-"""experiments/mutation_report.py on hand-made mutmut result files: scores, survivors, stale equivalents."""
+"""tests/tools/mutation_report.py on hand-made mutmut result files: scores, survivors, stale equivalents."""
 
 import json
 
-from experiments import mutation_report
+from tests.tools import mutation_report
 
 # a module as mutmut writes it: the original function and each mutant beside it
 SOURCE = '''

@@ -186,7 +186,7 @@ def notes(table: str) -> list[str]:
 
 
 def markdown() -> str:
-    """Every table as the paper prints it, in Markdown (what `python -m experiments.paper_numbers` prints and
+    """Every table as the paper prints it, in Markdown (what `python -m experiments.tables.paper_numbers` prints and
     docs/reproducing-the-paper.md shows), its reference rows last: a number typed as an integer stays one,
     the others keep two decimals; Table 2 names each row's tau2 task set; the notes under a table name each
     number kept as printed and say what the reference rows are."""

@@ -1,11 +1,11 @@
 """The blocks of docs/ that a command prints, written into the pages by that command's own functions.
 
-    python -m experiments.docs            # rewrite every block that differs (make docs)
-    python -m experiments.docs --check    # rewrite nothing; exit 1 naming each block that differs
+    python -m tests.tools.docs            # rewrite every block that differs (make docs)
+    python -m tests.tools.docs --check    # rewrite nothing; exit 1 naming each block that differs
 
 A block is the text between `<!-- begin: NAME -->` and `<!-- end: NAME -->` in a page of docs/. BLOCKS
 gives, per block, its page, the command a reader runs to see the same figures, and the function that
-makes the text (the one that command prints with). tests/experiments/test_docs.py fails when a page and
+makes the text (the one that command prints with). tests/tools/test_docs.py fails when a page and
 its command disagree, so a figure cannot drift from the code that computes it.
 """
 
@@ -20,17 +20,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-DOCS = Path(__file__).resolve().parents[1] / "docs"
+DOCS = Path(__file__).resolve().parents[2] / "docs"
 
 
 def memory_plan() -> str:
-    from experiments.bench_memory import plan_tables
+    from experiments.measure.memory import plan_tables
 
     return f"```text\n{plan_tables()}\n```"
 
 
 def paper_numbers() -> str:
-    from experiments.paper_numbers import markdown
+    from experiments.tables.paper_numbers import markdown
 
     return markdown()
 
@@ -39,23 +39,24 @@ def reproduce_plan() -> str:
     """What the dry run prints on a checkout without runs, its root named as the default relative path, with
     the SLURM settings conf/local/example.yaml shows."""
     from experiments import reproduce
+    from experiments.cluster.needs import EXAMPLE_LAUNCHER
 
     with tempfile.TemporaryDirectory() as tmp:
         out = io.StringIO()
         with contextlib.redirect_stdout(out):
-            reproduce.main(["--dry-run", "--root", f"{tmp}/multirun/reproduce", "--", *reproduce.EXAMPLE_LAUNCHER])
+            reproduce.main(["--dry-run", "--root", f"{tmp}/multirun/reproduce", "--", *EXAMPLE_LAUNCHER])
         text = out.getvalue().replace(f"{Path(tmp).resolve()}/", "").rstrip()
     return f"```text\n{text}\n```"
 
 
 def paper_jobs() -> str:
-    from experiments.reproduce import paper_jobs_markdown
+    from experiments.cluster.needs import paper_jobs_markdown
 
     return paper_jobs_markdown()
 
 
 def _example_launcher() -> str:
-    from experiments.reproduce import EXAMPLE_LAUNCHER
+    from experiments.cluster.needs import EXAMPLE_LAUNCHER
 
     return " ".join(EXAMPLE_LAUNCHER)
 
@@ -69,7 +70,7 @@ class Block:
 
 BLOCKS = {
     "memory-plan": Block("gpus-and-slurm.md", "python -m experiments.bench memory", memory_plan),
-    "paper-numbers": Block("reproducing-the-paper.md", "python -m experiments.paper_numbers", paper_numbers),
+    "paper-numbers": Block("reproducing-the-paper.md", "python -m experiments.tables.paper_numbers", paper_numbers),
     "reproduce-plan": Block("reproducing-the-paper.md", f"python -m experiments.reproduce --dry-run -- {_example_launcher()}",
                             reproduce_plan),
     "paper-jobs": Block("gpus-and-slurm.md", f"python -m experiments.reproduce --dry-run -- {_example_launcher()}",
@@ -80,7 +81,7 @@ BLOCKS = {
 def block_text(name: str) -> str:
     """What goes between the markers of block `name`: a line naming its command, then the command's text."""
     block = BLOCKS[name]
-    note = f"<!-- written by `python -m experiments.docs` from `{block.command}`: change the code, not this text -->"
+    note = f"<!-- written by `python -m tests.tools.docs` from `{block.command}`: change the code, not this text -->"
     return f"\n{note}\n{block.make()}\n"
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-CONF = Path(__file__).resolve().parents[1] / "conf"
+CONF = Path(__file__).resolve().parents[2] / "conf"
 BACKBONES = ["qwen2.5-3b", "qwen2.5-7b", "llama-3.1-8b"]
 GPU_GIB = 80
 
@@ -26,7 +26,7 @@ def _train_prompt_lengths() -> list[int]:
     from hydra.utils import instantiate
 
     from seal.budget import Budget
-    from seal.env.benchmark import get_entries
+    from seal.env.benchmarks.bfcl_v3 import get_entries
     from seal.policy.oracle import OracleBackbone
     from seal.policy.rollout import RolloutEngine
 
@@ -46,7 +46,7 @@ def memory() -> None:
 
 def plan_tables() -> str:
     """Each paper backbone's plan per launch (LAUNCHES), part by part, as `make bench ARGS=memory` prints it
-    and docs/gpus-and-slurm.md shows it (python -m experiments.docs writes it there)."""
+    and docs/gpus-and-slurm.md shows it (python -m tests.tools.docs writes it there)."""
     from seal.policy.generation_hf import PREFILL_CHUNK
     from seal.policy.memory import GiB, kv_bytes_per_token, param_count
 
