@@ -78,7 +78,13 @@ def test_a_sweep_of_two_arms_and_two_seeds_runs_as_slurm_jobs_and_aggregates(clu
     for arm, model in (("base model", "base model (initial)"), ("seal", "final model"), ("vanilla_rl", "final model")):
         assert f"| tiny-random | {arm} | {model} | 2 of 2 |" in agg.stdout
     assert "Missing" not in agg.stdout
-    assert (tables / "tables.md").exists() and (tables / "tables.csv").read_text().count("\n") == 1 + 3 * 2  # x two protocols
+    import csv
+
+    assert (tables / "tables.md").exists()
+    rows = list(csv.DictReader((tables / "tables.csv").open()))
+    # three rows x two protocols, then the paper's eight reference models of Table 1 (its release protocol only)
+    assert len([r for r in rows if r["arm"] != "reference"]) == 3 * 2
+    assert [r["protocol"] for r in rows if r["arm"] == "reference"] == ["release"] * 8
 
 
 def test_a_failing_job_leaves_its_error_and_the_rest_of_the_sweep_finishes(cluster, tmp_path):
