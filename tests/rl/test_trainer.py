@@ -11,7 +11,7 @@ from seal.env.benchmarks.bfcl_v3 import get_entries
 from seal.interface import initial_interface
 from seal.rl.coevolution import CoEvolution
 from seal.budget import Budget
-from seal.rl.trainer import make_trainer, scale_advantages
+from seal.rl.trainer import OptimisationProgress, make_trainer, scale_advantages
 from tests.rl.scripted import MASK, ScriptedEngine
 from tests.test_configs import compose_with
 
@@ -53,6 +53,16 @@ def one_generation_batch(co, trainer, monkeypatch):
     # TRL's sampler repeats each prompt num_generations times in a row
     inputs = [{"prompt": i} for i in IDS for _ in range(2)]
     return trainer._generate_and_score_completions(inputs), seen["advantages"]
+
+
+def test_a_rounds_optimisation_is_shown_under_the_number_of_its_rollouts(tmp_path, monkeypatch):
+    # the console's per-round lines start at round 0 ("[1/2] round 0 | ..."), and the rollouts of the first round
+    # are shown as "round 0 · rollouts": its optimisation, counted in micro-batches, is "round 0 · optimisation"
+    co, trainer = build(config(), tmp_path)
+    trainer.optimisation = OptimisationProgress(micro_batches=3)
+    one_generation_batch(co, trainer, monkeypatch)
+    shown = trainer.optimisation.progress
+    assert (shown.label, shown.total, shown.done, shown.unit) == ("round 0 · optimisation", 3, 0, "micro-batch")
 
 
 def test_scale_advantages_multiplies_per_trajectory():
@@ -236,6 +246,8 @@ def test_the_loss_adds_the_papers_kl_without_the_importance_ratio(tmp_path, monk
     model.train()
     loss = trainer.compute_loss(model, out)
     assert loss.item() == pytest.approx(expected.item(), rel=1e-4)
+    # the KL is computed in float64 and joins TRL's loss in the loss's own dtype: float32 reaches the backward pass
+    assert loss.dtype == torch.float32
     # TRL's default would have multiplied the KL by the ratio
     biased = ((((-ratio * out["advantages"][:, None]) + 0.5 * kl * ratio) * mask).sum(1) / mask.sum(1)).mean()
     assert abs(loss.item() - biased.item()) > 1e-4
