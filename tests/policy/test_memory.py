@@ -384,6 +384,10 @@ def test_fsdp2_reduces_one_layers_gradients_at_a_time_and_keeps_the_loaded_model
         fsdp.reduce_scatter
     assert (fsdp.loaded, fsdp.host_loaded, fsdp.host_reference) == (0, N_7B * 4, N_7B * 2 // 4)
     assert fsdp.host == N_7B * 4
+    # over 3 ranks the bf16 reference (2 N bytes, 2 over a multiple of 3) splits unevenly: the largest shard counts,
+    # in whole bytes
+    three = plan("qwen2.5-7b", sharding="fsdp2", ranks=3)
+    assert three.host_reference == (N_7B * 2 + 1) // 3 and type(three.host_reference) is int
     # before training the device holds the rollout only: here the transformers engine's bf16 copy and its KV
     assert fsdp.before_training == fsdp.rollout_copy + fsdp.rollout == N_7B * 2 + fsdp.rollout
     # ddp reduces nothing layer by layer (its buckets are resident) and loads the fp32 masters onto the device

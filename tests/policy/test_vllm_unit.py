@@ -730,6 +730,26 @@ def test_lora_adapters_are_merged_into_a_copy_under_the_checkpoint_names(fake_vl
     assert gen.llm.events[1:] == [("apply_model", gv._reprocess_tied_layers), "reset_prefix_cache"]
 
 
+def test_a_sync_from_shards_gathers_in_the_engines_dtype(fake_vllm):
+    """An FSDP2 rank's fp32 master shards are cast to the engine's dtype before the gather (half the bytes moved
+    and allocated); a plain parameter is handed over as it is, for the engine to cast as it copies."""
+    from tests.policy.test_weights import one_rank_shards
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 4)
+    weight = model.weight.detach().clone()
+    gen = gv.VLLMGenerator("/models/m", dtype="bfloat16", context_length=64, seed=5)
+    assert gen.torch_dtype == torch.bfloat16
+    with one_rank_shards() as group:
+        model.weight = torch.nn.Parameter(group.shard(weight))
+        gen.sync_weights(model)
+    weights = [e for e in gen.llm.events if e[0] == "rpc"][0][3]
+    assert group.gathered == [torch.bfloat16]
+    assert weights["weight"][1].dtype == torch.bfloat16 and torch.equal(weights["weight"][1], weight.to(torch.bfloat16))
+    assert weights["bias"][0].dtype == torch.float32
+    assert torch.equal(weights["bias"][1], model.bias.detach())
+
+
 def test_ten_syncs_leave_a_bf16_base_bit_identical(fake_vllm):
     """The rollout's copy is W + (alpha / r) B A; merging into the bf16 base and taking the update out again
     (what peft's merge_adapter / unmerge_adapter do) rounds twice, so the base and the reference drift."""

@@ -8,7 +8,7 @@ from safetensors import safe_open
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
 
-from seal.policy.weights import full_state_dict, write_pretrained
+from seal.policy.weights import full_state_dict, whole, write_pretrained
 
 
 def tiny(tie: bool) -> LlamaForCausalLM:
@@ -91,6 +91,68 @@ def test_the_full_state_dict_copies_to_host_memory_only_where_it_is_kept():
         full_state_dict(model)
     # a rank that does not keep it takes part in the gathering and never copies
     assert full_state_dict(model, keep=False) == {}
+
+
+class one_rank_shards:
+    """A one-rank gloo group in which a module's tensors can be FSDP2-style DTensors (sharded over the single
+    rank: whole tensors behind DTensor's interface), and a record of the dtype each gather moves."""
+
+    def __enter__(self):
+        import torch.distributed as dist
+        from torch.distributed.tensor import DTensor
+
+        dist.init_process_group("gloo", rank=0, world_size=1, store=dist.HashStore())
+        self.gathered, self._full = [], DTensor.full_tensor
+        recorded = self.gathered
+
+        def full_tensor(tensor, *args, **kwargs):
+            recorded.append(tensor.dtype)
+            return self._full(tensor, *args, **kwargs)
+
+        DTensor.full_tensor = full_tensor
+        return self
+
+    @staticmethod
+    def shard(tensor):
+        from torch.distributed.device_mesh import DeviceMesh
+        from torch.distributed.tensor import Shard, distribute_tensor
+
+        return distribute_tensor(tensor, DeviceMesh("cpu", [0]), [Shard(0)])
+
+    def __exit__(self, *exc):
+        import torch.distributed as dist
+        from torch.distributed.tensor import DTensor
+
+        DTensor.full_tensor = self._full
+        dist.destroy_process_group()
+
+
+def test_a_shard_is_gathered_in_the_receivers_dtype_and_integers_are_never_cast():
+    torch.manual_seed(0)
+    weight, steps = torch.randn(4, 3), torch.arange(4, dtype=torch.int64)
+    with one_rank_shards() as group:
+        # cast before the gather: what moves between ranks is bf16, half the bytes of the fp32 masters
+        bf16 = whole(group.shard(weight), torch.bfloat16)
+        assert group.gathered == [torch.bfloat16]
+        assert bf16.dtype == torch.bfloat16 and torch.equal(bf16, weight.to(torch.bfloat16))
+        # no dtype: the shard's own (fp32, bit for bit)
+        assert torch.equal(whole(group.shard(weight)), weight) and group.gathered[-1] == torch.float32
+        # an integer tensor keeps its dtype whatever the receiver computes in
+        kept = whole(group.shard(steps), torch.bfloat16)
+        assert group.gathered[-1] == torch.int64 and torch.equal(kept, steps)
+        # the state dict gathers each sharded tensor once, already in the dtype it is kept in
+        linear = torch.nn.Linear(3, 4)
+        with torch.no_grad():
+            linear.weight.copy_(weight)
+        linear.weight = torch.nn.Parameter(group.shard(linear.weight.detach()))
+        del group.gathered[:]
+        state = full_state_dict(linear, torch.bfloat16)
+        assert group.gathered == [torch.bfloat16]  # the weight; the bias is a plain tensor, cast on the host
+        assert {v.dtype for v in state.values()} == {torch.bfloat16}
+        assert torch.equal(state["weight"], weight.to(torch.bfloat16))
+    # a plain tensor is never cast here (its reader casts it), only detached
+    plain = torch.randn(2, requires_grad=True)
+    assert whole(plain, torch.bfloat16).dtype == torch.float32 and not whole(plain).requires_grad
 
 
 def test_a_sharded_parameter_is_gathered_into_a_plain_whole_tensor():

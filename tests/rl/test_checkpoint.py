@@ -12,7 +12,7 @@ import torch
 from seal.errors import UserError
 from seal.rl.checkpoint import (
     SEAL_STATE, check_disk_space, disk_need, latest_complete_checkpoint, replay_epoch_order, rotate_checkpoints,
-    save_final_model,
+    run_disk_need, save_final_model,
 )
 from tests.rl.test_loop import TINY, rounds
 from tests.test_configs import compose_with
@@ -295,6 +295,10 @@ def test_the_runs_saves_and_models_from_its_budget(tmp_path, monkeypatch):
 
     need, out, keep, dtype = need_of()
     assert (out, keep, dtype) == (tmp_path, 2, "bfloat16")
+    # what the preflight and the memory bench ask for: a full fine-tune (no adapters) written by one rank
+    full_one_rank = run_disk_need(QWEN25_3B, OmegaConf.create({"trainer": {"save_every": 10, "keep_checkpoints": 2}}),
+                                  budget, 200, dtype="bfloat16")
+    assert full_one_rank == disk_need(QWEN25_3B, dtype="bfloat16", keep=2, saves=6, models=2, lora_params=0, shards=1)
     # 6 saves (rounds 10..60), 3 at once; final_model/ and best_model/
     assert need == disk_need(QWEN25_3B, dtype="bfloat16", keep=2, saves=6, models=2, shards=4)
     assert need_of(keep_checkpoints=None)[0].at_once == 6  # every one of the 6 kept
@@ -424,6 +428,13 @@ def test_the_ranks_agree_on_every_failure_and_only_the_main_rank_removes_the_fol
     assert folder.is_dir()  # left to the main rank
     assert str(caught.value).startswith(f"writing {folder} failed on ranks 0, 2 (OSError: [Errno 28] No space left on "
                                         "device) with 1.0 GiB free on its disk; ")
+    # of two ranks, this one (rank 1) failed: the sentence names it, from what the gather returned
+    monkeypatch.setattr(accelerate.utils, "gather_object", lambda items: [None, items[0]])
+    trainer.accelerator.num_processes = 2
+    with pytest.raises(UserError, match=f"^writing {folder} failed on rank 1 \\(RuntimeError: CUDA out of memory\\), "
+                                        "which is not a full disk; "):
+        write_checkpoint(trainer, lambda: (_ for _ in ()).throw(RuntimeError("CUDA out of memory")))
+    trainer.accelerator.num_processes = 3
     # all succeeded: nothing raised, nothing removed
     monkeypatch.setattr(accelerate.utils, "gather_object", lambda items: [None, None, None])
     write_checkpoint(trainer, lambda: None)
@@ -531,7 +542,8 @@ def test_lora_adapters_are_written_as_peft_writes_them_over_an_old_folder(tmp_pa
     assert not (tmp_path / "final_model" / "stale.bin").exists()
 
 
-def test_a_checkpoint_is_written_with_the_rotation_held_back_and_a_failed_one_is_one_sentence(tmp_path, monkeypatch):
+def test_a_checkpoint_is_written_with_the_rotation_held_back_and_a_failed_one_is_one_sentence(tmp_path, monkeypatch,
+                                                                                               caplog):
     from types import SimpleNamespace
 
     from seal.rl.checkpoint import write_checkpoint
@@ -548,9 +560,28 @@ def test_a_checkpoint_is_written_with_the_rotation_held_back_and_a_failed_one_is
         (tmp_path / "checkpoint-6").mkdir()
         raise OSError(28, "No space left on device")
 
-    with pytest.raises(UserError, match=f"^writing {tmp_path / 'checkpoint-6'} failed \\(OSError: "):
-        write_checkpoint(trainer, full_disk)
-    assert trainer.args.save_total_limit == 2 and not (tmp_path / "checkpoint-6").exists()
+    folder = tmp_path / "checkpoint-6"
+    with caplog.at_level("WARNING", logger="trainer.save"):
+        with pytest.raises(UserError) as caught:
+            write_checkpoint(trainer, full_disk)
+    assert str(caught.value) == (
+        f"writing {folder} failed (OSError: [Errno 28] No space left on device) with 1.0 GiB free on its disk; no "
+        "earlier checkpoint exists, so the same command starts the training over once there is room (free space, "
+        "lower trainer.keep_checkpoints, or set trainer.save_every=null to write no periodic checkpoints)")
+    assert trainer.args.save_total_limit == 2 and not folder.exists()
+    # the traceback goes to run.log (the trainer.save logger), with the exception the sentence names
+    (record,) = caplog.records
+    assert record.getMessage() == f"writing {folder} failed" and isinstance(record.exc_info[1], OSError)
+    assert record.exc_info[1].errno == 28
+    # the sentence quotes the error's first line, at most 200 characters of it, and says so when it has none
+    for error, quoted in ((RuntimeError("  " + "x" * 250 + "\nsecond line"), "RuntimeError: " + "x" * 200),
+                          (RuntimeError(), "RuntimeError: ")):
+        def fails(error=error):
+            raise error
+
+        with pytest.raises(UserError) as caught:
+            write_checkpoint(trainer, fails)
+        assert str(caught.value).startswith(f"writing {folder} failed ({quoted}), which is not a full disk; ")
 
 
 def test_a_round_closes_at_its_last_step_with_its_steps_signals_averaged():
@@ -620,6 +651,19 @@ def test_a_checkpoint_is_marked_complete_last_and_then_the_old_ones_go(tmp_path,
             callback.on_save(args, SimpleNamespace(global_step=8, is_world_process_zero=True), control)
     (record,) = caplog.records
     assert record.getMessage() == f"writing {tmp_path / 'checkpoint-8'} failed" and record.exc_info is not None
+    # a marker that cannot be written for want of room is the full disk's sentence, quoting the error
+    import seal.rl.checkpoint as checkpoint_module
+
+    def no_room(src, dst):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(checkpoint_module.os, "replace", no_room)
+    (tmp_path / "checkpoint-10").mkdir()
+    with pytest.raises(UserError) as caught:
+        callback.on_save(args, SimpleNamespace(global_step=10, is_world_process_zero=True), control)
+    assert str(caught.value).startswith(
+        f"writing {tmp_path / 'checkpoint-10'} failed (OSError: [Errno 28] No space left on device) with 1.0 GiB free "
+        "on its disk; checkpoint-6 is intact and the same command resumes from it once there is room")
 
 
 def test_an_old_checkpoint_that_cannot_be_deleted_does_not_stop_the_run(tmp_path, monkeypatch):

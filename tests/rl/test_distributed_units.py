@@ -103,6 +103,42 @@ def test_a_launch_of_several_ranks_joins_the_process_group_on_the_cpu(monkeypatc
     assert distributed.current(0.5) == Dist(1, 2) and made[-1][1] == {"timeout": timedelta(seconds=30)}
 
 
+def test_one_launched_rank_joins_a_group_of_one_only_when_it_shards(monkeypatch):
+    """FSDP2 needs a process group whatever its size: a single rank started by a launcher (LOCAL_RANK set) that
+    shards joins one; one that does not shard, and a plain `python run.py` (no LOCAL_RANK), never touch it."""
+    made = []
+
+    class PartialState:  # accelerate's, stood in: the only rank of a launch
+        def __init__(self, cpu, **kwargs):
+            made.append(cpu)
+            self.process_index, self.num_processes = 0, 1
+
+    monkeypatch.setitem(sys.modules, "accelerate", types.SimpleNamespace(PartialState=PartialState))
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    monkeypatch.delenv("LOCAL_RANK", raising=False)
+    assert distributed.current(120, sharded=True) == Dist() and made == []
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    assert distributed.current(120) == Dist() and distributed.current(120, sharded=False) == Dist() and made == []
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    assert distributed.current(120, sharded=True) == Dist(0, 1) and made == [True]
+
+
+def test_the_ranks_on_this_node_and_the_gpus_this_process_sees(monkeypatch):
+    import torch
+
+    # torchrun and accelerate say how many of the ranks run on this node; without a launcher all of them do
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    assert distributed.local_world(Dist(1, 4)) == 2
+    monkeypatch.delenv("LOCAL_WORLD_SIZE")
+    assert distributed.local_world(Dist(1, 4)) == 4 and distributed.local_world(Dist()) == 1
+    # no CUDA: no GPU, whatever the device count would say; with CUDA, its count
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 3)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert distributed.cuda_devices() == 0
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert distributed.cuda_devices() == 3
+
+
 LARGEST = timedelta.max // timedelta(minutes=1)  # whole minutes a timedelta holds (999,999,999 days and 23:59)
 
 

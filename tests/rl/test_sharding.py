@@ -17,11 +17,15 @@ def no_launch(monkeypatch):
 
 def test_auto_takes_the_accelerate_launch_config_and_defaults_to_ddp(monkeypatch, no_launch):
     assert sharding.resolve("auto", 4) == "ddp"
+    # before the ranks are counted (which process group to join): what the override says, auto says nothing yet
+    assert [sharding.requested(v) for v in ("auto", "ddp", "fsdp2")] == [None, "ddp", "fsdp2"]
     # what `accelerate launch --config_file experiments/cluster/accelerate/fsdp2.yaml` exports
     monkeypatch.setenv("ACCELERATE_USE_FSDP", "true")
     monkeypatch.setenv("FSDP_VERSION", "2")
     assert sharding.resolve("auto", 4) == "fsdp2"
     assert sharding.resolve("fsdp2", 4) == "fsdp2"
+    # auto is the launch's; an explicit choice stays the user's (resolve refuses a contradiction)
+    assert [sharding.requested(v) for v in ("auto", "ddp", "fsdp2")] == ["fsdp2", "ddp", "fsdp2"]
 
 
 def test_a_launch_config_that_contradicts_the_run_is_refused(monkeypatch, no_launch):
@@ -57,6 +61,8 @@ def test_one_process_that_sees_several_gpus_is_refused_before_anything_loads(mon
     and TRL's GRPOTrainer then refuses DataParallel: the decision is taken at once, with the device count given."""
     sharding.check_devices(1, 1)
     sharding.check_devices(1, 0)
+    with pytest.raises(UserError, match="^this single training process sees 2 GPUs"):
+        sharding.check_devices(1, 2)
     with pytest.raises(UserError) as caught:
         sharding.check_devices(1, 4)
     assert str(caught.value) == (
@@ -216,7 +222,7 @@ def test_the_backbones_dtype_decides_the_mixed_precision_not_the_launch_config(m
     cfg = compose_with("backbone=tiny-random")
     assert grpo_config(cfg, Budget.from_config(cfg.budget), tmp_path, 8, "float32", "ddp").mixed_precision == "no"
     assert sharding.mixed_precision("bfloat16") == "bf16" and sharding.mixed_precision("float16") == "fp16"
-    with pytest.raises(ValueError, match="compute dtype 'int8'"):
+    with pytest.raises(ValueError, match="^compute dtype 'int8': choose one of bfloat16, float16, float32$"):
         sharding.mixed_precision("int8")
 
 
