@@ -105,8 +105,8 @@ def test_an_unknown_layer_is_refused():
 class RecordingEngine(ScriptedEngine):
     """ScriptedEngine that keeps what play() was asked for; the second entry's prompt does not fit."""
 
-    def play(self, entries, view=None, *, temperature=1.0, seeds=None, progress=False):
-        self.asked = {"view": view, "temperature": temperature, "seeds": list(seeds)}
+    def play(self, entries, view=None, *, temperature=1.0, seeds=None, progress=False, leave=True):
+        self.asked = {"view": view, "temperature": temperature, "seeds": list(seeds), "shown": (progress, leave)}
         out = super().play(entries, view, temperature=temperature, seeds=seeds)
         out[1].completion_ids, out[1].completion_mask, out[1].logprobs = [], [], []
         out[0].timings = {"generation": 2.0, "execution": 0.5, "verification": 0.25}
@@ -143,9 +143,31 @@ def test_play_round_hands_trl_the_round_as_played():
     timing = co._timing
     assert (timing["generation"], timing["execution"], timing["verification"]) == (2.0, 0.5, 0.25)
     assert timing["rollout_other"] >= 0.0
+    # no progress asked for: the engine shows nothing (its defaults)
+    assert engine.asked["shown"] == (False, True)
     with pytest.raises(RuntimeError, match="^close_round\\(\\) without a played round$"):
         CoEvolution(engine=engine, entries={}, omega=Omega(), interface_cfg=cfg, diagnoser=FixedDiagnoser([]),
                     reweighting=Reweighting(mode="off"), temperature=1.0, seed=0).close_round(0)
+
+
+def test_a_rounds_rollouts_are_shown_under_the_rounds_number_and_cleared_when_done():
+    # the console's per-round lines count from round 0 ("[1/2] round 0 | ..."): the first round's rollouts are
+    # "round 0 · rollouts", the second's "round 1 · rollouts", each bar left off the console once played
+    from seal.interface import Omega
+
+    entries = get_entries(IDS)
+    engine = RecordingEngine(100)
+    co = CoEvolution(
+        engine=engine, entries={e.id: e for e in entries}, omega=Omega(), interface_cfg=InterfaceConfig(),
+        diagnoser=FixedDiagnoser(LABELS), reweighting=Reweighting(mode="off", rho0=RHO0),
+        temperature=1.0, seed=5, progress=True,
+    )
+    assert co.progress is True
+    co.play_round(IDS)
+    assert engine.asked["shown"] == ("round 0 · rollouts", False)
+    co.close_round(1)
+    co.play_round(IDS)
+    assert engine.asked["shown"] == ("round 1 · rollouts", False)
 
 
 # -- one whole round, every number by hand -------------------------------------------------------------

@@ -176,3 +176,10 @@ def test_the_launchs_sharding_reaches_trl(tmp_path):
     assert args_of(compose_with(), tmp_path, num_train=4, compute_dtype="float32").fsdp_plugin_args is None
     with pytest.raises(ValueError, match="sharding 'zero3': choose one of ddp, fsdp2"):
         args_of(compose_with(), tmp_path, num_train=4, compute_dtype="float32", sharding="zero3")
+
+
+@pytest.mark.parametrize("dtype, precision", [("float32", "no"), ("bfloat16", "bf16")])  # float16: CUDA only
+def test_the_backbones_compute_dtype_is_the_trainers_mixed_precision(tmp_path, dtype, precision):
+    # accelerate's names for the backbone's dtype (bf16 autocast for a bf16 backbone over fp32 masters)
+    args = args_of(compose_with("backbone=tiny-random"), tmp_path, 8, dtype)
+    assert args.mixed_precision == precision
