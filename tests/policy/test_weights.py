@@ -142,9 +142,7 @@ def test_a_shard_is_gathered_in_the_receivers_dtype_and_integers_are_never_cast(
         assert group.gathered[-1] == torch.int64 and torch.equal(kept, steps)
         # the state dict gathers each sharded tensor once, already in the dtype it is kept in
         linear = torch.nn.Linear(3, 4)
-        with torch.no_grad():
-            linear.weight.copy_(weight)
-        linear.weight = torch.nn.Parameter(group.shard(linear.weight.detach()))
+        linear.weight = torch.nn.Parameter(group.shard(weight))
         del group.gathered[:]
         state = full_state_dict(linear, torch.bfloat16)
         assert group.gathered == [torch.bfloat16]  # the weight; the bias is a plain tensor, cast on the host
@@ -156,18 +154,12 @@ def test_a_shard_is_gathered_in_the_receivers_dtype_and_integers_are_never_cast(
 
 
 def test_a_sharded_parameter_is_gathered_into_a_plain_whole_tensor():
-    import torch.distributed as dist
-    from torch.distributed.device_mesh import DeviceMesh
-    from torch.distributed.tensor import DTensor, Shard, distribute_tensor
+    from torch.distributed.tensor import DTensor
 
-    # a one-rank gloo group: a DTensor sharded over it is a whole tensor behind DTensor's interface
-    dist.init_process_group("gloo", rank=0, world_size=1, store=dist.HashStore())
-    try:
-        linear = torch.nn.Linear(4, 2)
-        plain = linear.weight.detach().clone()
-        linear.weight = torch.nn.Parameter(distribute_tensor(plain, DeviceMesh("cpu", [0]), [Shard(0)]))
+    linear = torch.nn.Linear(4, 2)
+    plain = linear.weight.detach().clone()
+    with one_rank_shards() as group:
+        linear.weight = torch.nn.Parameter(group.shard(plain))
         state = full_state_dict(linear)
-    finally:
-        dist.destroy_process_group()
     assert not any(isinstance(v, DTensor) for v in state.values())
     assert torch.equal(state["weight"], plain)

@@ -429,11 +429,14 @@ def test_the_ranks_agree_on_every_failure_and_only_the_main_rank_removes_the_fol
     assert str(caught.value).startswith(f"writing {folder} failed on ranks 0, 2 (OSError: [Errno 28] No space left on "
                                         "device) with 1.0 GiB free on its disk; ")
     # of two ranks, this one (rank 1) failed: the sentence names it, from what the gather returned
+    def out_of_memory():
+        raise RuntimeError("CUDA out of memory")
+
     monkeypatch.setattr(accelerate.utils, "gather_object", lambda items: [None, items[0]])
     trainer.accelerator.num_processes = 2
     with pytest.raises(UserError, match=f"^writing {folder} failed on rank 1 \\(RuntimeError: CUDA out of memory\\), "
                                         "which is not a full disk; "):
-        write_checkpoint(trainer, lambda: (_ for _ in ()).throw(RuntimeError("CUDA out of memory")))
+        write_checkpoint(trainer, out_of_memory)
     trainer.accelerator.num_processes = 3
     # all succeeded: nothing raised, nothing removed
     monkeypatch.setattr(accelerate.utils, "gather_object", lambda items: [None, None, None])
