@@ -43,7 +43,9 @@ class OneRequest:
         return {"content": "Hi." if session.user_turns == 1 else "###STOP###"}
 
 
-@pytest.mark.parametrize("domain", DOMAINS)
+# telecom's in the default suite; airline's and retail's, which replay longer databases (about 45 s each on two
+# cores), in `make test-slow`
+@pytest.mark.parametrize("domain", [d if d == "telecom" else pytest.param(d, marks=pytest.mark.slow) for d in DOMAINS])
 def test_the_gold_replay_reaches_tau2s_reward_1_on_every_test_task(domain):
     entries = gold_benchmark(domain).entries(domain)
     # tau2's split file: 20 airline, 40 retail, 40 telecom test tasks

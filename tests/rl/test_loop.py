@@ -84,7 +84,13 @@ def test_the_main_job_leaves_its_outputs(tmp_path):
     assert "2 rounds" in printed and "after" in printed
 
 
-@pytest.mark.parametrize("experiment", choices("experiment"))
+# the method and its baseline in the default suite; each ablation preset only swaps components whose own tests are
+# there, so training them (about 35 s each on two cores) waits for `make test-slow`
+DEFAULT_PRESETS = {"seal", "vanilla_rl"}
+
+
+@pytest.mark.parametrize("experiment", [
+    e if e in DEFAULT_PRESETS else pytest.param(e, marks=pytest.mark.slow) for e in choices("experiment")])
 def test_every_experiment_preset_trains(tmp_path, experiment):
     metrics = train(tmp_path, f"experiment={experiment}", "logger.mode=disabled", "budget.rounds=1",
                     "budget.heldout_entries_per_category=0")
@@ -107,6 +113,8 @@ def episode_ids(out_dir):
     return [[e["id"] for e in r["episodes"]] for r in json.loads((last / "seal_state.json").read_text())["history"]]
 
 
+@pytest.mark.slow  # three runs of 4 rounds in their own processes, about 4 min on two cores; in the default suite,
+# tests/rl/test_checkpoint.py's failed save resumes a run from its checkpoint to the same rounds
 def test_a_run_killed_in_its_second_epoch_resumes_to_the_same_rounds_and_model(tmp_path):
     # 2 train entries, 1 prompt per round: 2 rounds per epoch, so rounds 2 and 3 are epoch 1
     args = [sys.executable, "run.py", *TINY, "budget.rounds=4", "budget.heldout_entries_per_category=0", "logger.mode=disabled"]

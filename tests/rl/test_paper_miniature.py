@@ -91,6 +91,7 @@ def written(folder: Path) -> dict[str, torch.Tensor]:
     return load_file(folder / "model.safetensors")
 
 
+@pytest.mark.slow  # about 6 min on two cores; the default suite's bf16 FSDP2 check is tests/rl/test_sharding_gloo.py's
 @pytest.mark.costly
 def test_the_miniature_paper_run_trains_selects_and_evaluates_on_two_fsdp2_ranks(tmp_path):
     out = tmp_path / "run"
