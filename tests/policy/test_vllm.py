@@ -123,6 +123,7 @@ def _hf_logprobs(model, ids: list[int], continuation: list[int], temperature: fl
 # ---------------------------------------------------------------------------------------- engine
 
 
+@pytest.mark.slow  # about 50 s on two cores (transformers' greedy decoding); the log-prob test below stays in the default suite
 @needs_vllm
 def test_greedy_matches_transformers_on_bfcl_prompts(generator, hf, bfcl_prompts, stop_ids):
     max_new = 24
