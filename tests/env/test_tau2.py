@@ -21,6 +21,7 @@ from seal.evaluation.out_of_domain import evaluate_benchmark
 from seal.policy.formats import chat_for, get_format
 from seal.policy.oracle import OracleBackbone
 from seal.policy.rollout import RolloutEngine
+from tests.marks import slow_except
 from tests.test_configs import compose_with
 
 
@@ -45,7 +46,7 @@ class OneRequest:
 
 # telecom's in the default suite; airline's and retail's, which replay longer databases (about 45 s each on two
 # cores), in `make test-slow`
-@pytest.mark.parametrize("domain", [d if d == "telecom" else pytest.param(d, marks=pytest.mark.slow) for d in DOMAINS])
+@pytest.mark.parametrize("domain", slow_except(DOMAINS, {"telecom"}))
 def test_the_gold_replay_reaches_tau2s_reward_1_on_every_test_task(domain):
     entries = gold_benchmark(domain).entries(domain)
     # tau2's split file: 20 airline, 40 retail, 40 telecom test tasks

@@ -88,7 +88,6 @@ SIZES = {"simple_python": 400, "multiple": 200, "parallel": 200, "parallel_multi
 
 
 @pytest.mark.slow  # about a minute, every single-turn entry: the per-category checks below stand in for it
-@pytest.mark.costly
 def test_the_oracle_passes_every_passable_single_turn_entry_through_the_engine(tmp_path):
     metrics = evaluate(tmp_path, "benchmark=bfcl_single_turn", "budget.eval_entries_per_category=null")
     for category, size in SIZES.items():

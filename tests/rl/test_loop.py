@@ -11,6 +11,7 @@ import time
 import pytest
 
 from seal.tasks import run
+from tests.marks import slow_except
 from tests.test_configs import CONF, choices, compose_with
 
 ROOT = CONF.parent
@@ -86,11 +87,7 @@ def test_the_main_job_leaves_its_outputs(tmp_path):
 
 # the method and its baseline in the default suite; each ablation preset only swaps components whose own tests are
 # there, so training them (about 35 s each on two cores) waits for `make test-slow`
-DEFAULT_PRESETS = {"seal", "vanilla_rl"}
-
-
-@pytest.mark.parametrize("experiment", [
-    e if e in DEFAULT_PRESETS else pytest.param(e, marks=pytest.mark.slow) for e in choices("experiment")])
+@pytest.mark.parametrize("experiment", slow_except(choices("experiment"), {"seal", "vanilla_rl"}))
 def test_every_experiment_preset_trains(tmp_path, experiment):
     metrics = train(tmp_path, f"experiment={experiment}", "logger.mode=disabled", "budget.rounds=1",
                     "budget.heldout_entries_per_category=0")

@@ -92,7 +92,6 @@ def written(folder: Path) -> dict[str, torch.Tensor]:
 
 
 @pytest.mark.slow  # about 6 min on two cores; the default suite's bf16 FSDP2 check is tests/rl/test_sharding_gloo.py's
-@pytest.mark.costly
 def test_the_miniature_paper_run_trains_selects_and_evaluates_on_two_fsdp2_ranks(tmp_path):
     out = tmp_path / "run"
     # every checkpoint kept, to set the best model beside the one accelerate wrote at its step
