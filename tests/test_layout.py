@@ -1,6 +1,7 @@
 """The package order docs/development.md's Layout section describes: every import, at module level or
 inside a function, points down the pipeline (io, errors < env < budget < diagnosis < interface < policy <
-eval < report < rl < tasks)."""
+evaluation < report < rl < tasks), and no module imports itself round a circle, within a package or across
+seal/, experiments/ and tests/."""
 
 import ast
 from pathlib import Path
@@ -57,10 +58,10 @@ def module_names(root: Path) -> dict[str, Path]:
     return names
 
 
-def import_graph(root: Path) -> dict[str, set[str]]:
-    """Module -> the modules of the same package it imports, at module level or inside functions:
+def import_graph(*roots: Path) -> dict[str, set[str]]:
+    """Module -> the modules of the packages at `roots` it imports, at module level or inside functions:
     `import a.b.c` and `from a.b import c` (c a module) import a.b.c; `from a.b import name` imports a.b."""
-    modules = module_names(root)
+    modules = {name: path for root in roots for name, path in module_names(root).items()}
     graph = {}
     for name, path in modules.items():
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
@@ -118,6 +119,25 @@ def test_no_circle_of_imports_among_experiments_and_nothing_of_it_imported_by_se
     assert "experiments.measure.preflight.disk" in graph["experiments.cluster.needs"]
     assert find_circle(graph) is None
     assert not any(module.startswith("experiments") for p in SEAL.rglob("*.py") for module in imported_modules(p))
+
+
+def test_no_circle_of_imports_across_seal_experiments_and_tests():
+    # the tests and the project's upkeep tools (tests/tools: make mutate, make docs) import seal/ and experiments/;
+    # a circle through them would pass the two tests above, which each see one package
+    graph = import_graph(SEAL, EXPERIMENTS, SEAL.parent / "tests")
+    assert "tests.tools.mutation_report" in graph["tests.tools.mutate"]
+    assert {"seal.errors", "experiments.measure.preflight.node"} <= graph["experiments.gpu_check"]
+    assert "experiments.tables.write" in graph["tests.experiments.test_aggregate"]
+    assert find_circle(graph) is None
+
+
+def test_the_checker_sees_a_circle_across_two_packages(tmp_path):
+    for package, text in (("p", "from q.b import y\n\nx = 1\n"), ("q", "def y():\n    from p.a import x\n")):
+        (tmp_path / package).mkdir()
+        (tmp_path / package / "__init__.py").write_text("")
+        (tmp_path / package / ("a.py" if package == "p" else "b.py")).write_text(text)
+    assert find_circle(import_graph(tmp_path / "p")) is None  # one package alone: the edge to q is not seen
+    assert find_circle(import_graph(tmp_path / "p", tmp_path / "q")) == ["p.a", "q.b", "p.a"]
 
 
 def imported_modules(path: Path) -> set[str]:
