@@ -48,15 +48,25 @@ def test_the_releases_branches_and_commits_are_named_in_one_place():
         assert {where.split(":")[0] for where, line in _lines() if name in line} == {"docs/reproducing-the-paper.md"}, name
 
 
-def test_the_one_quoted_interface_text_is_the_releases_and_the_guidelines_are_the_projects_words():
-    from seal.interface.render import GUIDELINE_TEXT, RELEASE_SCHEMA_NOTE
+def test_whose_words_the_interface_texts_are():
+    import seal.interface.render as render
+    from seal.interface.render import GUIDELINE_TEXT, RELEASE_SCHEMA_NOTE, SCHEMA_NOTE
 
     # the release's observation_lite instruction (bfcl_env.py, its default), typed from the release
-    assert RELEASE_SCHEMA_NOTE == ("Observation note: parameters marked [required] must be provided exactly when calling "
-                                   "a tool; do not invent tools outside the current schema.")
+    release_note = ("Observation note: parameters marked [required] must be provided exactly when calling "
+                    "a tool; do not invent tools outside the current schema.")
+    assert RELEASE_SCHEMA_NOTE == release_note
+    # the project style's note is the same two clauses without the release's label and "when calling a tool" (the
+    # paper's phrases for the note): not this project's own words
+    clauses = release_note.removeprefix("Observation note: ").replace(" when calling a tool", "").split("; ")
+    assert [c.rstrip(".").lower() for c in SCHEMA_NOTE.split(". ")] == [c.rstrip(".").lower() for c in clauses]
     # the release words its guidelines "[Cautious-call] If no available function clearly matches the user's request,
     # respond in plain text rather than fabricating a tool call." and so on: not what the learner reads here
     release_openings = ("[Cautious-call]", "[Active-respond]", "[State-aware]", "[Scope]", "[Format]")
     assert not [t for t in GUIDELINE_TEXT.values() if t.startswith(release_openings) or "fabricating a tool call" in t]
-    render = (REPO / "seal" / "interface" / "render.py").read_text()
-    assert "only RELEASE_SCHEMA_NOTE is quoted" in render and "paraphrased, never quoted" in render
+    # and the module says so, each text under its source
+    credits = render.__doc__.split("Whose words the learner reads:")[1]
+    release, paper, project = (credits.split("\n- ")[i] for i in (1, 2, 3))
+    assert release.startswith("the release's, quoted: RELEASE_SCHEMA_NOTE")
+    assert paper.startswith("the paper's phrases") and all(w in paper for w in ("SCHEMA_NOTE", "PLAIN_TEXT", "were missing"))
+    assert project.startswith("this project's words: GUIDELINE_TEXT")
