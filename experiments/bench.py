@@ -2,6 +2,7 @@
 
     python -m experiments.bench                 # every section
     python -m experiments.bench executor        # one section
+    python -m experiments.bench --help          # the sections, each in one line
     python -m experiments.bench throughput --backbone tiny-random      # sections that load a model take
     python -m experiments.bench throughput backbone=tiny-random        # Hydra-style overrides
 
@@ -144,8 +145,19 @@ def padding_cost(history: list[dict]) -> tuple[int, int]:
     return padded, trimmed
 
 
+def usage() -> str:
+    """The module's usage and every section with the first line of its docstring."""
+    lines = [(fn.__doc__ or "").strip().splitlines() for fn in SECTIONS.values()]
+    width = max(map(len, SECTIONS))
+    return __doc__.rstrip() + "\n\nSections:\n" + "\n".join(
+        f"  {name:{width}}  {doc[0] if doc else ''}".rstrip() for name, doc in zip(SECTIONS, lines))
+
+
 def main(argv: list[str]) -> None:
     argv = list(argv)
+    if {"-h", "--help"} & set(argv):
+        print(usage())
+        return
     while "--backbone" in argv:
         at = argv.index("--backbone")
         if at + 1 == len(argv):

@@ -32,3 +32,11 @@ def test_bad_command_lines_exit_with_one_sentence(calls, argv, message):
     with pytest.raises(SystemExit, match=message.replace("(", r"\(").replace(")", r"\)")):
         bench.main(argv)
     assert calls == []
+
+
+def test_help_lists_the_sections_and_runs_none(calls, capsys):
+    bench.SECTIONS["executor"].__doc__ = "The executor against bfcl-eval's.\n\nMore."
+    bench.main(["throughput", "--help"])
+    out = capsys.readouterr().out
+    assert calls == [] and out.startswith("`make bench`")
+    assert out.endswith("Sections:\n  executor    The executor against bfcl-eval's.\n  throughput\n  rollout\n")
