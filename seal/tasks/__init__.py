@@ -115,6 +115,10 @@ def run(cfg: DictConfig, out_dir: Path | None = None) -> None:
     try:
         try:
             check_seed(cfg.seed)
+            # a finished training run (the same command again, a sweep run again) is not launched or evaluated again
+            if cfg.task == "train" and (finished := train.finished_already(cfg, out_dir)):
+                log.info(finished)
+                return
             if not relaunch(cfg, out_dir):
                 resolve(cfg.task)(cfg, out_dir)
             distributed.close()

@@ -133,6 +133,15 @@ class TrainingRun:
         return found
 
 
+def finished_already(cfg: DictConfig, out_dir: Path) -> str | None:
+    """The sentence for a run of this configuration that has finished in `out_dir` (its metrics.json, written last,
+    after every evaluation, is there): nothing is loaded or evaluated again. None for a new run or one to resume."""
+    if not (out_dir / "metrics.json").is_file() or not fingerprint_matches(out_dir, config_fingerprint(cfg)):
+        return None
+    return (f"{out_dir} holds this run, finished (metrics.json, report.md): nothing to do; to train it again, "
+            "remove that folder or choose another with hydra.run.dir=<directory>")
+
+
 def train(cfg: DictConfig, out_dir: Path) -> None:
     run = start(cfg, out_dir)
     try:

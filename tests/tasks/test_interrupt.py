@@ -58,3 +58,28 @@ def test_ctrl_c_says_what_was_kept_and_the_same_command_resumes(tmp_path):
     assert "; the time it takes: about " in plan and plan.endswith(" at the earlier attempt's rates, then on every round line")
     assert [line.split(" | ")[0] for line in again.stdout.splitlines() if ROUND_LINE.match(line)] == [
         f"[{i + 1}/2] round {i}" for i in range(done, 2)]
+
+    # the same command once the run has finished: nothing is loaded, evaluated or written again
+    metrics = run_dir / "metrics.json"
+    # (Hydra rewrites its record of the command, .hydra/, and run.log gets the sentence)
+    stamps = {p: p.stat().st_mtime_ns for p in run_dir.rglob("*")
+              if p.is_file() and p.name != "run.log" and ".hydra" not in p.parts}
+    third = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert third.returncode == 0, third.stderr[-3000:]
+    assert f"{run_dir} holds this run, finished (metrics.json, report.md): nothing to do" in third.stdout
+    assert "plan: " not in third.stdout and "eval " not in third.stdout
+    assert metrics in stamps and {p: p.stat().st_mtime_ns for p in stamps} == stamps
+
+
+def test_a_finished_run_is_one_of_this_configuration_with_its_metrics(tmp_path):
+    from seal.io import claim_run_dir, config_fingerprint
+    from seal.tasks.train import finished_already
+    from tests.test_configs import compose_with
+
+    cfg = compose_with(*ARGS)
+    claim_run_dir(tmp_path, config_fingerprint(cfg))
+    assert finished_already(cfg, tmp_path) is None  # claimed, not finished: resumed
+    (tmp_path / "metrics.json").write_text("{}")
+    assert finished_already(cfg, tmp_path).startswith(f"{tmp_path} holds this run, finished")
+    # another configuration in the folder: not this run (train refuses it in its own sentence)
+    assert finished_already(compose_with(*ARGS, "seed=1"), tmp_path) is None
