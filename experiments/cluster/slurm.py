@@ -148,18 +148,27 @@ def start(jobs: list[Job], root: Path, extra: tuple[str, ...], launcher: str) ->
     return procs
 
 
-def slurm_ids(procs: list[tuple[Job, subprocess.Popen]], root: Path, timeout: float = 300) -> dict[Job, str | None]:
-    """The SLURM job id of each started job, read from the folder submitit makes when sbatch returns it (None:
-    the job's process ended first, or none came within `timeout` seconds)."""
+def submitit_folders(root: Path, job: Job) -> set[str]:
+    """The folders submitit has made for a job so far, one per SLURM job id (`<id>` or `<id>_<array index>`)."""
+    folder = root / ".submitit" / label(job)
+    return {p.name for p in folder.glob("*") if re.fullmatch(r"\d+(_\d+)?", p.name)} if folder.is_dir() else set()
+
+
+def slurm_ids(procs: list[tuple[Job, subprocess.Popen]], root: Path, before: dict[Job, set[str]] | None = None,
+              timeout: float = 300) -> dict[Job, str | None]:
+    """The SLURM job id of each started job, read from the folder submitit makes when sbatch returns it: a folder
+    that was not there `before` this submission (an earlier submission of the same run leaves its own), the
+    highest id if several (None: the job's process ended first, or none came within `timeout` seconds)."""
+    before = before or {}
     ids: dict[Job, str | None] = {}
     deadline = time.monotonic() + timeout
     while len(ids) < len(procs):
         for job, proc in procs:
             if job in ids:
                 continue
-            folders = sorted(p.name for p in (root / ".submitit" / label(job)).glob("*") if re.fullmatch(r"\d+(_\d+)?", p.name))
-            if folders:
-                ids[job] = folders[-1]
+            new = submitit_folders(root, job) - before.get(job, set())
+            if new:
+                ids[job] = max(new, key=lambda name: tuple(int(part) for part in name.split("_")))
             elif proc.poll() is not None or time.monotonic() > deadline:
                 ids[job] = None
         time.sleep(0.5)
@@ -197,11 +206,12 @@ def wait(procs: list[tuple[Job, subprocess.Popen]], extra: tuple[str, ...], root
 def submit(jobs: list[Job], root: Path, extra: tuple[str, ...], launcher: str, partition: str | None = None
            ) -> list[tuple[Job, int]]:
     """Start every job, print what a user needs to follow them, wait; their exit codes."""
+    before = {job: submitit_folders(root, job) for job in jobs}
     procs = start(jobs, root, extra, launcher)
     if launcher == "basic":
         print(f"running {len(jobs)} jobs on this machine; their logs: {root / '.reproduce'}/<job>.log", flush=True)
     else:
-        announce(slurm_ids(procs, root), root, extra, partition or "(default)")
+        announce(slurm_ids(procs, root, before), root, extra, partition or "(default)")
     try:
         return wait(procs, extra, root)
     except KeyboardInterrupt:

@@ -172,6 +172,31 @@ def test_at_a_terminal_only_the_typed_word_submits(tmp_path, monkeypatch, capsys
 
 # -- what the jobs ask SLURM for, and what a partition has ----------------------------------------------------
 
+def test_the_printed_id_is_this_submissions_not_an_earlier_ones(tmp_path):
+    """A second --submit of the same runs (how unfinished runs are resumed) finds the earlier submission's folders
+    under .submitit/<job>/: the id printed (and put in the squeue and scancel lines) is the folder that appears
+    after this submission started, compared as numbers (100 after 99)."""
+    from experiments.cluster.slurm import label, slurm_ids, submitit_folders
+
+    job, other = Job("qwen2.5-3b", "seal", 0), Job("qwen2.5-3b", "seal", 1)
+    folder = tmp_path / ".submitit" / label(job)
+    for old in ("98", "99"):
+        (folder / old).mkdir(parents=True)
+    before = {job: submitit_folders(tmp_path, job), other: submitit_folders(tmp_path, other)}
+    assert before == {job: {"98", "99"}, other: set()}
+    # the job's process makes its folder as submitit does once sbatch returns, a moment later; the other one's
+    # process ends without submitting
+    make = f"import time, pathlib; time.sleep(1); pathlib.Path({str(folder / '100')!r}).mkdir()"
+    procs = [(job, subprocess.Popen([sys.executable, "-c", make])), (other, subprocess.Popen([sys.executable, "-c", ""]))]
+    ids = slurm_ids(procs, tmp_path, before, timeout=30)
+    assert ids == {job: "100", other: None}
+    # an array job's folders are <id>_<index>: the highest of the new ones
+    (folder / "101_2").mkdir()
+    (folder / "101_10").mkdir()
+    done = subprocess.Popen([sys.executable, "-c", ""])
+    assert slurm_ids([(job, done)], tmp_path, {job: {"98", "99", "100"}}, timeout=30) == {job: "101_10"}
+
+
 def test_gres_as_sinfo_prints_it():
     from experiments.cluster.slurm import parse_gres
 
