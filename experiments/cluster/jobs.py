@@ -94,7 +94,7 @@ def _excluded_keys() -> tuple[str, ...]:
 
 
 def _task_overrides(job: Job, extra: tuple[str, ...]) -> list[str]:
-    return [o for o in job.overrides(extra) if not o.startswith(("hydra.", "hydra/", "task="))]
+    return [o for o in job.overrides(extra) if not o.startswith(("hydra.", "+hydra.", "hydra/", "task="))]
 
 
 def finished(path: Path) -> bool:
@@ -117,13 +117,20 @@ def job_config(job: Job, extra: tuple[str, ...], launcher: str = "basic") -> Any
     """The job's composed config, with Hydra's own when `launcher` is a SLURM one (its hydra.launcher: the
     settings of conf/local/default.yaml and the command line)."""
     from hydra import compose, initialize_config_dir
+    from hydra.errors import ConfigCompositionException, OverrideParseException
 
-    hydra = [o for o in extra if o.startswith(("hydra.launcher.", "hydra/launcher="))] if launcher != "basic" else []
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-        return compose(config_name="config", overrides=[*_task_overrides(job, extra), *(
-            [f"hydra/launcher={launcher}", *hydra] if launcher != "basic" else [])], return_hydra_config=launcher != "basic")
+    from seal.tasks.command_line import sentence
+
+    hydra = [o for o in extra if o.startswith(("hydra.launcher.", "hydra/launcher=", "+hydra.launcher."))] \
+        if launcher != "basic" else []
+    try:
+        with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+            return compose(config_name="config", overrides=[*_task_overrides(job, extra), *(
+                [f"hydra/launcher={launcher}", *hydra] if launcher != "basic" else [])], return_hydra_config=launcher != "basic")
+    except (ConfigCompositionException, OverrideParseException) as exc:
+        raise UserError(sentence(exc)) from None
 
 
 def shown_overrides(job: Job, extra: tuple[str, ...]) -> list[str]:
     """A job's overrides as the plan shows them (the hydra.* settings every job shares are shown once)."""
-    return [o for o in job.overrides(extra) if not o.startswith(("hydra.", "hydra/"))]
+    return [o for o in job.overrides(extra) if not o.startswith(("hydra.", "+hydra.", "hydra/"))]

@@ -38,9 +38,10 @@ class GpuAsk:
 
 
 def gpus_asked(launcher: Mapping[str, Any]) -> GpuAsk:
-    """What hydra-submitit-launcher's settings ask SLURM for: gres (gpu[:type][:n]), gpus_per_node (n or
-    type:n), gpus_per_task x tasks_per_node, or the same under additional_parameters; the constraint when it
-    is a single feature (an expression is left to SLURM)."""
+    """What hydra-submitit-launcher's settings ask SLURM for: gres (gpu[:type][:n]), gpus_per_node (n; type:n
+    under additional_parameters, since the launcher's own key is an integer), gpus_per_task x tasks_per_node, or
+    the same under additional_parameters; the constraint when it is a single feature (an expression is left to
+    SLURM)."""
     extra = dict(launcher.get("additional_parameters") or {})
     count, kind = 0, None
     gres = launcher.get("gres") or extra.get("gres")

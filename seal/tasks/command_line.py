@@ -146,7 +146,7 @@ def composed() -> None:
 def sentence(exc: Exception) -> str:
     """One sentence for an error Hydra raised while composing the config."""
     from hydra.errors import MissingConfigException, OverrideParseException
-    from omegaconf.errors import ConfigAttributeError, ConfigKeyError
+    from omegaconf.errors import ConfigAttributeError, ConfigKeyError, ValidationError
 
     if isinstance(exc, MissingConfigException) and exc.missing_cfg_file and exc.options:
         group, _, choice = exc.missing_cfg_file.rpartition("/")
@@ -158,6 +158,9 @@ def sentence(exc: Exception) -> str:
     cause = exc.__cause__
     if isinstance(cause, (ConfigAttributeError, ConfigKeyError)) and getattr(cause, "full_key", None):
         return missing_key(str(cause.full_key), _keys_of(cause))
+    if isinstance(cause, ValidationError) and getattr(cause, "full_key", None):
+        # a value the key's declared type refuses (a launcher's settings are typed): the key and why
+        return f"{cause.full_key}: {str(cause).splitlines()[0]}"
     lines = [line.strip() for line in str(exc).split("Config search path")[0].splitlines() if line.strip()]
     return " ".join(lines)
 

@@ -99,6 +99,9 @@ def test_the_paper_budget_brings_the_authors_launch_unless_one_is_chosen():
     (["--seeds", "0,x"], "error: --seeds 0,x: give whole numbers separated by commas, e.g. 0,1,2\n"),
     (["--backbones", "qwen9"], "error: backbone qwen9: there is no conf/backbone/qwen9.yaml; the paper's are "
                                "qwen2.5-3b, qwen2.5-7b, toolace-2-8b\n"),
+    # hydra-submitit-launcher declares gpus_per_node an integer: a GPU type goes in gres or additional_parameters
+    (["--", "hydra.launcher.gpus_per_node=a100:4"],
+     "error: hydra.launcher.gpus_per_node: Value 'a100:4' of type 'str' could not be converted to Integer\n"),
 ])
 def test_bad_input_is_one_sentence_and_exit_2(tmp_path, args, message):
     proc = subprocess.run([sys.executable, "-m", "experiments.reproduce", "--dry-run", "--root", str(tmp_path), *args],
@@ -205,6 +208,17 @@ def test_gres_as_sinfo_prints_it():
     assert parse_gres("gpu:2") == {None: 2}
     assert parse_gres("gpu:a100:4(S:0,2),gpu:v100:2,tmpdisk:100") == {"a100": 4, "v100": 2}
     assert parse_gres("gpu") == {None: 1}
+
+
+@pytest.mark.parametrize("override", ["hydra.launcher.gres=gpu:a100:4",
+                                      "+hydra.launcher.additional_parameters.gpus_per_node=a100:4"])
+def test_the_documented_ways_to_ask_for_a_gpu_type_compose_with_the_launcher(override):
+    # docs/gpus-and-slurm.md's two forms, composed as a job's config is, ask for four A100s
+    from experiments.cluster.jobs import job_config
+    from experiments.cluster.slurm import GpuAsk, gpus_asked
+
+    cfg = job_config(Job("qwen2.5-7b", "seal", 0), ("budget=paper", override), launcher="submitit_slurm")
+    assert gpus_asked(cfg.hydra.launcher) == GpuAsk(4, "a100")
 
 
 def test_what_the_launcher_settings_ask_slurm_for():
