@@ -1,7 +1,7 @@
 """Aggregate training runs into the paper's tables, naming every run or comparison that is left out.
 
     python -m experiments.aggregate multirun/reproduce            # reads <root>/manifest.json when there is one
-    python -m experiments.aggregate outputs/train --out tables --manifest sweep.json
+    python -m experiments.aggregate outputs/train --out outputs/tables --manifest sweep.json
 
 The expected runs come from the manifest experiments.reproduce writes at submission (every run directory
 with its arm, backbone and seed); without one, from the run directories found below the root (a run
@@ -47,7 +47,7 @@ from pathlib import Path
 
 from experiments.tables.columns import MANIFEST
 from experiments.tables.write import OUTPUTS, report, write_outputs
-from seal.errors import UserError
+from seal.errors import UserError, cannot_write, unwritable
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -78,7 +78,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"no finished training run (run_config.json and metrics.json) under {args.root}", file=sys.stderr)
         return 1
     if args.out:
-        write_outputs(args.out, text, tables)
+        try:
+            write_outputs(args.out, text, tables)
+        except OSError as exc:
+            if not unwritable(exc):
+                raise
+            print(f"error: {cannot_write(exc, 'give --out a folder you can write (the tables above were printed)')}",
+                  file=sys.stderr)
+            return 2
         if args.wandb != "disabled":
             from seal.report.wandb_run import log_files_as_artifact
 

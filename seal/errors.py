@@ -1,5 +1,25 @@
 """Errors a user can cause: reported in one sentence that names the fix, without a traceback."""
 
+import errno
+import os
+
+# what a folder a user chose does when it cannot take a command's files
+UNWRITABLE = (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.ENOTDIR, errno.EEXIST,
+              errno.ENAMETOOLONG)
+
+
+def unwritable(exc: BaseException | None) -> bool:
+    """Whether `exc` is a file a command could not make or write (not a bug in the code: a folder's problem)."""
+    return isinstance(exc, OSError) and exc.errno in UNWRITABLE and exc.filename is not None
+
+
+def cannot_write(exc: OSError, advice: str) -> str:
+    """One sentence for a file that could not be made or written: the file, why, and `advice` (the way out)."""
+    why = {errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk quota is used up",
+           errno.EROFS: "the file system is read-only", errno.ENOTDIR: "a part of the path is a file, not a folder",
+           errno.EEXIST: "a file of that name is in the way", errno.ENAMETOOLONG: "the name is too long"}
+    return f"cannot write {os.path.abspath(exc.filename)}: {why.get(exc.errno, 'permission denied')}; {advice}"
+
 
 class UserError(Exception):
     """A bad override, a missing file, a model that does not fit, ..."""

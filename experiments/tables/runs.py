@@ -125,10 +125,36 @@ def _test_selected(metrics: dict) -> dict | None:
     return found or None
 
 
+def _json_kind(value: object) -> str:
+    if value is None:
+        return "null"
+    return {bool: "true/false", int: "a number", float: "a number", str: "a string", list: "a list"}.get(
+        type(value), type(value).__name__)
+
+
+def read_objects(run_dir: Path) -> tuple[dict, dict]:
+    """run_config.json and metrics.json, each checked to hold what a run writes (an object; in metrics.json every
+    evaluation an object or null; in run_config.json a backbone's name and a seed): DamagedFile naming the file and
+    what it holds otherwise, as for a file cut short."""
+    found = []
+    for path in (run_dir / "run_config.json", run_dir / "metrics.json"):
+        data = read_json(path)
+        if not isinstance(data, dict):
+            raise DamagedFile(f"{path} is damaged: it holds {_json_kind(data)} where a run writes an object")
+        found.append(data)
+    config, metrics = found
+    for key, value in metrics.items():
+        if key.startswith(("eval_", "test_", "ood_")) and value is not None and not isinstance(value, dict):
+            raise DamagedFile(f"{run_dir / 'metrics.json'} is damaged: its {key} holds {_json_kind(value)} where a run "
+                              "writes an evaluation (an object)")
+    if not isinstance(config.get("backbone"), dict) or "name" not in config["backbone"] or "seed" not in config:
+        raise DamagedFile(f"{run_dir / 'run_config.json'} is damaged: it has no backbone name or no seed")
+    return config, metrics
+
+
 def read_run(run_dir: Path, name: str) -> dict:
     """A finished run: its identity and budget, and per model (MODELS) the evaluation on test and its folder."""
-    config = read_json(run_dir / "run_config.json")
-    metrics = read_json(run_dir / "metrics.json")
+    config, metrics = read_objects(run_dir)
     part = config.get("heldout_part", "test")
     evals, folders = {}, {}
     for model, (_label, key, folder, without_val) in MODELS.items():

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from seal.errors import UserError
+from seal.errors import UserError, cannot_write, unwritable
 from seal.io import DamagedFile, read_json, read_jsonl
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -74,6 +74,38 @@ def announce(run: Path, chosen: bool, saved: Path | None = None) -> None:
     print(line, file=sys.__stderr__, flush=True)
 
 
+# what a run folder that cannot take the notebook's files leaves a user
+READ_ONLY_ADVICE = ("copy the run to a folder you can write and name the copy, or open notebooks/inspect_run.ipynb in "
+                    "Jupyter with SEAL_RUN_DIR=<run> (it shows the run, and says that its figure was not saved)")
+
+
+def save_figure(fig: Any, run: Path, chosen: bool) -> None:
+    """The notebook's figure as <run>/inspect_run.png (`jupyter execute` keeps no output); a run folder that cannot
+    take it (read-only, full) is said in one line on the terminal and the notebook goes on."""
+    try:
+        fig.savefig(run / FIGURE, dpi=80)
+    except OSError as exc:
+        if not unwritable(exc):
+            raise
+        print(f"inspect_run: figure not saved: {cannot_write(exc, 'the notebook shows it')}", file=sys.__stderr__,
+              flush=True)
+        return
+    announce(run, chosen, saved=run / FIGURE)
+
+
+def check_writable(path: Path) -> None:
+    """UserError naming `path` when it cannot be written (nothing is left behind either way)."""
+    existed = path.exists()
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644))
+    except OSError as exc:
+        if not unwritable(exc):
+            raise
+        raise UserError(cannot_write(exc, READ_ONLY_ADVICE)) from None
+    if not existed:
+        path.unlink()
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("run", nargs="?", default=None, help="a training run's folder (default: the newest)")
@@ -81,6 +113,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         run = find_run(args.run, Path.cwd())
         read_run(run)
+        check_writable(run / NOTEBOOK.name)  # before the notebook runs: it is saved there
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(2)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from seal.errors import Interrupted, UserError
+from seal.errors import Interrupted, UserError, cannot_write, unwritable
 from seal.io import DamagedFile, in_multirun
 from seal.rl import distributed
 from seal.tasks import eval as eval_task
@@ -154,8 +154,8 @@ def _damaged(exc: BaseException) -> UserError | None:
     """A file the run could not read back or could not write, as one sentence naming it (None otherwise)."""
     if isinstance(exc, DamagedFile):
         return UserError(f"{exc}; move it away (or restore it) and run the same command again")
-    if command_line.unwritable(exc):
-        return UserError(command_line.cannot_write(exc))
+    if unwritable(exc):
+        return UserError(cannot_write(exc, command_line.RUN_FOLDER_ADVICE))
     return None
 
 

@@ -16,7 +16,6 @@ overrides, for every job of the sweep before the first one starts."""
 from __future__ import annotations
 
 import difflib
-import errno
 import os
 import shutil
 import sys
@@ -26,6 +25,7 @@ from typing import Any, Callable
 from hydra.experimental.callback import Callback
 from omegaconf import OmegaConf
 
+from seal.errors import cannot_write, unwritable
 from seal.io import folder_name
 
 # conf/config.yaml's run and sweep folders: `${seal.folder:${hydra:job.override_dirname}}`
@@ -101,11 +101,13 @@ def main(hydra_main: Callable[[], Any]) -> None:
         if _new_sweep_folder is not None:
             remove_folder(_new_sweep_folder)
         sys.exit(2)
-    except OSError as exc:
-        # Hydra makes the run folder and writes .hydra/ into it before any task starts
-        if not unwritable(exc):
+    except (OSError, ValueError) as exc:
+        # Hydra makes the run folder, writes .hydra/ into it and opens its run.log before any task starts (logging
+        # reports a log file it cannot open as a ValueError raised from the OSError)
+        cause = exc if isinstance(exc, OSError) else exc.__cause__
+        if not unwritable(cause):
             raise
-        print(f"error: {cannot_write(exc)}", file=sys.stderr)
+        print(f"error: {cannot_write(cause, RUN_FOLDER_ADVICE)}", file=sys.stderr)
         sys.exit(2)
     except KeyboardInterrupt:
         # before the task started (a task's own Ctrl-C is reported by seal.tasks.run)
@@ -115,24 +117,9 @@ def main(hydra_main: Callable[[], Any]) -> None:
         composed()
 
 
-# what a folder a user chose does when it cannot take the run's files
-UNWRITABLE = (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.ENOTDIR, errno.EEXIST,
-              errno.ENAMETOOLONG)
-
-
-def unwritable(exc: BaseException) -> bool:
-    """Whether `exc` is a file the run could not make or write (not a bug in the code: a folder's problem)."""
-    return isinstance(exc, OSError) and exc.errno in UNWRITABLE and exc.filename is not None
-
-
-def cannot_write(exc: OSError) -> str:
-    """One sentence for a run's file that could not be made or written, naming it and the way out."""
-    why = {errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk quota is used up",
-           errno.EROFS: "the file system is read-only", errno.ENOTDIR: "a part of the path is a file, not a folder",
-           errno.EEXIST: "a file of that name is in the way", errno.ENAMETOOLONG: "the name is too long"}
-    reason = why.get(exc.errno, "permission denied")
-    return (f"cannot write {os.path.abspath(exc.filename)}: {reason}; run from a folder you can write, or give the run another "
-            "folder with hydra.run.dir=<folder> (a sweep: hydra.sweep.dir=<folder>)")
+# the way out of a run folder that cannot take the run's files (seal.errors.cannot_write)
+RUN_FOLDER_ADVICE = ("run from a folder you can write, or give the run another folder with hydra.run.dir=<folder> "
+                     "(a sweep: hydra.sweep.dir=<folder>)")
 
 
 def composed() -> None:

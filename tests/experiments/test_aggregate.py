@@ -276,6 +276,36 @@ def test_a_deleted_trajectory_file_drops_that_seed_only_and_says_so(tmp_path):
     assert "- v1: no trajectories: eval_after/trajectories.jsonl" in out
 
 
+@pytest.mark.parametrize("file, text, what", [
+    ("metrics.json", "[]", "it holds a list where a run writes an object"),
+    ("metrics.json", "null", "it holds null where a run writes an object"),
+    ("metrics.json", '{"eval_after": 3}', "its eval_after holds a number where a run writes an evaluation (an object)"),
+    ("run_config.json", '{"seed": 1}', "it has no backbone name or no seed"),
+])
+def test_a_run_file_of_the_wrong_shape_is_damaged_and_the_tables_come_from_the_others(tmp_path, file, text, what):
+    # valid JSON that no run writes: named like a file cut short, not a crash of every table
+    _two_arms_two_seeds(tmp_path)
+    (tmp_path / "v1" / file).write_text(text)
+    runs, problems = survey(tmp_path)
+    assert sorted(r["name"] for r in runs) == ["s0", "s1", "v0"]
+    assert [(p["dir"], p["kind"], p["state"]) for p in problems] == [
+        ("v1", "damaged", f"damaged: {tmp_path / 'v1' / file} is damaged: {what}")]
+    out = _aggregate(tmp_path)
+    assert f"- v1: damaged: {tmp_path / 'v1' / file} is damaged: {what}" in out
+    # a run whose configuration is unreadable cannot be counted in its arm's row (which arm it is is unknown)
+    assert ("| 1 of 2 |" in out) == (file == "metrics.json")
+
+
+def test_tables_into_a_folder_that_cannot_take_them_are_one_sentence(tmp_path):
+    # --out under a file: the folder cannot be made (a read-only or full disk is the same sentence, its reason aside)
+    _two_arms_two_seeds(tmp_path / "runs")
+    (tmp_path / "taken").write_text("")
+    code, out, err = _main(tmp_path / "runs", "--bootstrap", "20", "--out", str(tmp_path / "taken" / "tables"))
+    assert code == 2 and out.startswith("# BFCL V3 multi-turn accuracy")  # the tables were printed first
+    assert err == (f"error: cannot write {tmp_path / 'taken' / 'tables'}: a part of the path is a file, not a folder; "
+                   "give --out a folder you can write (the tables above were printed)\n")
+
+
 def test_a_damaged_run_is_named_with_its_file_and_the_tables_come_from_the_others(tmp_path):
     _two_arms_two_seeds(tmp_path)
     # vanilla_rl seed 1's metrics.json cut short in a value; seal seed 1's trajectories torn on their second line
