@@ -125,11 +125,9 @@ def _test_selected(metrics: dict) -> dict | None:
     return found or None
 
 
-def _json_kind(value: object) -> str:
-    if value is None:
-        return "null"
-    return {bool: "true/false", int: "a number", float: "a number", str: "a string", list: "a list"}.get(
-        type(value), type(value).__name__)
+# what a JSON value is, in the sentence that names a file holding the wrong one
+JSON_KINDS = {type(None): "null", bool: "true/false", int: "a number", float: "a number", str: "a string",
+              list: "a list"}
 
 
 def read_objects(run_dir: Path) -> tuple[dict, dict]:
@@ -140,12 +138,12 @@ def read_objects(run_dir: Path) -> tuple[dict, dict]:
     for path in (run_dir / "run_config.json", run_dir / "metrics.json"):
         data = read_json(path)
         if not isinstance(data, dict):
-            raise DamagedFile(f"{path} is damaged: it holds {_json_kind(data)} where a run writes an object")
+            raise DamagedFile(f"{path} is damaged: it holds {JSON_KINDS[type(data)]} where a run writes an object")
         found.append(data)
     config, metrics = found
     for key, value in metrics.items():
         if key.startswith(("eval_", "test_", "ood_")) and value is not None and not isinstance(value, dict):
-            raise DamagedFile(f"{run_dir / 'metrics.json'} is damaged: its {key} holds {_json_kind(value)} where a run "
+            raise DamagedFile(f"{run_dir / 'metrics.json'} is damaged: its {key} holds {JSON_KINDS[type(value)]} where a run "
                               "writes an evaluation (an object)")
     if not isinstance(config.get("backbone"), dict) or "name" not in config["backbone"] or "seed" not in config:
         raise DamagedFile(f"{run_dir / 'run_config.json'} is damaged: it has no backbone name or no seed")

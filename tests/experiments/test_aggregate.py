@@ -279,8 +279,14 @@ def test_a_deleted_trajectory_file_drops_that_seed_only_and_says_so(tmp_path):
 @pytest.mark.parametrize("file, text, what", [
     ("metrics.json", "[]", "it holds a list where a run writes an object"),
     ("metrics.json", "null", "it holds null where a run writes an object"),
+    ("metrics.json", '"x"', "it holds a string where a run writes an object"),
     ("metrics.json", '{"eval_after": 3}', "its eval_after holds a number where a run writes an evaluation (an object)"),
+    ("metrics.json", '{"test_final": true}', "its test_final holds true/false where a run writes an evaluation (an object)"),
+    ("metrics.json", '{"ood_after": [0.5]}', "its ood_after holds a list where a run writes an evaluation (an object)"),
     ("run_config.json", '{"seed": 1}', "it has no backbone name or no seed"),
+    ("run_config.json", '{"backbone": {"dtype": "bfloat16"}, "seed": 1}', "it has no backbone name or no seed"),
+    ("run_config.json", '{"backbone": {"name": "qwen2.5-7b"}}', "it has no backbone name or no seed"),
+    ("run_config.json", '1.5', "it holds a number where a run writes an object"),
 ])
 def test_a_run_file_of_the_wrong_shape_is_damaged_and_the_tables_come_from_the_others(tmp_path, file, text, what):
     # valid JSON that no run writes: named like a file cut short, not a crash of every table
