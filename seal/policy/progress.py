@@ -3,8 +3,8 @@
 An evaluation or a round's rollouts plays episodes turn by turn: the bar counts finished *turns* (each
 episode's turns are known when it starts, so the bar moves whenever one ends, not only when a whole
 episode does) and shows the episodes done and the tokens the model has written so far; an optimisation
-counts its micro-batches. The bar is drawn on a terminal only (stderr a TTY); every `every` seconds, and
-when the step ends, one line goes to the `seal.progress` logger: run.log always has it, the console only
+counts its micro-batches. The bar is drawn on a terminal only (stderr a TTY); when it moves `every` seconds or
+more after the last line, and when the step ends, one line goes to the `seal.progress` logger: run.log always has it, the console only
 when no bar is drawn there (a SLURM job's log, a pipe), so that a console shows one or the other.
 
     progress = Progress("eval before · bfcl", total=16, unit="turn", episodes=4)

@@ -4,8 +4,9 @@
 evaluation protocol), the rounds (episodes each, and the validations among them), and the out-of-domain
 benchmarks before and after training. `JobClock` times the work as it is done and estimates the rest from
 the rates measured so far: seconds per evaluation episode, seconds per round, seconds per out-of-domain
-evaluation. Until a kind of work has been timed once, its share is borrowed from another kind (a round as
-its episodes at the evaluation's rate), and the estimate says it is rough.
+evaluation. A kind of work not timed yet is not guessed from another (a round's optimisation is most of it
+and no evaluation shows it): the estimate covers what was timed and names what is still to be timed, e.g.
+"about 40 s left + 3 rounds (not timed yet)".
 """
 
 from __future__ import annotations
@@ -128,24 +129,23 @@ class JobClock:
         self.ood_seconds = seconds
         self.ood_left = max(self.ood_left - 1, 0)
 
-    def left(self) -> tuple[float, bool] | None:
-        """(seconds left, rough) at the rates measured so far; None before anything was timed. Rough: a share
-        was borrowed from another kind of work (no round, or no evaluation, or no out-of-domain one timed yet)."""
-        per_episode = self.eval_seconds / self.eval_episodes if self.eval_episodes else None
-        per_round = sum(self.round_seconds) / len(self.round_seconds) if self.round_seconds else None
-        if per_episode is None and per_round is None:
+    def left(self) -> tuple[float, list[str]] | None:
+        """(seconds the timed kinds of work still take at their measured rates, the work left of kinds not timed
+        yet, e.g. ["3 rounds"]); None before anything was timed. Validations are inside the measured rounds; the
+        evaluations left are the before/after ones."""
+        rates = {"evaluation episode": self.eval_seconds / self.eval_episodes if self.eval_episodes else None,
+                 "round": sum(self.round_seconds) / len(self.round_seconds) if self.round_seconds else None,
+                 "out-of-domain evaluation": self.ood_seconds}
+        if rates["evaluation episode"] is None and rates["round"] is None:
             return None
-        rough = False
-        if per_round is None:
-            per_round, rough = per_episode * self.plan.episodes_per_round, bool(self.rounds_left)
-        if per_episode is None:
-            per_episode, rough = per_round / max(self.plan.episodes_per_round, 1), bool(self.evals_left)
-        ood = 0.0
-        if self.ood_left:
-            rough = rough or self.ood_seconds is None
-            ood = self.ood_left * (self.ood_seconds if self.ood_seconds is not None else 0.0)
-        # validations are inside the measured rounds; the evaluations left are the before/after ones
-        return self.evals_left * per_episode + self.rounds_left * per_round + ood, rough
+        seconds, untimed = 0.0, []
+        for what, n in (("evaluation episode", self.evals_left), ("round", self.rounds_left),
+                        ("out-of-domain evaluation", self.ood_left)):
+            if n and rates[what] is None:
+                untimed.append(f"{n} {what}" + ("" if n == 1 else "s"))
+            elif n:
+                seconds += n * rates[what]
+        return seconds, untimed
 
     def elapsed(self) -> float:
         return self.clock() - self.started
@@ -153,9 +153,12 @@ class JobClock:
     def estimate(self) -> str:
         """What the console says: the time so far and, once something was timed, about how long is left."""
         found = self.left()
-        if found is None:
+        if found is None or not (self.evals_left or self.rounds_left or self.ood_left):
             return f"{duration(self.elapsed())} so far"
-        seconds, rough = found
-        if not (self.evals_left or self.rounds_left or self.ood_left):
-            return f"{duration(self.elapsed())} so far"
-        return f"{duration(self.elapsed())} so far, about {duration(seconds)} left" + (" (rough)" if rough else "")
+        seconds, untimed = found
+        return f"{duration(self.elapsed())} so far, about {duration(seconds)} left{not_timed(untimed)}"
+
+
+def not_timed(untimed: list[str]) -> str:
+    """What an estimate leaves out, as its tail: "" or " + 3 rounds (not timed yet)"."""
+    return f" + {' and '.join(untimed)} (not timed yet)" if untimed else ""

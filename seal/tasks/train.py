@@ -266,7 +266,7 @@ def announce(run: TrainingRun) -> None:
     """Say what the job will do (the evaluations with their episodes under each protocol, the rounds left,
     the validations, the out-of-domain benchmarks), and start its clock (seal.report.clock)."""
     from seal.budget import validated_after
-    from seal.report.clock import Evaluation, JobClock, JobPlan
+    from seal.report.clock import Evaluation, JobClock, JobPlan, not_timed
 
     entries, selection, protocols, out_dir = run.entries, run.selection, tuple(run.eval_protocols), run.out_dir
     planned = run.budget.rounds_for(len(entries.train))
@@ -295,7 +295,7 @@ def announce(run: TrainingRun) -> None:
                   **_evaluation_rate(out_dir / "eval_before.json"))
     if run.dist.main:
         found = clock.left()
-        when = (f"about {_duration(found[0])} at the earlier attempt's rates" if found else
+        when = (f"about {_duration(found[0])} at the earlier attempt's rates{not_timed(found[1])}" if found else
                 "estimated once the first evaluation or round is timed")
         log.info("%s; the time it takes: %s, then on every round line", plan.describe(), when)
 

@@ -30,28 +30,46 @@ def test_the_time_left_comes_from_the_rates_measured_so_far():
     now = [0.0]
     clock = JobClock(plan(), clock=lambda: now[0], started=0.0)
     assert clock.left() is None and clock.estimate() == "0 s so far"
-    # the evaluation before: 8 episodes in 40 s = 5 s each; no round timed yet, so a round is borrowed as its 2
-    # episodes at that rate (rough): 8 x 5 + 3 x 10 = 70 s
+    # the evaluation before: 8 episodes in 40 s = 5 s each; the 8 after training take 40 s at that rate; no round
+    # timed yet, and no round is guessed from the evaluation's rate (its optimisation is most of it): named instead
     now[0] = 40.0
     clock.evaluated(8, 40.0)
-    assert clock.left() == (70.0, True)
-    assert clock.estimate() == "40 s so far, about 1 min 10 s left (rough)"
-    # a round took 60 s: 8 x 5 + 2 x 60 = 160 s, measured
+    assert clock.left() == (40.0, ["3 rounds"])
+    assert clock.estimate() == "40 s so far, about 40 s left + 3 rounds (not timed yet)"
+    # a round took 60 s: 8 x 5 + 2 x 60 = 160 s, all measured
     now[0] = 100.0
     clock.round_done(60.0)
-    assert clock.left() == (160.0, False)
+    assert clock.left() == (160.0, [])
+    assert clock.estimate() == "1 min 40 s so far, about 2 min 40 s left"
     clock.round_done(100.0)
     clock.round_done(80.0)
     clock.evaluated(8, 20.0)
     assert clock.estimate() == "1 min 40 s so far"  # nothing left to estimate
 
 
-def test_an_out_of_domain_benchmark_not_timed_yet_makes_the_estimate_rough():
+def test_work_not_timed_yet_is_named_with_its_count():
+    # rounds timed (a resumed run's earlier attempt), no evaluation episode: 2 rounds of 30 s; the 8 evaluation
+    # episodes after training and the two out-of-domain evaluations named, one of each
+    clock = JobClock(plan(before=(), rounds=2, first_round=2, planned_rounds=4, ood=("bfcl_v4_memory",)),
+                     clock=lambda: 0.0, started=0.0)
+    clock.earlier(round_seconds=[30.0, 30.0])
+    assert clock.left() == (60.0, ["8 evaluation episodes", "2 out-of-domain evaluations"])
+    clock.ood_done(45.0)
+    assert clock.left() == (105.0, ["8 evaluation episodes"])
+    assert clock.estimate() == "0 s so far, about 1 min 45 s left + 8 evaluation episodes (not timed yet)"
+    # one of a kind: the singular
+    one = JobClock(plan(before=(), after=(Evaluation("evaluate (test part)", 1, ("bfcl",)),), rounds=1),
+                   clock=lambda: 0.0, started=0.0)
+    one.earlier(round_seconds=[30.0])
+    assert one.left() == (30.0, ["1 evaluation episode"])
+
+
+def test_an_out_of_domain_benchmark_not_timed_yet_is_named():
     clock = JobClock(plan(ood=("bfcl_v4_memory",), rounds=0, after=()), clock=lambda: 0.0, started=0.0)
     clock.evaluated(8, 8.0)
-    assert clock.left() == (0.0, True)  # two out-of-domain evaluations to come, untimed
+    assert clock.left() == (0.0, ["2 out-of-domain evaluations"])  # two to come, untimed
     clock.ood_done(30.0)
-    assert clock.left() == (30.0, False)
+    assert clock.left() == (30.0, [])
 
 
 def test_a_resumed_job_estimates_from_the_earlier_attempts_rates():
@@ -59,5 +77,5 @@ def test_a_resumed_job_estimates_from_the_earlier_attempts_rates():
     # episodes after training: 2 x 40 + 8 x 2 = 96 s, measured before anything of this attempt ran
     clock = JobClock(plan(before=(), rounds=2, first_round=2, planned_rounds=4), clock=lambda: 0.0, started=0.0)
     clock.earlier(eval_episodes=8, eval_seconds=16.0, round_seconds=[30.0, 50.0])
-    assert clock.left() == (96.0, False)
+    assert clock.left() == (96.0, [])
     assert (clock.rounds_left, clock.evals_left) == (2, 8)
