@@ -30,7 +30,9 @@ failed or unfinished and each comparison seed it drops.
 Table 2's BFCL V4 memory column comes from the runs themselves (budget=paper evaluates
 budget.ood_benchmarks=[bfcl_v4_memory] before and after training); for the web-search column, export
 SERPAPI_API_KEY and pass `-- budget.ood_benchmarks=[bfcl_v4_memory,bfcl_v4_web_search]`. The bound below
-counts training only.
+counts training only: a paper job's evaluations (test before and after, the validations, BFCL V4 memory with its
+prerequisite conversations: about 4,400 episodes against the training's 16,896, generated only, at 2 N FLOPs a
+token against training's 10 N) would add about 5% to it.
 
 The GPU-hour figure is an upper bound from arithmetic, not a measurement: every episode is taken to
 fill the backbone's context, and its tokens cost 2 N FLOPs to generate and 8 N to train (forward,

@@ -147,7 +147,7 @@ def print_plan(jobs: list[Job], todo: list[Job], needs: dict[Job, Needs], extra:
     """One line per job: its state and overrides, its GPU-hour bound, then what it needs of the cluster."""
     timeout = launcher.get("timeout_min")
     shared = [o for o in extra if o.startswith(("hydra.", "+hydra.", "hydra/"))]
-    print("per job: the GPU-hour bound; the GPUs it holds and the bound in hours on them"
+    print("per job: the GPU-hour bound of its training (its evaluations are not in it); the GPUs it holds and the bound in hours on them"
           + (f", with the requeues that takes at hydra.launcher.timeout_min={timeout}" if timeout else "")
           + "; the host memory it peaks at; the disk its checkpoints and models take"
           + (f" (every job also gets {' '.join(shared)})" if shared else ""))
