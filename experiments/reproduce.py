@@ -53,8 +53,8 @@ from pathlib import Path
 
 from experiments.cluster.jobs import (REPO, TABLE1_BACKBONES, TABLE3_BACKBONE, finished, job_config, parse_plan,
                                       run_dir, with_budget, write_manifest)
-from experiments.cluster.needs import (launcher_settings, gpu_hours_bound, memory_lines, needs_of, print_plan,
-                                       requeue_lines)
+from experiments.cluster.needs import (launcher_settings, gpu_hours_bound, gpu_lines, memory_lines, needs_of,
+                                       print_plan, requeue_lines)
 from experiments.cluster.slurm import check_partition, confirm, gpus_asked, submit
 from experiments.tables.columns import PAPER_BUDGET
 from seal.errors import UserError
@@ -98,7 +98,9 @@ def main(argv: list[str] | None = None) -> int:
     total = sum(needs[j].gpu_hours for j in todo)
     print(f"GPU-hours to run, upper bound: {total:.1f} (context-filling episodes, {args.mfu:.0%} of "
           f"{args.gpu_tflops:.0f} TFLOPS)")
-    for line in requeue_lines([needs[j] for j in todo], launcher) + memory_lines([needs[j] for j in todo], launcher):
+    waiting = [needs[j] for j in todo]
+    gpus = gpu_lines(waiting, launcher) if args.launcher != "basic" else []
+    for line in requeue_lines(waiting, launcher) + memory_lines(waiting, launcher) + gpus:
         print(line)
     if args.dry_run:
         return 0

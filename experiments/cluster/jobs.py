@@ -121,12 +121,13 @@ def job_config(job: Job, extra: tuple[str, ...], launcher: str = "basic") -> Any
 
     from seal.tasks.command_line import sentence
 
-    hydra = [o for o in extra if o.startswith(("hydra.launcher.", "hydra/launcher=", "+hydra.launcher."))] \
-        if launcher != "basic" else []
+    slurm = launcher != "basic"
+    hydra = [f"hydra/launcher={launcher}", *(o for o in extra if o.startswith(
+        ("hydra.launcher.", "hydra/launcher=", "+hydra.launcher.")))] if slurm else []
     try:
         with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-            return compose(config_name="config", overrides=[*_task_overrides(job, extra), *(
-                [f"hydra/launcher={launcher}", *hydra] if launcher != "basic" else [])], return_hydra_config=launcher != "basic")
+            return compose(config_name="config", overrides=[*_task_overrides(job, extra), *hydra],
+                           return_hydra_config=slurm)
     except (ConfigCompositionException, OverrideParseException) as exc:
         raise UserError(sentence(exc)) from None
 

@@ -205,6 +205,20 @@ def requeue_lines(needs: list[Needs], launcher: Mapping[str, Any]) -> list[str]:
     return lines
 
 
+def gpu_lines(needs: list[Needs], launcher: Mapping[str, Any]) -> list[str]:
+    """A warning when the jobs ask SLURM for fewer GPUs than they run processes on (submission refuses them:
+    the dry run says so first)."""
+    from experiments.cluster.slurm import gpus_asked
+
+    needed = max((n.gpus for n in needs), default=0)
+    asked = gpus_asked(launcher).count
+    if needed > asked:
+        return [f"warning: each job runs {needed} process(es), one per GPU, but asks SLURM for {asked} GPU(s), which "
+                f"--submit refuses: set hydra.launcher.gpus_per_node={needed} (in conf/local/default.yaml, as "
+                "conf/local/example.yaml shows, or after --)"]
+    return []
+
+
 def memory_lines(needs: list[Needs], launcher: Mapping[str, Any]) -> list[str]:
     """A warning when the host memory a GPU job asks SLURM for is below what it peaks at (the allowance a rank
     takes beyond its model is a GPU process's: a CPU-sized job is not held to it)."""

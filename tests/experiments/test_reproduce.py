@@ -359,3 +359,7 @@ def test_the_dry_run_prints_what_every_job_needs(tmp_path):
                             "--backbones", "qwen2.5-3b", "--seeds", "0", "--ablation-backbone", "", "--",
                             "hydra.launcher.timeout_min=60"], cwd=REPO, capture_output=True, text=True)
     assert "warning: hydra.launcher.max_num_timeout=0 allows 0 requeue(s) of the 19 it takes" in short.stdout
+    # and that the jobs, which run 4 processes each, ask SLURM for no GPU (Hydra's default): --submit would refuse
+    assert ("warning: each job runs 4 process(es), one per GPU, but asks SLURM for 0 GPU(s), which --submit refuses: "
+            "set hydra.launcher.gpus_per_node=4 (in conf/local/default.yaml, as conf/local/example.yaml shows, or "
+            "after --)") in short.stdout
