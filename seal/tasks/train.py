@@ -139,7 +139,7 @@ def finished_already(cfg: DictConfig, out_dir: Path) -> str | None:
     if not (out_dir / "metrics.json").is_file() or not fingerprint_matches(out_dir, config_fingerprint(cfg)):
         return None
     return (f"{out_dir} holds this run, finished (metrics.json, report.md): nothing to do; to train it again, "
-            "remove that folder or choose another with hydra.run.dir=<directory>")
+            "remove that folder or choose another with hydra.run.dir=<directory> (a sweep: hydra.sweep.dir=<directory>)")
 
 
 def train(cfg: DictConfig, out_dir: Path) -> None:
