@@ -270,6 +270,9 @@ def test_the_disk_need_of_the_paper_node_is_its_checkpoints_and_models_by_hand()
     assert plan.step_timeout() == pytest.approx(600 + moved / 0.2)
     assert plan.step_timeout(engine_starts=1) == pytest.approx(1200 + moved / 0.2)
     assert plan.step_timeout() > 3 * 600
+    # without CUDA the runs are CPU-bound: 30 min, the miniature's train run on two gloo ranks having taken 10.6
+    assert plan.step_timeout(cuda=False) == pytest.approx(1800 + moved / 0.2)
+    assert plan.step_timeout(engine_starts=1, cuda=False) == pytest.approx(3600 + moved / 0.2)
 
 
 def test_a_disk_too_small_is_refused_before_anything_is_built(tmp_path, monkeypatch, capsys):

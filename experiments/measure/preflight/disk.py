@@ -17,6 +17,9 @@ from seal.errors import UserError
 DISK_GIB_PER_S = 0.2
 # a step's time beyond its disk traffic: imports, the model's build, the rounds themselves, vLLM's start
 BASE_STEP_S = 600
+# the same without CUDA, where the runs are the tiny shape's at a CPU's speed, in bf16 like a GPU node's: the
+# paper miniature's train run on two gloo ranks took 10 min 36 s on a 2-core machine alone (2026-12-02)
+BASE_STEP_CPU_S = 1800
 
 
 @dataclass(frozen=True)
@@ -35,9 +38,11 @@ class DiskPlan:
     def total(self) -> int:
         return self.checkpoint * self.checkpoints + self.model * self.models + self.built
 
-    def step_timeout(self, engine_starts: int = 0) -> float:
-        """Seconds one run may take: BASE_STEP_S, each vLLM start's, and the disk traffic at DISK_GIB_PER_S."""
-        return BASE_STEP_S * (1 + engine_starts) + (self.total + self.loaded) / GiB / DISK_GIB_PER_S
+    def step_timeout(self, engine_starts: int = 0, cuda: bool = True) -> float:
+        """Seconds one run may take: BASE_STEP_S (BASE_STEP_CPU_S without CUDA), as much again for each vLLM
+        start, and the disk traffic at DISK_GIB_PER_S."""
+        base = BASE_STEP_S if cuda else BASE_STEP_CPU_S
+        return base * (1 + engine_starts) + (self.total + self.loaded) / GiB / DISK_GIB_PER_S
 
     def describe(self) -> str:
         return (f"{self.total / GiB:.1f} GiB ({self.checkpoints} checkpoint(s) of {self.checkpoint / GiB:.1f} GiB at "

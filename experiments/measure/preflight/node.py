@@ -47,7 +47,7 @@ def preflight(backbone: str, out: Path, *, tiny: bool | None = None, overrides: 
     # what the runs will write, before anything is built
     disk_line = check_disk(disk, out)
     if step_timeout is None:
-        step_timeout = disk.step_timeout(engine_starts=launch.engine == "vllm")
+        step_timeout = disk.step_timeout(engine_starts=launch.engine == "vllm", cuda=cuda)
     gpus = cuda_devices()
     visible = visible_gpus(gpus, launch.processes, dict(os.environ))
     print(f"gpu_check: {backbone} ({bb['arch']['model_type']}), {'a tiny shape' if tiny else 'its published shape'}, "
