@@ -8,7 +8,7 @@ with its arm, backbone and seed); without one, from the run directories found be
 never created is then named nowhere, and the output says so). With a manifest, a run directory it does
 not list is named and used nowhere. Two finished runs with the same backbone, arm and seed are both
 named and neither is used. Every expected run that is missing, failed, unfinished, damaged (a file of it cut
-short or torn, named), not evaluated on test or lacks trajectories is listed with what stopped it, every
+short, torn or holding what no run writes, named), not evaluated on test or lacks trajectories is listed with what stopped it, every
 table is built from the others, and every row and cell says how many of its
 expected runs it holds ("2 of 3"; a cell over fewer runs than its row: "n=1 of 3").
 

@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
                                 "paper's numbers)"))
     print_plan(jobs, todo, needs, extra, launcher)
     total = sum(needs[j].gpu_hours for j in todo)
-    print(f"GPU-hours to run, upper bound: {total:.1f} (context-filling episodes, {args.mfu:.0%} of "
+    print(f"GPU-hours of training to run, upper bound: {total:.1f} (context-filling episodes, {args.mfu:.0%} of "
           f"{args.gpu_tflops:.0f} TFLOPS)")
     waiting = [needs[j] for j in todo]
     gpus = gpu_lines(waiting, launcher) if args.launcher != "basic" else []

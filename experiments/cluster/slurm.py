@@ -228,7 +228,7 @@ def confirm(count: int, hours: float, partition: str | None) -> bool:
         raise UserError(f"nothing submitted: add --submit to submit these {count} jobs{where} (or run it at a terminal, "
                         "which asks)")
     try:
-        answer = input(f"submit {count} jobs{where}, at most {hours:.1f} GPU-hours? type {CONFIRM} to go on: ")
+        answer = input(f"submit {count} jobs{where}, at most {hours:.1f} GPU-hours of training? type {CONFIRM} to go on: ")
     except EOFError:
         answer = ""
     return answer.strip() == CONFIRM

@@ -36,8 +36,9 @@ def _train_prompt_lengths() -> list[int]:
 
 
 def memory() -> None:
-    """What training the paper's backbones needs per GPU, launch by launch, and on disk (from their configs), and the
-    plan against a small model's measured training step."""
+    """What training the paper's backbones needs per GPU and on disk, launch by launch, from their configs.
+
+    Then the plan against a small model's training step measured on the CPU."""
     prompts = sorted(_train_prompt_lengths())
     print(f"\n## memory: paper budget (32 prompts x 8 rollouts, max new tokens 4096, context 16384), per rank, "
           f"from configs")

@@ -130,10 +130,28 @@ JSON_KINDS = {type(None): "null", bool: "true/false", int: "a number", float: "a
               list: "a list"}
 
 
+def _number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _evaluation_fault(key: str, evaluation: object) -> str | None:
+    """What is wrong with one evaluation of metrics.json under `key` (None: nothing): an object whose scores
+    (eval/...) and num_entries are numbers, and whose selected round (a best model's) is an object."""
+    if not isinstance(evaluation, dict):
+        return f"its {key} holds {JSON_KINDS[type(evaluation)]} where a run writes an evaluation (an object)"
+    for name, value in evaluation.items():
+        if (name.startswith("eval/") or name == "num_entries") and not _number(value):
+            return f"its {key}'s {name} holds {JSON_KINDS.get(type(value), 'an object')} where a run writes a number"
+    if "selected" in evaluation and not isinstance(evaluation["selected"], dict):
+        return f"its {key}'s selected holds {JSON_KINDS[type(evaluation['selected'])]} where a run writes an object"
+    return None
+
+
 def read_objects(run_dir: Path) -> tuple[dict, dict]:
     """run_config.json and metrics.json, each checked to hold what a run writes (an object; in metrics.json every
-    evaluation an object or null; in run_config.json a backbone's name and a seed): DamagedFile naming the file and
-    what it holds otherwise, as for a file cut short."""
+    evaluation an object or null, _evaluation_fault, the out-of-domain ones an object of them by benchmark; in
+    run_config.json a backbone's name and a seed): DamagedFile naming the file and what it holds otherwise, as for a
+    file cut short."""
     found = []
     for path in (run_dir / "run_config.json", run_dir / "metrics.json"):
         data = read_json(path)
@@ -142,9 +160,14 @@ def read_objects(run_dir: Path) -> tuple[dict, dict]:
         found.append(data)
     config, metrics = found
     for key, value in metrics.items():
-        if key.startswith(("eval_", "test_", "ood_")) and value is not None and not isinstance(value, dict):
-            raise DamagedFile(f"{run_dir / 'metrics.json'} is damaged: its {key} holds {JSON_KINDS[type(value)]} where a run "
-                              "writes an evaluation (an object)")
+        if not key.startswith(("eval_", "test_", "ood_")) or value is None:
+            continue
+        if key.startswith("ood_") and isinstance(value, dict):
+            fault = next(filter(None, (_evaluation_fault(f"{key}.{name}", found) for name, found in value.items())), None)
+        else:
+            fault = _evaluation_fault(key, value)
+        if fault:
+            raise DamagedFile(f"{run_dir / 'metrics.json'} is damaged: {fault}")
     if not isinstance(config.get("backbone"), dict) or "name" not in config["backbone"] or "seed" not in config:
         raise DamagedFile(f"{run_dir / 'run_config.json'} is damaged: it has no backbone name or no seed")
     return config, metrics

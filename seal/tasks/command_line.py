@@ -130,6 +130,13 @@ def composed() -> None:
         _set_here = False
 
 
+# what to write instead, for a typed key a user is likely to give the wrong kind of value
+TYPED_KEY_FIXES = {
+    "hydra.launcher.gpus_per_node": "it takes a number; ask for a GPU type with hydra.launcher.gres=gpu:<type>:<n> (or "
+                                    "+hydra.launcher.additional_parameters.gpus_per_node=<type>:<n>)",
+}
+
+
 def sentence(exc: Exception) -> str:
     """One sentence for an error Hydra raised while composing the config."""
     from hydra.errors import MissingConfigException, OverrideParseException
@@ -146,8 +153,9 @@ def sentence(exc: Exception) -> str:
     if isinstance(cause, (ConfigAttributeError, ConfigKeyError)) and getattr(cause, "full_key", None):
         return missing_key(str(cause.full_key), _keys_of(cause))
     if isinstance(cause, ValidationError) and getattr(cause, "full_key", None):
-        # a value the key's declared type refuses (a launcher's settings are typed): the key and why
-        return f"{cause.full_key}: {str(cause).splitlines()[0]}"
+        # a value the key's declared type refuses (a launcher's settings are typed): the key, why, and the way out
+        fix = TYPED_KEY_FIXES.get(str(cause.full_key))
+        return f"{cause.full_key}: {str(cause).splitlines()[0]}" + (f"; {fix}" if fix else "")
     lines = [line.strip() for line in str(exc).split("Config search path")[0].splitlines() if line.strip()]
     return " ".join(lines)
 

@@ -621,8 +621,8 @@ def report(run: TrainingRun) -> None:
                      for m, v in metrics.items() if m.startswith("eval/")})
     wandb.save_files([out_dir / "report.md", out_dir / "curves.png", out_dir / "metrics.json"])
     wandb.finish()
-    log.info("done: %d rounds in %s; report in %s", len(history), _duration(time.perf_counter() - run.started),
-             out_dir / "report.md")
+    log.info("done: %d round%s in %s; report in %s", len(history), "" if len(history) == 1 else "s",
+             _duration(time.perf_counter() - run.started), out_dir / "report.md")
 
 
 def report_header(run: TrainingRun) -> dict[str, Any]:

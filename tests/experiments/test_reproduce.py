@@ -66,9 +66,9 @@ def test_the_dry_run_plans_the_papers_budget_without_being_told(tmp_path):
     # 6 x 3.09B (Qwen2.5-3B) + 15 x 7.62B (Qwen2.5-7B) + 6 x 8.03B (ToolACE-2-8B) = 181.02B
     per_billion = 72 * 256 * 16384 * 10 * 1e9 / (312e12 * 0.3) / 3600
     assert "backbone=qwen2.5-7b experiment=seal seed=0 budget=paper launch=paper  <= 68.3 GPU-h | 4 GPU(s)" in proc.stdout
-    assert (f"GPU-hours to run, upper bound: {181.02 * per_billion:.1f} (context-filling episodes, 30% "
-            "of 312 TFLOPS)") == "GPU-hours to run, upper bound: 1622.3 (context-filling episodes, 30% of 312 TFLOPS)"
-    assert "GPU-hours to run, upper bound: 1622.3 (context-filling episodes, 30% of 312 TFLOPS)" in lines
+    assert (f"GPU-hours of training to run, upper bound: {181.02 * per_billion:.1f} (context-filling episodes, 30% "
+            "of 312 TFLOPS)") == "GPU-hours of training to run, upper bound: 1622.3 (context-filling episodes, 30% of 312 TFLOPS)"
+    assert "GPU-hours of training to run, upper bound: 1622.3 (context-filling episodes, 30% of 312 TFLOPS)" in lines
 
 
 def test_a_smaller_budget_is_an_explicit_choice_and_says_so(tmp_path):
@@ -101,7 +101,9 @@ def test_the_paper_budget_brings_the_authors_launch_unless_one_is_chosen():
                                "qwen2.5-3b, qwen2.5-7b, toolace-2-8b\n"),
     # hydra-submitit-launcher declares gpus_per_node an integer: a GPU type goes in gres or additional_parameters
     (["--", "hydra.launcher.gpus_per_node=a100:4"],
-     "error: hydra.launcher.gpus_per_node: Value 'a100:4' of type 'str' could not be converted to Integer\n"),
+     "error: hydra.launcher.gpus_per_node: Value 'a100:4' of type 'str' could not be converted to Integer; it takes a "
+     "number; ask for a GPU type with hydra.launcher.gres=gpu:<type>:<n> (or "
+     "+hydra.launcher.additional_parameters.gpus_per_node=<type>:<n>)\n"),
 ])
 def test_bad_input_is_one_sentence_and_exit_2(tmp_path, args, message):
     proc = subprocess.run([sys.executable, "-m", "experiments.reproduce", "--dry-run", "--root", str(tmp_path), *args],
@@ -167,7 +169,7 @@ def test_at_a_terminal_only_the_typed_word_submits(tmp_path, monkeypatch, capsys
     monkeypatch.setattr("builtins.input", lambda prompt: prompts.append(prompt) or typed)
     code = reproduce.main(["--root", str(tmp_path), "--launcher", "basic", *SMALL])
     # the prompt names the jobs and their GPU-hour bound: 2 x 27.7
-    assert prompts == ["submit 2 jobs, at most 55.4 GPU-hours? type submit to go on: "]
+    assert prompts == ["submit 2 jobs, at most 55.4 GPU-hours of training? type submit to go on: "]
     assert (code, bool(calls)) == ((0, True) if submitted else (1, False))
     if not submitted:
         assert capsys.readouterr().out.endswith("nothing submitted\n") and not (tmp_path / "manifest.json").exists()

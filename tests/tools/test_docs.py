@@ -59,7 +59,7 @@ def test_the_prose_gpu_hours_are_the_dry_runs():
     per_run, total = re.search(r"([\d.]+) GPU-hours per Qwen2.5-7B run, ([\d,]+) for all 27", text).groups()
     block = current(text, "reproduce-plan")
     assert f"backbone=qwen2.5-7b experiment=seal seed=0 budget=paper launch=paper  <= {per_run} GPU-h" in block
-    printed = float(re.search(r"GPU-hours to run, upper bound: ([\d.]+)", block).group(1))
+    printed = float(re.search(r"GPU-hours of training to run, upper bound: ([\d.]+)", block).group(1))
     assert int(total.replace(",", "")) == round(printed)
     assert block.startswith("\n<!-- written") and "27 jobs, 0 finished, 27 to run (under multirun/reproduce)" in block
 
