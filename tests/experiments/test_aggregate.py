@@ -281,6 +281,9 @@ def test_a_deleted_trajectory_file_drops_that_seed_only_and_says_so(tmp_path):
     ("metrics.json", "null", "it holds null where a run writes an object"),
     ("metrics.json", '"x"', "it holds a string where a run writes an object"),
     ("metrics.json", '{"eval_after": 3}', "its eval_after holds a number where a run writes an evaluation (an object)"),
+    # after the fields that are not evaluations, as a run writes them first
+    ("metrics.json", '{"arm": "vanilla_rl", "rounds": 2, "eval_after": 3}',
+     "its eval_after holds a number where a run writes an evaluation (an object)"),
     ("metrics.json", '{"test_final": true}', "its test_final holds true/false where a run writes an evaluation (an object)"),
     ("metrics.json", '{"ood_after": [0.5]}', "its ood_after holds a list where a run writes an evaluation (an object)"),
     # one level down: a score, a count, a selected round, a benchmark's evaluation out of domain
@@ -313,6 +316,23 @@ def test_a_run_file_of_the_wrong_shape_is_damaged_and_the_tables_come_from_the_o
     assert f"- v1: damaged: {tmp_path / 'v1' / file} is damaged: {what}" in out
     # a run whose configuration is unreadable cannot be counted in its arm's row (which arm it is is unknown)
     assert ("| 1 of 2 |" in out) == (file == "metrics.json")
+
+
+def test_a_run_file_as_a_run_writes_it_reads_back(tmp_path):
+    # metrics.json's fields as seal.tasks.train.report writes them, beside the evaluations (which may be null)
+    from experiments.tables.runs import read_objects
+
+    metrics = {"arm": "seal", "arm_choices": {"reweighting": "closed_loop"}, "rounds": 2, "planned_rounds": 2,
+               "final_rho": {"pass": 1.0}, "final_interface": {"version": 1}, "eval_before": None,
+               "eval_after": {"num_entries": 3, "eval/bfcl_v3/avg": 0.5, "eval/bfcl_v3/base": 1},
+               "round_time_split": {"generation": 1.5}, "wall_seconds": 12.5, "world_size": 1,
+               "ood_before": {"bfcl_v4_memory": {"num_entries": 5, "eval/bfcl_v4_memory/avg": 0.2, "split": "all"}},
+               "ood_after": None, "test_best_on_val": {"num_entries": 3, "eval/bfcl_v3/avg": 0.4,
+                                                       "selected": {"round": 1, "score": 0.3}}}
+    config = {"backbone": {"name": "tiny-random"}, "seed": 0}
+    (tmp_path / "metrics.json").write_text(json.dumps(metrics))
+    (tmp_path / "run_config.json").write_text(json.dumps(config))
+    assert read_objects(tmp_path) == (config, metrics)
 
 
 def test_tables_into_a_folder_that_cannot_take_them_are_one_sentence(tmp_path):
