@@ -127,10 +127,13 @@ def embedding_note(arch: dict[str, Any], vocab: int, tokens: int, tiny: bool) ->
 
 def measure_rollout(overrides: list[str], episodes: int) -> dict[str, Any]:
     """The bench's throughput row for the configured (built) backbone at `episodes` concurrent episodes."""
+    import transformers
+
     from experiments.measure.rollout import _load, throughput_rows
     from seal.budget import Budget
     from seal.policy.rollout import RolloutEngine
 
+    transformers.utils.logging.disable_progress_bar()  # the preflight prints its own lines only (as run.py's runs)
     cfg, backbone, policy = _load([*overrides, "backbone.generation=transformers"])
     engine = RolloutEngine.for_backbone(backbone, policy, Budget.from_config(cfg.budget))
     (row,) = throughput_rows(engine, concurrency=(episodes,))
