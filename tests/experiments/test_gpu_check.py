@@ -415,7 +415,8 @@ def test_the_tiny_preflight_runs_end_to_end_and_reports_the_runs_own_figures(tmp
 
 @pytest.mark.slow
 def test_two_gloo_ranks_run_the_preflights_steps_with_fsdp2(tmp_path):
-    # about 6 min on the 2-core CPU: sanity and the paper arm's miniature on two gloo ranks started by accelerate
+    # about 12 min on the 2-core CPU (in bf16, the GPU node's launch precision): sanity and the paper arm's miniature on
+    # two gloo ranks started by accelerate
     out = tmp_path / "out"
     proc = preflight_cli("--out", str(out), "--processes", "2", *LOADED, "--", "sanity.rounds=3")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
