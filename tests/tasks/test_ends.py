@@ -3,6 +3,7 @@ a misspelt key, an unknown choice, budget=paper on a CPU, a hub backbone whose w
 aggregate on a missing folder, the notebook on a wrong run folder, a read-only output folder, a damaged file
 of an earlier attempt, a torn metrics file under the notebook."""
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -144,32 +145,38 @@ def test_in_jupyter_the_notebook_shows_a_wrong_run_folder_as_the_same_sentence(t
                                "e.g. outputs/train/<run>"]
 
 
-def _read_only_folder(tmp_path):
-    """A folder nothing can be written into: a read-only file system (root can write through permissions), else
-    a folder without write permission. None when neither can be made here."""
+@contextlib.contextmanager
+def _read_only_folder(tmp_path, fill=lambda folder: None):
+    """(a folder nothing can be written into, the reason a write fails), after `fill(folder)` wrote its files: a
+    read-only file system (root can write through permissions; unmounted afterwards), else folders without write
+    permission. The test is skipped when neither can be made here."""
     folder = tmp_path / "ro"
     folder.mkdir()
-    if os.geteuid() == 0:
-        mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(folder)], capture_output=True)
-        return (folder, "the file system is read-only") if mounted.returncode == 0 else (None, None)
-    folder.chmod(0o555)
-    return folder, "permission denied"
+    root = os.geteuid() == 0
+    if root and subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(folder)],
+                               capture_output=True).returncode != 0:
+        pytest.skip("no read-only folder can be made here (root without mount)")
+    try:
+        fill(folder)
+        if root:
+            subprocess.run(["mount", "-o", "remount,ro", str(folder)], check=True, capture_output=True)
+        else:
+            for path in [folder, *(p for p in folder.rglob("*") if p.is_dir())]:
+                path.chmod(0o555)
+        yield folder, "the file system is read-only" if root else "permission denied"
+    finally:
+        if root:
+            subprocess.run(["umount", str(folder)], capture_output=True)
 
 
 # the run folder inside a read-only one (Hydra cannot make it), or the read-only folder itself (it exists: Hydra
 # cannot open its run.log, which logging reports as a ValueError)
 @pytest.mark.parametrize("run_dir, unwritable", [("{folder}/run", "{folder}/run"), ("{folder}", "{folder}/run.log")])
 def test_a_read_only_output_folder_is_one_sentence(tmp_path, run_dir, unwritable):
-    folder, reason = _read_only_folder(tmp_path)
-    if folder is None:
-        pytest.skip("no read-only folder can be made here (root without mount)")
     cwd = tmp_path / "cwd"
     cwd.mkdir()
-    try:
+    with _read_only_folder(tmp_path) as (folder, reason):
         line = refused(cwd, RUN, "task=replay", f"hydra.run.dir={run_dir.format(folder=folder)}")
-    finally:
-        if os.geteuid() == 0:
-            subprocess.run(["umount", str(folder)], capture_output=True)
     assert line == (f"error: cannot write {unwritable.format(folder=folder)}: {reason}; run from a folder you can "
                     "write, or give the run another folder with hydra.run.dir=<folder> (a sweep: hydra.sweep.dir=<folder>)")
 
@@ -225,46 +232,28 @@ def test_in_jupyter_a_torn_metrics_file_is_the_same_sentence(tmp_path, monkeypat
                                "move it away or restore it"]
 
 
-def _read_only_run(tmp_path):
-    """A two-round run folder (what the notebook reads) on a read-only file system (root), else without write
-    permission; (None, None) when neither can be made here."""
+def _two_round_run(folder):
+    """What the notebook reads of a two-round run."""
     import json
 
-    folder = tmp_path / "ro"
-    folder.mkdir()
-    root = os.geteuid() == 0
-    if root and subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(folder)]).returncode != 0:
-        return None, None
     (folder / "run_config.json").write_text(json.dumps({"experiment_name": "seal", "backbone": {"name": "tiny-random"}}))
     (folder / "metrics.jsonl").write_text("".join(
         json.dumps({"round": r, "train/reward_mean": 0.5, "train/turn_pass_rate": 0.25}) + "\n" for r in range(2)))
     (folder / "interface").mkdir()
     for r in range(2):
         (folder / "interface" / f"round_{r:04d}.json").write_text(json.dumps({"version": r}))
-    if root:
-        subprocess.run(["mount", "-o", "remount,ro", str(folder)], check=True)
-        return folder, "the file system is read-only"
-    for path in (folder, folder / "interface"):
-        path.chmod(0o555)
-    return folder, "permission denied"
 
 
 def test_a_read_only_run_under_the_notebook(tmp_path):
     """From the command line, which saves the executed notebook in the run: refused in one sentence before it runs;
     under `jupyter execute`, which saves only the figure: one line that it was not saved, and the notebook goes on."""
-    run_dir, reason = _read_only_run(tmp_path)
-    if run_dir is None:
-        pytest.skip("no read-only folder can be made here (root without mount)")
     cwd = tmp_path / "cwd"
     cwd.mkdir()
-    try:
+    with _read_only_folder(tmp_path, fill=_two_round_run) as (run_dir, reason):
         line = refused(cwd, "-m", "seal.report.inspect_run", str(run_dir))
         jupyter = subprocess.run([str(Path(sys.executable).parent / "jupyter"), "execute", "notebooks/inspect_run.ipynb"],
                                  cwd=ROOT, capture_output=True, text=True, timeout=600,
                                  env={**os.environ, "SEAL_RUN_DIR": str(run_dir)})
-    finally:
-        if os.geteuid() == 0:
-            subprocess.run(["umount", str(run_dir)], capture_output=True)
     assert line == (f"error: cannot write {run_dir / 'inspect_run.ipynb'}: {reason}; copy the run to a folder you can "
                     "write and name the copy, or open notebooks/inspect_run.ipynb in Jupyter with SEAL_RUN_DIR=<run> "
                     "(it shows the run, and says that its figure was not saved)")
