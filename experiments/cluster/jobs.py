@@ -93,8 +93,12 @@ def _excluded_keys() -> tuple[str, ...]:
     return tuple(config.hydra.job.config.override_dirname.exclude_keys)
 
 
+# overrides of Hydra's own settings (the launcher's, a sweep's folder): shared by every job, not part of a run's name
+HYDRA_OVERRIDES = ("hydra.", "+hydra.", "hydra/")
+
+
 def _task_overrides(job: Job, extra: tuple[str, ...]) -> list[str]:
-    return [o for o in job.overrides(extra) if not o.startswith(("hydra.", "+hydra.", "hydra/", "task="))]
+    return [o for o in job.overrides(extra) if not o.startswith((*HYDRA_OVERRIDES, "task="))]
 
 
 def finished(path: Path) -> bool:
@@ -134,4 +138,4 @@ def job_config(job: Job, extra: tuple[str, ...], launcher: str = "basic") -> Any
 
 def shown_overrides(job: Job, extra: tuple[str, ...]) -> list[str]:
     """A job's overrides as the plan shows them (the hydra.* settings every job shares are shown once)."""
-    return [o for o in job.overrides(extra) if not o.startswith(("hydra.", "+hydra.", "hydra/"))]
+    return [o for o in job.overrides(extra) if not o.startswith(HYDRA_OVERRIDES)]

@@ -9,7 +9,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from experiments.cluster.jobs import TABLE1_BACKBONES, Job, shown_overrides, job_config, with_budget
+from experiments.cluster.jobs import HYDRA_OVERRIDES, TABLE1_BACKBONES, Job, shown_overrides, job_config, with_budget
 from experiments.measure.preflight.disk import DISK_GIB_PER_S
 
 GiB = 2**30
@@ -146,7 +146,7 @@ def print_plan(jobs: list[Job], todo: list[Job], needs: dict[Job, Needs], extra:
                launcher: Mapping[str, Any]) -> None:
     """One line per job: its state and overrides, its GPU-hour bound, then what it needs of the cluster."""
     timeout = launcher.get("timeout_min")
-    shared = [o for o in extra if o.startswith(("hydra.", "+hydra.", "hydra/"))]
+    shared = [o for o in extra if o.startswith(HYDRA_OVERRIDES)]
     print("per job: the GPU-hour bound of its training (its evaluations are not in it); the GPUs it holds and the bound in hours on them"
           + (f", with the requeues that takes at hydra.launcher.timeout_min={timeout}" if timeout else "")
           + "; the host memory it peaks at; the disk its checkpoints and models take"

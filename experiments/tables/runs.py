@@ -127,7 +127,7 @@ def _test_selected(metrics: dict) -> dict | None:
 
 # what a JSON value is, in the sentence that names a file holding the wrong one
 JSON_KINDS = {type(None): "null", bool: "true/false", int: "a number", float: "a number", str: "a string",
-              list: "a list"}
+              list: "a list", dict: "an object"}
 
 
 def _number(value: object) -> bool:
@@ -141,7 +141,7 @@ def _evaluation_fault(key: str, evaluation: object) -> str | None:
         return f"its {key} holds {JSON_KINDS[type(evaluation)]} where a run writes an evaluation (an object)"
     for name, value in evaluation.items():
         if (name.startswith("eval/") or name == "num_entries") and not _number(value):
-            return f"its {key}'s {name} holds {JSON_KINDS.get(type(value), 'an object')} where a run writes a number"
+            return f"its {key}'s {name} holds {JSON_KINDS[type(value)]} where a run writes a number"
     if "selected" in evaluation and not isinstance(evaluation["selected"], dict):
         return f"its {key}'s selected holds {JSON_KINDS[type(evaluation['selected'])]} where a run writes an object"
     return None
