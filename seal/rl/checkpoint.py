@@ -165,14 +165,27 @@ _DISK_FULL_TEXTS = ("No space left on device", "Disk quota exceeded", "File too 
 
 
 def disk_full(error: BaseException | str) -> bool:
-    """Whether a save failed because its disk (or quota) is full: the errno of an OSError, else the message
-    (torch's writers and DCP's CheckpointException carry the OSError's text)."""
+    """Whether a save failed because its disk (or quota) is full: the errno of an OSError, the errors DCP's
+    CheckpointException wraps (one per failed rank), else the message (torch's zip writer's)."""
     if isinstance(error, OSError) and error.errno in _DISK_FULL_ERRNOS:
+        return True
+    if any(disk_full(inner) for inner in _wrapped(error)):
         return True
     return any(text in str(error) for text in _DISK_FULL_TEXTS)
 
 
+def _wrapped(error: BaseException | str) -> list[BaseException]:
+    """The errors a CheckpointException carries, by rank (torch.distributed.checkpoint: {rank: (error, trace)})."""
+    failures = getattr(error, "failures", None) if isinstance(error, BaseException) else None
+    return [failures[rank][0] for rank in sorted(failures)] if isinstance(failures, dict) else []
+
+
 def _summary(error: BaseException) -> str:
+    """"Type: first line" of a failed save; for DCP's CheckpointException (whose first line lists only the
+    ranks), of the first error it wraps."""
+    inner = _wrapped(error)
+    if inner:
+        return f"{type(error).__name__} of {_summary(inner[0])}"
     first = (str(error).strip().splitlines() or [""])[0][:200]
     return f"{type(error).__name__}: {first}"
 
@@ -199,19 +212,21 @@ def write_checkpoint(trainer: Any, save: Callable[[], None]) -> None:
         args.save_total_limit = limit
     failures = _agree_on_failures(trainer, error)
     if failures:
-        raise failed_save(folder, failures, full=any(disk_full(f) for f in failures.values()),
+        raise failed_save(folder, {rank: text for rank, (text, _) in failures.items()},
+                          full=any(full for _, full in failures.values()),
                           remove=trainer.accelerator.is_main_process, ranks=trainer.accelerator.num_processes)
 
 
-def _agree_on_failures(trainer: Any, error: BaseException | None) -> dict[int, str]:
-    """{rank: "Type: first line"} of the ranks whose save raised, the same on every rank."""
-    mine = None if error is None else _summary(error)
+def _agree_on_failures(trainer: Any, error: BaseException | None) -> dict[int, tuple[str, bool]]:
+    """{rank: ("Type: first line", whether its disk is full)} of the ranks whose save raised, the same on every
+    rank. Each rank judges its own error whole (an errno, a wrapped error, a later line), not its summary."""
+    mine = None if error is None else (_summary(error), disk_full(error))
     accelerator = trainer.accelerator
     if accelerator.num_processes == 1:
         return {} if mine is None else {0: mine}
     from accelerate.utils import gather_object
 
-    return {rank: text for rank, text in enumerate(gather_object([mine])) if text is not None}
+    return {rank: tuple(failure) for rank, failure in enumerate(gather_object([mine])) if failure is not None}
 
 
 def failed_save(folder: Path, failures: dict[int, str], *, full: bool, remove: bool = True, ranks: int = 1) -> UserError:

@@ -342,9 +342,8 @@ def test_a_failed_save_is_one_sentence_naming_what_the_same_command_does(tmp_pat
     (OSError(errno.EDQUOT, "Disk quota exceeded"), True),
     (RuntimeError("[enforce fail at inline_container.cc:778] . PytorchStreamWriter failed writing file data/7: "
                   "file write failed"), True),
-    # DCP's exception carries each rank's OSError as text
-    (RuntimeError("CheckpointException ranks:dict_keys([1])\nTraceback ... OSError: [Errno 28] No space left on device"),
-     True),
+    # DCP's exception wraps each failed rank's error: judged by the OSError's errno, whatever its text
+    ("dcp", True),
     (RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB"), False),
     (RuntimeError("[../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer"), False),
     (OSError(errno.EACCES, "Permission denied"), False),
@@ -352,7 +351,54 @@ def test_a_failed_save_is_one_sentence_naming_what_the_same_command_does(tmp_pat
 def test_a_full_disk_is_told_apart_from_other_failures(error, full):
     from seal.rl.checkpoint import disk_full
 
+    if error == "dcp":
+        error = _dcp_failure(OSError(errno.EDQUOT, "write failed"))
+        assert "Disk quota" not in str(error)
     assert disk_full(error) is full
+    if full:  # the same error wrapped by DCP, on rank 1 of two
+        assert disk_full(_dcp_failure(error)) is True
+    else:
+        assert disk_full(_dcp_failure(error)) is False
+
+
+def _dcp_failure(error: BaseException):
+    """The CheckpointException torch.distributed.checkpoint raises when rank 1's write raised `error`: its
+    first line lists the ranks, each rank's error follows with its traceback."""
+    import traceback
+
+    from torch.distributed.checkpoint.api import CheckpointException
+
+    return CheckpointException("save failed", {1: (error, traceback.StackSummary.from_list([]))})
+
+
+def test_a_sharded_save_failing_on_a_full_disk_is_named_from_the_error_dcp_wraps(tmp_path, monkeypatch):
+    """DCP (the sharded save) raises a CheckpointException whose first line is only "CheckpointException
+    ranks:dict_keys([1])": the sentence names the wrapped error, and a full disk as one."""
+    from types import SimpleNamespace
+
+    from seal.rl.checkpoint import write_checkpoint
+
+    monkeypatch.setattr("shutil.disk_usage", lambda path: Usage(10**12, 0, GiB // 4))
+    trainer = SimpleNamespace(args=SimpleNamespace(output_dir=str(tmp_path), save_total_limit=1),
+                              state=SimpleNamespace(global_step=3),
+                              accelerator=SimpleNamespace(is_main_process=True, num_processes=1))
+
+    def save(error):
+        (tmp_path / "checkpoint-3").mkdir()
+        raise _dcp_failure(error)
+
+    with pytest.raises(UserError) as caught:
+        write_checkpoint(trainer, lambda: save(OSError(errno.ENOSPC, "No space left on device")))
+    assert str(caught.value).startswith(
+        f"writing {tmp_path / 'checkpoint-3'} failed (CheckpointException of OSError: [Errno 28] No space left on "
+        "device) with 0.2 GiB free on its disk; no earlier checkpoint exists")
+    assert not (tmp_path / "checkpoint-3").exists()
+    with pytest.raises(UserError) as caught:
+        write_checkpoint(trainer, lambda: save(RuntimeError("NCCL error: unhandled system error\nmore")))
+    assert str(caught.value) == (
+        f"writing {tmp_path / 'checkpoint-3'} failed (CheckpointException of RuntimeError: NCCL error: unhandled "
+        "system error), which is not a full disk; no earlier checkpoint exists, so the same command starts the "
+        "training over once the cause is fixed (its traceback is in run.log)")
 
 
 def test_a_failed_save_that_is_not_a_full_disk_is_named_as_what_it_is(tmp_path, monkeypatch):
@@ -415,7 +461,7 @@ def test_the_ranks_agree_on_every_failure_and_only_the_main_rank_removes_the_fol
 
     def gather(items):
         gathered.append(items)
-        return ["OSError: [Errno 28] No space left on device", items[0], "RuntimeError: other"]
+        return [("OSError: [Errno 28] No space left on device", True), items[0], ("RuntimeError: other", False)]
 
     monkeypatch.setattr(accelerate.utils, "gather_object", gather)
     trainer = SimpleNamespace(args=SimpleNamespace(output_dir=str(tmp_path), save_total_limit=1),
