@@ -36,10 +36,13 @@ def gpu_hours_bound(job: Job, extra: tuple[str, ...], *, gpu_tflops: float, mfu:
     return flops / (gpu_tflops * 1e12 * mfu) / 3600
 
 
-def host_memory_gib(params: float, ranks: int, *, lora: bool) -> float:
+def host_memory_gib(params: float, ranks: int, *, lora: bool, reference_beside: int = 0) -> float:
     """What a job asks of its node's memory at its peak: every rank loading the model at once, in fp32 for full
-    fine-tuning (bf16 under LoRA), plus RANK_ALLOWANCE_GIB a rank (docs/gpus-and-slurm.md, Host memory)."""
-    return ranks * params * (2 if lora else 4) / GiB + ranks * RANK_ALLOWANCE_GIB
+    fine-tuning (bf16 under LoRA), and under fsdp2 the whole reference model TRL loads beside it
+    (`reference_beside` bytes a parameter: the backbone's dtype; the policy stays in host memory until the
+    trainer shards it, seal.policy.memory.TrainingMemory.host), plus RANK_ALLOWANCE_GIB a rank
+    (docs/gpus-and-slurm.md, Host memory)."""
+    return ranks * params * ((2 if lora else 4) + reference_beside) / GiB + ranks * RANK_ALLOWANCE_GIB
 
 
 @dataclass(frozen=True)
@@ -115,7 +118,11 @@ def needs_of(cfg: Any, gpu_hours: float) -> Needs:
 
         trained = param_count(OmegaConf.to_container(cfg.backbone.arch))
     checkpoint, model = 12 * trained, DTYPE_BYTES.get(str(cfg.backbone.dtype), 4) * trained
-    return Needs(gpus=0 if budget.allow_cpu else ranks, ranks=ranks, host_gib=host_memory_gib(params, ranks, lora=lora),
+    # under fsdp2 with a KL term, TRL loads the whole reference while the policy is still in host memory
+    beside = DTYPE_BYTES.get(str(cfg.backbone.dtype), 4) if (
+        cfg.launch.get("sharding") == "fsdp2" and not lora and cfg.trainer.get("beta", 0) != 0) else 0
+    host = host_memory_gib(params, ranks, lora=lora, reference_beside=beside)
+    return Needs(gpus=0 if budget.allow_cpu else ranks, ranks=ranks, host_gib=host,
                  disk_gib=(checkpoint * at_once + model * models) / GiB, gpu_hours=gpu_hours, rounds=rounds,
                  save_every=int(save_every) if save_every else None, reload_gib=(checkpoint + model) / GiB)
 

@@ -86,8 +86,11 @@ class TrainingMemory:
     weights (`loaded`: the fp32 masters under ddp; nothing under fsdp2, which keeps them in host memory
     until they are sharded) and the rollout terms: no optimizer state, reference or gradients yet.
 
-    Host memory per rank (`host_*`): under fsdp2 the whole fp32 model is loaded there before it is sharded,
-    and the reference's shard stays there for the run (CPU offload); under ddp nothing large."""
+    Host memory per rank (`host_*`): under fsdp2 the whole fp32 model is loaded there and stays until the
+    trainer shards it, which is after TRL has loaded the whole reference model beside it (in the compute
+    dtype, `host_reference_loaded`) and sharded that; the reference's shard then stays there for the run
+    (CPU offload). Under ddp the loaded model moves to the device before the reference loads: not counted
+    here (the cluster's plan counts every rank's load, experiments.cluster.needs)."""
 
     weights: int
     optimizer: int
@@ -107,6 +110,7 @@ class TrainingMemory:
     reduce_scatter: int = 0
     loaded: int = 0
     host_loaded: int = 0
+    host_reference_loaded: int = 0
     host_reference: int = 0
 
     RESIDENT = ("weights", "optimizer", "reference", "ddp_buckets", "rollout_copy")
@@ -150,8 +154,9 @@ class TrainingMemory:
 
     @property
     def host(self) -> int:
-        """Host memory of one rank at its peak: the loaded model before sharding, or the reference's shard after."""
-        return max(self.host_loaded, self.host_reference)
+        """Host memory of one rank at its peak: the loaded model and the whole reference beside it while TRL
+        builds the trainer, or the reference's shard after."""
+        return max(self.host_loaded + self.host_reference_loaded, self.host_reference)
 
     def parts(self) -> list[tuple[str, float]]:
         """(name, GiB) of every term."""
@@ -316,7 +321,8 @@ def training_memory(
         # (the fused head casts its own slices, see lm_head_bytes)
         projections = projection_param_count(config)
         forward, backward = (layers * projections * c, projections * c) if masters else (0, 0)
-    # the residual stream is fp32 under autocast over fp32 masters (ddp); in the compute dtype otherwise
+    # the residual stream is fp32 under autocast over fp32 masters (ddp); in the compute dtype otherwise (under
+    # fsdp2 every unit computes in it and its policy casts no output: seal.rl.sharding.mixed_precision_policy)
     stream = 4 if masters and not sharded else c
     tokens = episode_tokens * micro_batch
     both, grads = lm_head_bytes(config, tokens, stream=stream, compute=c, head_bytes=head,
@@ -344,6 +350,7 @@ def training_memory(
         # before training: the loaded model on the device (ddp), or in host memory until it is sharded (fsdp2)
         loaded=0 if sharded else weights,
         host_loaded=n * 4 if sharded else 0,
+        host_reference_loaded=n * c if sharded and reference else 0,
         host_reference=-(-n * c // shards) if sharded and reference else 0,
     )
 

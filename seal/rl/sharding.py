@@ -16,7 +16,8 @@ checkpoints (each rank writes its own part). What the project adds around it:
   accelerate's own policy for a bf16 launch would also reduce gradients in bf16 and cast every forward's
   output (TRL's fp32 log-probs of the policy, the old policy and the reference) to bf16, which leaves the
   k3 KL of nearby policies mostly exact zeros; and a gradient reduction after every micro-batch, so that
-  the fp32 reduction never keeps a full-size unsharded gradient on a rank between micro-batches;
+  the fp32 reduction never keeps a full-size unsharded gradient on a rank between micro-batches (that
+  reduction after every micro-batch is this project's choice, not the authors');
 - on a CPU (gloo processes, the tests' stand-in for GPUs), accelerate 1.15 turns an FSDP plugin into
   plain data parallelism; `shard_on_gloo` restores the FSDP2 path there, so the same accelerate code
   (fully_shard in bf16, the sharded save and load, the full state dict) runs on the CPU.
@@ -139,14 +140,17 @@ def mixed_precision(compute_dtype: str) -> str:
 
 def mixed_precision_policy(compute_dtype: str) -> Any:
     """FSDP2's policy, as the authors' FSDP workers set it: parameters gathered in the compute dtype, gradients
-    reduced in fp32, and every forward's output in fp32 (TRL's log-probs are computed in fp32 by its fused LM
-    head; accelerate's default casts them to the compute dtype). Buffers are not FSDP2's to cast: they stay
-    in the dtype the model was loaded in (fp32 masters)."""
+    reduced in fp32, and no output cast (output_dtype None). TRL's fused LM head computes the log-probs in
+    fp32 and they reach the loss so; accelerate's default would cast them to the compute dtype. A cast to
+    fp32 would not change one value either (each unit's output is computed in the compute dtype), but it
+    applies to every unit: the residual stream between the decoder layers, which gradient checkpointing
+    keeps for the backward, would be stored in fp32, twice the memory (seal.policy.memory plans it in the
+    compute dtype). Buffers are not FSDP2's to cast: they stay in the dtype the model was loaded in."""
     import torch
     from torch.distributed.fsdp import MixedPrecisionPolicy
 
     return MixedPrecisionPolicy(param_dtype=getattr(torch, compute_dtype), reduce_dtype=torch.float32,
-                                output_dtype=torch.float32)
+                                output_dtype=None)
 
 
 def grpo_arguments(sharding: str) -> dict[str, Any]:

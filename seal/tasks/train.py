@@ -449,7 +449,8 @@ def precision(backbone: Any, layout: str) -> dict[str, Any]:
     }
     if layout == "fsdp2":
         policy = mixed_precision_policy(backbone.dtype)
-        record["fsdp2"] = {name: str(getattr(policy, name)).removeprefix("torch.")
+        # output_dtype None: no cast of what a unit returns
+        record["fsdp2"] = {name: None if getattr(policy, name) is None else str(getattr(policy, name)).removeprefix("torch.")
                            for name in ("param_dtype", "reduce_dtype", "output_dtype")}
     return record
 

@@ -288,12 +288,23 @@ def test_submitting_the_papers_jobs_to_a_partition_without_gpus_submits_nothing(
 # -- what each job needs of the cluster ---------------------------------------------------------------------
 
 def test_host_memory_is_the_docs_table():
-    from experiments.cluster.needs import host_memory_gib
+    from experiments.cluster.jobs import job_config
+    from experiments.cluster.needs import host_memory_gib, needs_of
 
-    # docs/gpus-and-slurm.md, Host memory: R ranks x 4 bytes x P, plus 8 GiB a rank
-    assert round(host_memory_gib(7.62e9, 4, lora=False), 1) == round(4 * 4 * 7.62e9 / 2**30 + 32, 1) == 145.5
-    assert round(host_memory_gib(8.03e9, 4, lora=False), 1) == 151.7
+    # docs/gpus-and-slurm.md, Host memory: R ranks x 4 bytes x P, under fsdp2 with the whole bf16 reference
+    # beside it (2 bytes x P more), plus 8 GiB a rank
+    assert round(host_memory_gib(7.62e9, 4, lora=False, reference_beside=2), 1) == \
+        round(4 * 6 * 7.62e9 / 2**30 + 32, 1) == 202.3
+    assert round(host_memory_gib(8.03e9, 4, lora=False, reference_beside=2), 1) == 211.5
+    assert round(host_memory_gib(3.09e9, 4, lora=False), 1) == 78.0
     assert round(host_memory_gib(3.09e9, 1, lora=False), 1) == 19.5
+    # paper jobs on their fsdp2 node (beta 0.001: a reference), and the 3B's under ddp (the policy moves to the
+    # GPU before the reference loads), and without a KL term (no reference)
+    assert round(needs_of(job_config(Job("qwen2.5-7b", "seal", 0), with_budget(())), 68.3).host_gib, 1) == 202.3
+    three_b = Job("qwen2.5-3b", "seal", 0)
+    assert round(needs_of(job_config(three_b, with_budget(())), 1.0).host_gib, 1) == 101.1
+    assert round(needs_of(job_config(three_b, (*with_budget(()), "launch.sharding=ddp")), 1.0).host_gib, 1) == 78.0
+    assert round(needs_of(job_config(three_b, (*with_budget(()), "trainer.beta=0")), 1.0).host_gib, 1) == 78.0
     assert round(host_memory_gib(3.09e9, 1, lora=True), 1) == round(2 * 3.09e9 / 2**30 + 8, 1)
 
 
@@ -351,9 +362,9 @@ def test_the_dry_run_prints_what_every_job_needs(tmp_path):
                            *EXAMPLE_LAUNCHER], cwd=REPO, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     line = next(x for x in proc.stdout.splitlines() if "experiment=seal" in x)
-    # 68.3 GPU-h on 4 GPUs: 17.1 h, one requeue at 720 minutes; 145.5 GiB of host memory (docs' table); the disk
+    # 68.3 GPU-h on 4 GPUs: 17.1 h, one requeue at 720 minutes; 202.3 GiB of host memory (docs' table); the disk
     # as test_a_paper_jobs_disk_is_the_runs_own_preflight_figure counts it
-    assert line.endswith("<= 68.3 GPU-h | 4 GPU(s), <= 17.1 h, 1 requeue | 145.5 GiB RAM, 198.6 GiB disk"), line
+    assert line.endswith("<= 68.3 GPU-h | 4 GPU(s), <= 17.1 h, 1 requeue | 202.3 GiB RAM, 198.6 GiB disk"), line
     assert "requeues: the longest job (17.1 h at most) takes 1 at hydra.launcher.timeout_min=720" in proc.stdout
     assert "warning" not in proc.stdout
     # with Hydra's own default time limit (60 minutes) and no requeue allowed, the plan says it cannot finish

@@ -354,7 +354,8 @@ def test_the_three_moments_and_the_table_in_gib():
                        recomputed_layer=16 * GiB, forward_copies=32 * GiB, backward_copies=64 * GiB,
                        lm_head=128 * GiB, lm_head_grads=256 * GiB, ddp_buckets=512 * GiB, rollout_copy=0,
                        rollout_weights=1024 * GiB, rollout_prefill=2048 * GiB, rollout_kv=4096 * GiB,
-                       reduce_scatter=8192 * GiB, loaded=16384 * GiB, host_loaded=3 * GiB, host_reference=5 * GiB)
+                       reduce_scatter=8192 * GiB, loaded=16384 * GiB, host_loaded=3 * GiB, host_reference_loaded=6 * GiB,
+                       host_reference=5 * GiB)
     # the forward: checkpoints, the weight copies and the larger of a recomputed layer and the head
     # the head's backward: checkpoints, the backward's copies, the head's working set and its gradients
     # a layer's backward: checkpoints, the backward's copies, the recomputed layer, FSDP2's reduction of it
@@ -368,7 +369,10 @@ def test_the_three_moments_and_the_table_in_gib():
         # gradients and a layer's backward; the rollout's three; before training the loaded weights and the
         # rollout; the total is the larger of that and the resident part plus the larger phase
         ("training phase", 4.0 + 8280.0), ("rollout phase", 7168.0), ("before training", 16384.0 + 7168.0),
-        ("total", 16384.0 + 7168.0), ("host per rank", 5.0)]
+        ("total", 16384.0 + 7168.0), ("host per rank", 3.0 + 6.0)]
+    # once the reference's shard outweighs the loaded model and the whole reference, it is the host's peak
+    m.host_reference = 10 * GiB
+    assert m.host == 10 * GiB
     # without the loaded weights on the device, training is the peak
     m.loaded = 0
     assert m.total == (515 + 8284) * GiB and m.before_training == 7168 * GiB
@@ -377,13 +381,17 @@ def test_the_three_moments_and_the_table_in_gib():
 def test_fsdp2_reduces_one_layers_gradients_at_a_time_and_keeps_the_loaded_model_on_the_host_by_hand():
     """Qwen2.5-7B on 4 ranks: a layer's unsharded bf16 gradients (2 bytes a parameter), their fp32 copy that is
     reduce-scattered (4) and the fp32 shard it leaves (a quarter of 4); the fp32 masters (4 bytes a parameter)
-    in host memory before they are sharded, the reference's bf16 quarter there during training."""
+    in host memory until the trainer shards them, with TRL's whole bf16 reference (2) loaded beside them
+    before it is sharded (GRPOTrainer's __init__; the policy is sharded in train()), the reference's bf16
+    quarter there during training."""
     fsdp = plan("qwen2.5-7b", sharding="fsdp2", ranks=4)
     assert fsdp.reduce_scatter == LAYER_7B * (2 + 4) + LAYER_7B * 4 // 4
     assert fsdp.moments()["layer backward"] == fsdp.activations + fsdp.backward_copies + fsdp.recomputed_layer + \
         fsdp.reduce_scatter
     assert (fsdp.loaded, fsdp.host_loaded, fsdp.host_reference) == (0, N_7B * 4, N_7B * 2 // 4)
-    assert fsdp.host == N_7B * 4
+    assert fsdp.host == N_7B * (4 + 2)
+    # without a KL term (beta 0) TRL loads no reference
+    assert plan("qwen2.5-7b", sharding="fsdp2", ranks=4, reference=False).host == N_7B * 4
     # over 3 ranks the bf16 reference (2 N bytes, 2 over a multiple of 3) splits unevenly: the largest shard counts,
     # in whole bytes
     three = plan("qwen2.5-7b", sharding="fsdp2", ranks=3)

@@ -9,8 +9,10 @@ prepares it (accelerate's FSDP2 path through seal.rl.sharding, or DDP), in bf16 
 - accelerate: accelerate's own policy for the same bf16 launch (bf16 reduction and outputs) with its no_sync
   accumulation, what seal trained with before.
 
-Writes <out>/rank<r>.json: each set-up's gradients against ddp's (relative to ddp's largest), the dtypes of what
-the forward returns, and the FSDP2 root's policy."""
+Writes <out>/rank<r>.json: each set-up's gradients against ddp's (relative to ddp's largest), the dtype of the
+log-probs TRL's fused LM head hands the loss, the bytes of the residual stream the decoder layers pass on (what
+gradient checkpointing keeps), the FSDP2 root's policy, and the same for the reference model as
+seal.rl.sharding.shard_reference shards it."""
 
 import contextlib
 import json
@@ -21,6 +23,7 @@ import torch
 from accelerate import Accelerator
 from accelerate.utils import GradientAccumulationPlugin
 from transformers import LlamaConfig, LlamaForCausalLM
+from trl.trainer.utils import add_fused_lm_head
 
 from seal.rl import distributed, sharding
 from tests.rl.ranks import leave_without_teardown
@@ -28,11 +31,35 @@ from tests.rl.ranks import leave_without_teardown
 MICRO_BATCHES = 8
 
 
+TINY = dict(vocab_size=96, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+            intermediate_size=128)
+
+
 def tiny() -> LlamaForCausalLM:
-    config = LlamaConfig(vocab_size=96, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
-                         num_key_value_heads=2, intermediate_size=128)
     torch.manual_seed(0)
-    return LlamaForCausalLM(config)
+    model = LlamaForCausalLM(LlamaConfig(**TINY))
+    # as GRPOTrainer does before anything is prepared
+    add_fused_lm_head(model, temperature=1.0, outputs=("log_probs", "entropy"))
+    return model
+
+
+def what_the_loss_receives(accelerator: Accelerator, model, ids: torch.Tensor) -> dict:
+    """The dtype of the log-probs of TRL's scoring forward (GRPOTrainer._get_per_token_logps_and_entropies: the
+    fused head under accelerate's autocast), and the bytes per token of the residual stream that gradient
+    checkpointing keeps: the outputs of the embedding and of every decoder layer but the last (the inputs of
+    the layers), and the rotary tables, as each unit hands them on."""
+    inner = getattr(model, "module", model).model
+    kept = []
+    hooks = [m.register_forward_hook(lambda _m, _i, out: kept.append(out[0] if isinstance(out, tuple) else out))
+             for m in (inner.embed_tokens, *inner.layers[:-1])]
+    hooks.append(inner.rotary_emb.register_forward_hook(lambda _m, _i, out: kept.extend(out)))
+    with torch.no_grad(), accelerator.autocast():
+        out = model(input_ids=ids, labels=ids, fused_lm_head=True)
+    for hook in hooks:
+        hook.remove()
+    return {"log_probs_dtype": str(out.log_probs.dtype),
+            "stream_dtypes": sorted({str(t.dtype) for t in kept}),
+            "kept_bytes_per_token": sum(t.nbytes for t in kept) // ids.numel()}
 
 
 def batches(rank: int) -> list[torch.Tensor]:
@@ -86,7 +113,6 @@ def window(setup: str, rank: int, plugin_args: dict | None, sync_each_batch: boo
         with contextlib.nullcontext() if sync else accelerator.no_sync(model):
             with accelerator.autocast():
                 logits = model(input_ids=ids).logits
-            facts["output_dtype"] = str(logits.dtype)
             loss = torch.nn.functional.cross_entropy(logits.float()[0, :-1], ids[0, 1:]) / MICRO_BATCHES
             accelerator.backward(loss)
         if i == 0 and plugin_args is not None:
@@ -101,9 +127,24 @@ def window(setup: str, rank: int, plugin_args: dict | None, sync_each_batch: boo
         facts.setdefault("grad_dtype", str(grad.dtype))
         grads[name.removeprefix("module.")] = (grad.full_tensor() if hasattr(grad, "full_tensor") else grad).float()
     if plugin_args is not None:
-        policy = model._get_fsdp_state()._mp_policy
-        facts["policy"] = [str(policy.param_dtype), str(policy.reduce_dtype), str(policy.output_dtype)]
+        facts["policy"] = policy_of(model)
+    # last: a forward without a backward leaves FSDP2's root unit gathered
+    facts |= what_the_loss_receives(accelerator, model, batches(rank)[0])
     return grads, facts
+
+
+def policy_of(model) -> list[str]:
+    policy = model._get_fsdp_state()._mp_policy
+    return [str(policy.param_dtype), str(policy.reduce_dtype), str(policy.output_dtype)]
+
+
+def scored_reference(setup: str, plugin_args: dict, rank: int) -> dict:
+    """The reference model (bf16, as TRL loads it with the backbone's dtype) sharded by seal.rl.sharding.shard_reference
+    under the set-up's plugin, and what its scoring forward hands the loss."""
+    accelerator = accelerator_for(setup, plugin_args, True)
+    model = tiny().to(torch.bfloat16)
+    sharding.shard_reference(model, accelerator)
+    return {"policy": policy_of(model)} | what_the_loss_receives(accelerator, model, batches(rank)[0])
 
 
 def exact(world: int) -> dict:
@@ -147,6 +188,7 @@ def main(out: Path) -> None:
         grads, facts = window(setup, dist.rank, plugin, each)
         facts["diff_to_ddp"] = max((grads[k] - ddp[k]).abs().max().item() for k in ddp) / scale
         facts["diff_to_exact"] = max((grads[k] - reference[k]).abs().max().item() for k in ddp) / scale
+        facts["reference"] = scored_reference(setup, plugin, dist.rank)
         report[setup] = facts
     (out / f"rank{dist.rank}.json").write_text(json.dumps(report))
 

@@ -102,9 +102,10 @@ def test_the_miniature_paper_run_trains_selects_and_evaluates_on_two_fsdp2_ranks
     assert config["precision"] == {"param_dtype": "float32", "compute_dtype": "bfloat16", "kv_cache_dtype": "bfloat16",
                                    "mixed_precision": "bf16", "fsdp2": {"param_dtype": "bfloat16",
                                                                         "reduce_dtype": "float32",
-                                                                        "output_dtype": "float32"}}
-    # the log-probs of the policy, the old policy and the reference reach the loss in fp32 (FSDP2's output
-    # cast is fp32; accelerate's default would have rounded them to bf16, leaving nearby policies' KL at 0)
+                                                                        "output_dtype": None}}
+    # the log-probs of the policy, the old policy and the reference reach the loss in fp32 (TRL's fused head
+    # computes them in fp32 and FSDP2 casts no output; accelerate's default would have rounded them to bf16,
+    # leaving nearby policies' KL at 0)
     saved = [torch.load(path) for path in sorted((out / "logprobs").glob("*.pt"))]
     assert len(saved) == 2 * 2 * STEPS  # every micro-batch (one per step on each rank) of both rounds
     for record in saved:

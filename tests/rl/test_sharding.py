@@ -189,11 +189,11 @@ def test_a_plain_model_passes_and_a_sharded_one_is_refused_naming_what_needs_it(
 
 
 @pytest.mark.parametrize("dtype, policy", [
-    # the authors' FSDP2 workers: bf16 parameters, fp32 reduction, fp32 outputs (het_fsdp_worker.py ~353-395)
-    ("bfloat16", ("bfloat16", "float32", "float32")),
-    ("float32", ("float32", "float32", "float32")),
+    # the authors' FSDP2 workers: bf16 parameters, fp32 reduction, no output cast (het_fsdp_worker.py ~353-395)
+    ("bfloat16", ("bfloat16", "float32", None)),
+    ("float32", ("float32", "float32", None)),
 ])
-def test_the_fsdp2_policy_computes_in_the_backbones_dtype_and_reduces_and_outputs_fp32(tmp_path, dtype, policy):
+def test_the_fsdp2_policy_computes_in_the_backbones_dtype_reduces_in_fp32_and_casts_no_output(tmp_path, dtype, policy):
     import torch
     from torch.distributed.fsdp import MixedPrecisionPolicy
 
@@ -203,7 +203,7 @@ def test_the_fsdp2_policy_computes_in_the_backbones_dtype_and_reduces_and_output
 
     made = sharding.mixed_precision_policy(dtype)
     assert isinstance(made, MixedPrecisionPolicy)
-    assert (made.param_dtype, made.reduce_dtype, made.output_dtype) == tuple(getattr(torch, d) for d in policy)
+    assert (made.param_dtype, made.reduce_dtype, made.output_dtype) == tuple(d and getattr(torch, d) for d in policy)
     # what reaches transformers' plugin arguments, whatever the launch's mixed precision says
     cfg = compose_with("backbone=tiny-random")
     args = grpo_config(cfg, Budget.from_config(cfg.budget), tmp_path, 8, dtype, "fsdp2")
@@ -228,7 +228,7 @@ def test_the_backbones_dtype_decides_the_mixed_precision_not_the_launch_config(m
 
 def test_a_plugin_built_from_the_arguments_keeps_the_policy_under_a_bf16_launch():
     """AcceleratorState (on a GPU) and shard_on_gloo (on the CPU) call set_mixed_precision('bf16') on the plugin;
-    accelerate's own policy would then reduce in bf16 and cast outputs to bf16."""
+    accelerate's own policy would then reduce in bf16 and cast outputs to bf16 (TRL's fp32 log-probs included)."""
     import torch
     from accelerate.utils import FullyShardedDataParallelPlugin
 
@@ -236,7 +236,7 @@ def test_a_plugin_built_from_the_arguments_keeps_the_policy_under_a_bf16_launch(
     plugin = FullyShardedDataParallelPlugin(**args)
     plugin.set_mixed_precision("bf16")
     policy = plugin.mixed_precision_policy
-    assert (policy.param_dtype, policy.reduce_dtype, policy.output_dtype) == (torch.bfloat16, torch.float32, torch.float32)
+    assert (policy.param_dtype, policy.reduce_dtype, policy.output_dtype) == (torch.bfloat16, torch.float32, None)
     # accelerate's default for the same launch, what seal no longer trains with
     default = FullyShardedDataParallelPlugin(fsdp_version=2)
     default.set_mixed_precision("bf16")

@@ -55,16 +55,31 @@ def test_two_gloo_ranks_shard_gather_and_checkpoint_through_accelerates_fsdp2_pa
 
 
 @pytest.mark.costly
-def test_fsdp2_in_bf16_reduces_in_fp32_and_returns_fp32_as_the_authors_ran_it(tmp_path):
+def test_fsdp2_in_bf16_reduces_in_fp32_and_hands_the_loss_fp32_as_the_authors_ran_it(tmp_path):
     """One accumulation window of 8 micro-batches on two gloo ranks in bf16 mixed precision
     (tests/rl/gloo_precision_worker.py), prepared as seal's trainer prepares FSDP2 and DDP."""
+    from seal.policy.memory import training_memory
+    from tests.rl.gloo_precision_worker import TINY
+
     proc = torchrun("tests/rl/gloo_precision_worker.py", str(tmp_path), timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    # what the memory plan keeps per token between the layers under fsdp2 (checkpointing: each layer's input, the
+    # rotary tables): 2 layers x 64 x 2 bytes + 2 x 16 x 2, the stream in bf16
+    planned = training_memory(TINY, compute_dtype="bfloat16", episode_tokens=1, sharding="fsdp2", ranks=2).activations
+    assert planned == 2 * 64 * 2 + 2 * 16 * 2
     for report in (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)):
         seal, accelerate = report["fsdp2"], report["accelerate"]
-        # the policy of the authors' FSDP2 workers; the forward hands the loss fp32 values, as DDP's does
-        assert seal["policy"] == ["torch.bfloat16", "torch.float32", "torch.float32"]
-        assert seal["output_dtype"] == report["ddp"]["output_dtype"] == "torch.float32"
+        # the policy of the authors' FSDP2 workers (no output cast); TRL's fused head hands the loss fp32
+        # log-probs, as under DDP, for the policy and for the reference sharded by seal alike
+        assert seal["policy"] == seal["reference"]["policy"] == ["torch.bfloat16", "torch.float32", "None"]
+        assert seal["log_probs_dtype"] == seal["reference"]["log_probs_dtype"] == "torch.float32"
+        assert report["ddp"]["log_probs_dtype"] == "torch.float32"
+        # the stream between the layers stays bf16, the bytes the plan counts (a cast of every unit's output to
+        # fp32 would double them); DDP's is fp32 under autocast over fp32 masters
+        assert seal["stream_dtypes"] == ["torch.bfloat16"] and seal["kept_bytes_per_token"] == planned
+        assert report["ddp"]["stream_dtypes"] == ["torch.float32"]
+        assert report["ddp"]["kept_bytes_per_token"] == training_memory(TINY, compute_dtype="bfloat16",
+                                                                        episode_tokens=1).activations
         # the gradients are the bf16 model's exactly: each micro-batch's bf16 gradient summed in fp32, as a
         # float64 sum of the same gradients computed in one process gives them
         assert seal["diff_to_exact"] < 1e-6
@@ -73,7 +88,8 @@ def test_fsdp2_in_bf16_reduces_in_fp32_and_returns_fp32_as_the_authors_ran_it(tm
         assert seal["diff_to_ddp"] < 2 * 2**-7
         # what accelerate's own policy for the same launch computes: bf16 outputs, a bf16 reduction and a
         # bf16 sum of the unsynced micro-batches, three orders of magnitude further from the exact gradients
-        assert accelerate["output_dtype"] == "torch.bfloat16" and accelerate["diff_to_exact"] > 1e-3
+        assert accelerate["log_probs_dtype"] == accelerate["reference"]["log_probs_dtype"] == "torch.bfloat16"
+        assert accelerate["diff_to_exact"] > 1e-3
         # the memory plan's fsdp2 gradients: fp32 shards only (4 bytes a parameter over 2 ranks; FSDP2 pads each
         # parameter's rows to an even split), and nothing whole-size held between micro-batches, where accelerate's
         # no_sync kept every parameter's bf16 gradient unsharded (2 bytes a parameter, the whole model on each rank)

@@ -202,7 +202,7 @@ def test_each_micro_batchs_log_probs_are_written_as_they_reach_the_loss(tmp_path
 
 @pytest.mark.parametrize("gap", [1e-2, 1e-3, 1e-4, -1e-3, 0.3])
 def test_the_kl_of_nearby_policies_equals_an_fp64_computation_to_1e6(gap):
-    """fp32 log-probs of two nearby policies (what reaches the loss under FSDP2 with fp32 outputs): the k3 term
+    """fp32 log-probs of two nearby policies (what reaches the loss under FSDP2, which casts no output): the k3 term
     exp(r) - r - 1 is about r^2 / 2, which fp32 arithmetic on exp(r) ~ 1 loses (r = 1e-3: 24 % of it). The
     expected value is the exact series sum_{k>=2} r^k / k! in Python floats (no library exp), on the fp32 r."""
     from seal.rl.trainer import low_var_kl
