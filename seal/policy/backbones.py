@@ -114,16 +114,72 @@ def _device():
 
 
 def host_available_bytes() -> int:
-    """Available host memory."""
+    """Available host memory: the machine's, or less where this process's cgroup caps it (a SLURM job's
+    memory, hydra.launcher.mem_gb, on a node with more)."""
     try:
         import psutil
 
-        return psutil.virtual_memory().available
+        available = psutil.virtual_memory().available
     except ImportError:  # pragma: no cover - psutil is pinned; /proc/meminfo as a fallback
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-        raise
+        lines = [line for line in Path("/proc/meminfo").read_text().splitlines() if line.startswith("MemAvailable:")]
+        available = int(lines[0].split()[1]) * 1024
+    limit = cgroup_room_bytes()
+    return available if limit is None else min(available, limit)
+
+
+# the files of a cgroup's memory limit and use: v2's, v1's (its memory controller's own hierarchy)
+_CGROUP_FILES = {"v2": ("", "memory.max", "memory.current"),
+                 "v1": ("memory", "memory.limit_in_bytes", "memory.usage_in_bytes")}
+
+
+def cgroup_room_bytes(own: Path = Path("/proc/self/cgroup"), root: Path = Path("/sys/fs/cgroup")) -> int | None:
+    """What this process's memory cgroup still lets it take: the least limit less use over its group and every
+    group above it (SLURM caps the job's group, above the step's own), under cgroup v2 or v1's memory
+    controller; None when no group sets a limit (v1's "no limit" is a number beyond any machine's memory,
+    which the machine's own available memory undercuts) or the files are not there."""
+    try:
+        lines = own.read_text().splitlines()
+    except OSError:
+        return None
+    groups = {"v2": [x.removeprefix("0::") for x in lines if x.startswith("0::")],
+              "v1": [x.split(":", 2)[2] for x in lines if x.count(":") >= 2 and "memory" in x.split(":")[1].split(",")]}
+    rooms = []
+    for version, paths in groups.items():
+        sub, limit_file, used_file = _CGROUP_FILES[version]
+        top = root / sub if sub else root
+        for path in paths:
+            group = top / path.strip().lstrip("/")
+            for folder in (group, *group.parents):
+                if not folder.is_relative_to(top):
+                    break
+                try:
+                    limit = (folder / limit_file).read_text().strip()
+                    used = int((folder / used_file).read_text().strip())
+                except (OSError, ValueError):
+                    continue
+                if limit.isdigit():
+                    rooms.append(max(int(limit) - used, 0))
+    return min(rooms) if rooms else None
+
+
+def check_host_fits(plan: Any, ranks: int, *, name: str, sharding: str, available: int | None = None) -> None:
+    """Refuse, in one sentence and before loading, a node whose `ranks` processes cannot hold their host memory
+    at once (seal.policy.memory.TrainingMemory.host each: under fsdp2 the loaded fp32 model and the whole
+    reference TRL loads beside it while the trainer is built). Each rank checks the node's total against
+    what is available to it, so a node that fits one rank but not four is refused on every rank."""
+    from seal.policy.memory import GiB
+
+    available = host_available_bytes() if available is None else available
+    need = ranks * plan.host
+    if need > available:
+        beside = (f" and the whole reference {plan.host_reference_loaded / GiB:.1f} GiB beside it"
+                  if plan.host_reference_loaded else "")
+        raise UserError(
+            f"training backbone {name} with {sharding} on this node's {ranks} rank(s) needs about {need / GiB:.0f} "
+            f"GiB of host memory while the trainer is built (each rank: the loaded model "
+            f"{plan.host_loaded / GiB:.1f} GiB{beside}) but only {available / GiB:.0f} GiB is available: ask for more "
+            "(hydra.launcher.mem_gb on SLURM, docs/gpus-and-slurm.md#host-memory), or run fewer ranks on a node"
+        )
 
 
 def available_memory_bytes() -> tuple[int, str]:

@@ -6,6 +6,7 @@ import pytest
 from hydra.utils import instantiate
 
 from seal.errors import UserError
+from seal.policy.memory import GiB
 from seal.policy import backbones
 from seal.policy.backbones import HFBackbone, TinyRandomBackbone, check_fits
 from tests.config_values import backbone_cfg
@@ -227,3 +228,68 @@ def test_toolace_plays_the_prompt_and_parser_a_toolace_run_of_the_release_had():
     # a Python call list, ToolACE's own format, is not a call here (backbone.tool_format=bfcl_python reads it)
     assert fmt.parse("[ls(a=True)]").calls == [] and get_format("bfcl_python").parse("[ls(a=True)]").calls == [
         ToolCall("ls", (), {"a": True})]
+
+
+def _cgroup(tmp_path, levels: dict[str, tuple[str, int]]):
+    """A cgroup v2 tree under tmp_path/cg: {group path: (memory.max, memory.current)}; this process in the deepest."""
+    root = tmp_path / "cg"
+    for group, (limit, used) in levels.items():
+        folder = root / group
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "memory.max").write_text(f"{limit}\n")
+        (folder / "memory.current").write_text(f"{used}\n")
+    own = tmp_path / "self_cgroup"
+    own.write_text(f"0::/{max(levels, key=len)}\n")
+    return own, root
+
+
+def test_the_room_a_slurm_jobs_cgroup_leaves_is_the_tightest_group_above_the_process(tmp_path):
+    from seal.policy.backbones import cgroup_room_bytes
+
+    # SLURM caps the job's group (hydra.launcher.mem_gb=256); the step and task groups below it set no limit
+    own, root = _cgroup(tmp_path, {"system.slice/slurmstepd.scope/job_7": (str(256 * GiB), 10 * GiB),
+                                   "system.slice/slurmstepd.scope/job_7/step_0": ("max", 9 * GiB),
+                                   "system.slice/slurmstepd.scope/job_7/step_0/user/task_0": ("max", 9 * GiB)})
+    assert cgroup_room_bytes(own, root) == 246 * GiB
+    # a tighter group further down wins; a group over its limit leaves nothing
+    (root / "system.slice/slurmstepd.scope/job_7/step_0/memory.max").write_text(f"{20 * GiB}\n")
+    assert cgroup_room_bytes(own, root) == 11 * GiB
+    (root / "system.slice/slurmstepd.scope/job_7/step_0/memory.current").write_text(f"{21 * GiB}\n")
+    assert cgroup_room_bytes(own, root) == 0
+    # no limit anywhere, or no cgroup v2 line (v1 only): nothing to say
+    own, root = _cgroup(tmp_path / "free", {"user.slice": ("max", GiB)})
+    assert cgroup_room_bytes(own, root) is None
+    own.write_text("12:memory:/user.slice\n")
+    assert cgroup_room_bytes(own, root) is None
+    assert cgroup_room_bytes(tmp_path / "missing", root) is None
+    # cgroup v1 (an older SLURM): the memory controller's own tree, its limit_in_bytes and usage_in_bytes
+    v1 = root / "memory" / "slurm" / "uid_0" / "job_8"
+    (v1 / "step_0").mkdir(parents=True)
+    (v1 / "memory.limit_in_bytes").write_text(f"{64 * GiB}\n")
+    (v1 / "memory.usage_in_bytes").write_text(f"{4 * GiB}\n")
+    own.write_text("5:devices:/slurm/uid_0/job_8/step_0\n4:cpuacct,memory:/slurm/uid_0/job_8/step_0\n0::/\n")
+    assert cgroup_room_bytes(own, root) == 60 * GiB
+
+
+def test_a_node_whose_ranks_cannot_hold_the_fp32_model_and_the_reference_at_once_is_refused():
+    """The paper's 7B node: 4 ranks, each holding the fp32 model (4 bytes a parameter) and TRL's whole bf16
+    reference (2) while the trainer is built, 24 x 7.62B bytes in all, against a 160 GiB job."""
+    from seal.policy.backbones import check_host_fits
+    from seal.policy.memory import training_memory
+    from tests.policy.test_memory import CTX, N_7B, arch
+
+    fsdp = training_memory(arch("qwen2.5-7b"), compute_dtype="bfloat16", episode_tokens=CTX, sharding="fsdp2", ranks=4)
+    with pytest.raises(UserError) as caught:
+        check_host_fits(fsdp, 4, name="qwen2.5-7b", sharding="fsdp2", available=160 * GiB)
+    assert str(caught.value) == (
+        f"training backbone qwen2.5-7b with fsdp2 on this node's 4 rank(s) needs about {24 * N_7B / GiB:.0f} GiB of "
+        f"host memory while the trainer is built (each rank: the loaded model {4 * N_7B / GiB:.1f} GiB and the whole "
+        f"reference {2 * N_7B / GiB:.1f} GiB beside it) but only 160 GiB is available: ask for more "
+        "(hydra.launcher.mem_gb on SLURM, docs/gpus-and-slurm.md#host-memory), or run fewer ranks on a node")
+    assert "needs about 170 GiB" in str(caught.value)
+    check_host_fits(fsdp, 4, name="qwen2.5-7b", sharding="fsdp2", available=24 * N_7B)
+    # two ranks on the node need half; ddp keeps nothing large in host memory
+    check_host_fits(fsdp, 2, name="qwen2.5-7b", sharding="fsdp2", available=12 * N_7B)
+    ddp = training_memory(arch("qwen2.5-3b"), compute_dtype="bfloat16", episode_tokens=CTX)
+    check_host_fits(ddp, 4, name="qwen2.5-3b", sharding="ddp", available=0)
+

@@ -86,6 +86,26 @@ def test_train_refuses_one_process_on_four_gpus_before_loading_or_evaluating(mon
     assert run.policy is None and not (tmp_path / "fingerprint.txt").exists()
 
 
+def test_training_on_gpus_checks_the_nodes_host_memory_before_loading(monkeypatch, tmp_path, no_launch):
+    """With CUDA (the device count stubbed), every rank checks its node's ranks against host memory; without it
+    the devices' memory is the host's and check_training_fits has checked it."""
+    from seal.tasks import train
+    from tests.test_configs import compose_with
+
+    checked = []
+    monkeypatch.setattr("seal.budget.Budget.check_device", lambda self, gpus: None)
+    monkeypatch.setattr("seal.policy.backbones.check_host_fits",
+                        lambda plan, ranks, **kw: checked.append((plan.host, ranks, kw)))
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
+    for gpus in (0, 1):
+        monkeypatch.setattr(train, "cuda_devices", lambda: gpus)
+        (tmp_path / str(gpus)).mkdir()
+        run = train.start(compose_with("backbone=tiny-random", "logger.mode=disabled"), tmp_path / str(gpus))
+        train.check_config(run)
+        assert run.policy is None
+    assert checked == [(0, 1, {"name": "tiny-random", "sharding": "ddp"})]
+
+
 def test_lora_is_not_sharded():
     sharding.check_combination("ddp", lora=True)
     with pytest.raises(UserError, match="LoRA adapters are trained with launch.sharding=ddp"):
