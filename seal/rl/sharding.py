@@ -177,6 +177,20 @@ def grpo_arguments(sharding: str) -> dict[str, Any]:
     }
 
 
+def check_policy(model: Any, compute_dtype: str, what: str) -> None:
+    """That FSDP2 holds seal's policy (mixed_precision_policy) on `model`'s root, as prepared by accelerate
+    (the policy) or shard_reference (the reference): the plugin's policy passes through accelerate and
+    transformers, whose handling of it has changed between versions (accelerate's set_mixed_precision
+    replaces a policy it is not given). A model FSDP2 does not shard is not checked."""
+    state = getattr(model, "_get_fsdp_state", None)
+    if state is None:
+        return
+    held, wanted = state()._mp_policy, mixed_precision_policy(compute_dtype)
+    if held != wanted:
+        raise RuntimeError(f"FSDP2 prepared the {what} with {held}, not seal's {wanted}: the installed accelerate or "
+                           "transformers passes the plugin's policy on differently (requirements.txt pins them)")
+
+
 def plugin_arguments(args: Any, compute_dtype: str) -> None:
     """Complete transformers' FSDP plugin arguments (TrainingArguments.fsdp_plugin_args) with the policy of
     `mixed_precision_policy`: the plugin keeps a policy it is given, whatever mixed precision the launch says."""

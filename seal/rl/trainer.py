@@ -351,6 +351,19 @@ class OptimisationProgress(TrainerCallback):
                 self.end()
 
 
+class ShardedPrecision(TrainerCallback):
+    """At the start of training, once accelerate has sharded the policy, that FSDP2 holds seal's mixed precision
+    policy on it (seal.rl.sharding.check_policy; the reference's is checked when the trainer is built)."""
+
+    def __init__(self, compute_dtype: str):
+        self.compute_dtype = compute_dtype
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
+        from seal.rl.sharding import check_policy
+
+        check_policy(model, self.compute_dtype, "policy")
+
+
 class StepLogCallback(TrainerCallback):
     """Each optimizer step's logged values, as one record of the `trainer.steps` logger (run.log only)."""
 
@@ -409,6 +422,11 @@ def make_trainer(
     trainer.remove_callback(PrinterCallback)
     trainer.remove_callback(ProgressCallback)
     trainer.add_callback(StepLogCallback())
+    if sharding == "fsdp2":
+        from seal.rl.sharding import check_policy
+
+        check_policy(trainer.ref_model, compute_dtype, "reference model")
+        trainer.add_callback(ShardedPrecision(compute_dtype))
     if getattr(coevolution, "progress", False):
         trainer.optimisation = OptimisationProgress(budget.plan.micro_steps_per_rank)
         trainer.add_callback(trainer.optimisation)

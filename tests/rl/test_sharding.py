@@ -290,3 +290,27 @@ def test_before_training_the_transformers_engine_generates_with_a_compute_dtype_
     # under ddp the loaded model is on the device already and generates itself
     run.layout, generator.refresh = "ddp", None
     assert generate_with_the_loaded_model(run) is None and generator.refresh is None
+
+
+def test_a_prepared_model_whose_fsdp2_policy_is_not_seals_stops_the_run():
+    """What accelerate or transformers hand FSDP2 is read back from the prepared model's root: another policy
+    (here accelerate's own for a bf16 launch: bf16 reduction and outputs) is an error, not a quiet run."""
+    from types import SimpleNamespace
+
+    import torch
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
+    def prepared(policy):
+        return SimpleNamespace(_get_fsdp_state=lambda: SimpleNamespace(_mp_policy=policy))
+
+    sharding.check_policy(prepared(MixedPrecisionPolicy(torch.bfloat16, torch.float32)), "bfloat16", "policy")
+    sharding.check_policy(torch.nn.Linear(2, 2), "bfloat16", "policy")  # not sharded: nothing to check
+    accelerates = MixedPrecisionPolicy(torch.bfloat16, torch.bfloat16, torch.bfloat16)
+    with pytest.raises(RuntimeError) as caught:
+        sharding.check_policy(prepared(accelerates), "bfloat16", "reference model")
+    assert str(caught.value).startswith(
+        f"FSDP2 prepared the reference model with {accelerates}, not seal's "
+        f"{MixedPrecisionPolicy(torch.bfloat16, torch.float32)}: ")
+    # an fp32 backbone's policy is fp32 throughout
+    with pytest.raises(RuntimeError, match="^FSDP2 prepared the policy with "):
+        sharding.check_policy(prepared(MixedPrecisionPolicy(torch.bfloat16, torch.float32)), "float32", "policy")
