@@ -353,15 +353,20 @@ class OptimisationProgress(TrainerCallback):
 
 class ShardedPrecision(TrainerCallback):
     """At the start of training, once accelerate has sharded the policy, that FSDP2 holds seal's mixed precision
-    policy on it (seal.rl.sharding.check_policy; the reference's is checked when the trainer is built)."""
+    policy on it (seal.rl.sharding.check_policy; the reference's is checked when the trainer is built), and
+    that transformers' loop will reduce every micro-batch (what it reads: the accelerator's sync_each_batch)."""
 
-    def __init__(self, compute_dtype: str):
+    def __init__(self, compute_dtype: str, accelerator: Any):
         self.compute_dtype = compute_dtype
+        self.accelerator = accelerator
 
     def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
         from seal.rl.sharding import check_policy
 
         check_policy(model, self.compute_dtype, "policy")
+        if not self.accelerator.gradient_state.plugin_kwargs.get("sync_each_batch", False):
+            raise RuntimeError("the accelerator would accumulate FSDP2's gradients unreduced (no sync_each_batch): the "
+                               "installed transformers passes accelerator_config on differently (requirements.txt pins it)")
 
 
 class StepLogCallback(TrainerCallback):
@@ -426,7 +431,7 @@ def make_trainer(
         from seal.rl.sharding import check_policy
 
         check_policy(trainer.ref_model, compute_dtype, "reference model")
-        trainer.add_callback(ShardedPrecision(compute_dtype))
+        trainer.add_callback(ShardedPrecision(compute_dtype, trainer.accelerator))
     if getattr(coevolution, "progress", False):
         trainer.optimisation = OptimisationProgress(budget.plan.micro_steps_per_rank)
         trainer.add_callback(trainer.optimisation)

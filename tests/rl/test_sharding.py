@@ -314,3 +314,25 @@ def test_a_prepared_model_whose_fsdp2_policy_is_not_seals_stops_the_run():
     # an fp32 backbone's policy is fp32 throughout
     with pytest.raises(RuntimeError, match="^FSDP2 prepared the policy with "):
         sharding.check_policy(prepared(MixedPrecisionPolicy(torch.bfloat16, torch.float32)), "float32", "policy")
+
+
+def test_training_starts_only_with_seals_policy_on_the_policy_and_a_reduction_every_micro_batch():
+    """The callback make_trainer adds under fsdp2, as transformers calls it once accelerate has prepared the model."""
+    from types import SimpleNamespace
+
+    import torch
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
+    from seal.rl.trainer import ShardedPrecision
+
+    model = SimpleNamespace(_get_fsdp_state=lambda: SimpleNamespace(
+        _mp_policy=MixedPrecisionPolicy(torch.bfloat16, torch.float32)))
+    accelerator = SimpleNamespace(gradient_state=SimpleNamespace(plugin_kwargs={"num_steps": 1, "sync_each_batch": True}))
+    check = ShardedPrecision("bfloat16", accelerator)
+    check.on_train_begin(None, None, None, model=model)
+    accelerator.gradient_state.plugin_kwargs["sync_each_batch"] = False
+    with pytest.raises(RuntimeError, match="^the accelerator would accumulate FSDP2's gradients unreduced"):
+        check.on_train_begin(None, None, None, model=model)
+    accelerator.gradient_state.plugin_kwargs["sync_each_batch"] = True
+    with pytest.raises(RuntimeError, match="^FSDP2 prepared the policy with "):
+        ShardedPrecision("float32", accelerator).on_train_begin(None, None, None, model=model)
