@@ -176,7 +176,7 @@ def disk_full(error: BaseException | str) -> bool:
 
 def _wrapped(error: BaseException | str) -> list[BaseException]:
     """The errors a CheckpointException carries, by rank (torch.distributed.checkpoint: {rank: (error, trace)})."""
-    failures = getattr(error, "failures", None) if isinstance(error, BaseException) else None
+    failures = getattr(error, "failures", None)
     return [failures[rank][0] for rank in sorted(failures)] if isinstance(failures, dict) else []
 
 

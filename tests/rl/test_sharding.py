@@ -308,9 +308,10 @@ def test_a_prepared_model_whose_fsdp2_policy_is_not_seals_stops_the_run():
     accelerates = MixedPrecisionPolicy(torch.bfloat16, torch.bfloat16, torch.bfloat16)
     with pytest.raises(RuntimeError) as caught:
         sharding.check_policy(prepared(accelerates), "bfloat16", "reference model")
-    assert str(caught.value).startswith(
+    assert str(caught.value) == (
         f"FSDP2 prepared the reference model with {accelerates}, not seal's "
-        f"{MixedPrecisionPolicy(torch.bfloat16, torch.float32)}: ")
+        f"{MixedPrecisionPolicy(torch.bfloat16, torch.float32)}: the installed accelerate or transformers passes the "
+        "plugin's policy on differently (requirements.txt pins them)")
     # an fp32 backbone's policy is fp32 throughout
     with pytest.raises(RuntimeError, match="^FSDP2 prepared the policy with "):
         sharding.check_policy(prepared(MixedPrecisionPolicy(torch.bfloat16, torch.float32)), "float32", "policy")
@@ -331,7 +332,9 @@ def test_training_starts_only_with_seals_policy_on_the_policy_and_a_reduction_ev
     check = ShardedPrecision("bfloat16", accelerator)
     check.on_train_begin(None, None, None, model=model)
     accelerator.gradient_state.plugin_kwargs["sync_each_batch"] = False
-    with pytest.raises(RuntimeError, match="^the accelerator would accumulate FSDP2's gradients unreduced"):
+    with pytest.raises(RuntimeError, match="^the accelerator would accumulate FSDP2's gradients unreduced \\(no "
+                                           "sync_each_batch\\): the installed transformers passes accelerator_config "
+                                           "on differently \\(requirements.txt pins it\\)$"):
         check.on_train_begin(None, None, None, model=model)
     accelerator.gradient_state.plugin_kwargs["sync_each_batch"] = True
     with pytest.raises(RuntimeError, match="^FSDP2 prepared the policy with "):
