@@ -364,7 +364,7 @@ class ShardedPrecision(TrainerCallback):
         from seal.rl.sharding import check_policy
 
         check_policy(model, self.compute_dtype, "policy")
-        if not self.accelerator.gradient_state.plugin_kwargs.get("sync_each_batch", False):
+        if not self.accelerator.gradient_state.plugin_kwargs.get("sync_each_batch"):
             raise RuntimeError("the accelerator would accumulate FSDP2's gradients unreduced (no sync_each_batch): the "
                                "installed transformers passes accelerator_config on differently (requirements.txt pins it)")
 

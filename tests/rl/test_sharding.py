@@ -336,6 +336,9 @@ def test_training_starts_only_with_seals_policy_on_the_policy_and_a_reduction_ev
                                            "sync_each_batch\\): the installed transformers passes accelerator_config "
                                            "on differently \\(requirements.txt pins it\\)$"):
         check.on_train_begin(None, None, None, model=model)
+    del accelerator.gradient_state.plugin_kwargs["sync_each_batch"]  # accelerate's default: not said, no sync
+    with pytest.raises(RuntimeError, match="^the accelerator would accumulate"):
+        check.on_train_begin(None, None, None, model=model)
     accelerator.gradient_state.plugin_kwargs["sync_each_batch"] = True
     with pytest.raises(RuntimeError, match="^FSDP2 prepared the policy with "):
         ShardedPrecision("float32", accelerator).on_train_begin(None, None, None, model=model)
