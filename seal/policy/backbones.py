@@ -127,16 +127,30 @@ def host_available_bytes() -> int:
     return available if limit is None else min(available, limit)
 
 
-# the files of a cgroup's memory limit and use: v2's, v1's (its memory controller's own hierarchy)
-_CGROUP_FILES = {"v2": ("", "memory.max", "memory.current"),
-                 "v1": ("memory", "memory.limit_in_bytes", "memory.usage_in_bytes")}
+# the files of a cgroup's memory limit and use, and the keys of memory.stat that count its page cache (charged
+# to the group's use: a model read from disk, a checkpoint written, fill it; the kernel reclaims it before it
+# refuses memory): v2's, v1's (its memory controller's own hierarchy)
+_CGROUP_FILES = {"v2": ("", "memory.max", "memory.current", ("active_file", "inactive_file")),
+                 "v1": ("memory", "memory.limit_in_bytes", "memory.usage_in_bytes",
+                        ("total_active_file", "total_inactive_file"))}
+
+
+def _reclaimable(folder: Path, keys: tuple[str, ...]) -> int:
+    """The group's file pages (memory.stat), 0 when not said."""
+    try:
+        stat = dict(line.split()[:2] for line in (folder / "memory.stat").read_text().splitlines() if line.strip())
+        return sum(int(stat.get(key, 0)) for key in keys)
+    except (OSError, ValueError):
+        return 0
 
 
 def cgroup_room_bytes(own: Path = Path("/proc/self/cgroup"), root: Path = Path("/sys/fs/cgroup")) -> int | None:
     """What this process's memory cgroup still lets it take: the least limit less use over its group and every
     group above it (SLURM caps the job's group, above the step's own), under cgroup v2 or v1's memory
-    controller; None when no group sets a limit (v1's "no limit" is a number beyond any machine's memory,
-    which the machine's own available memory undercuts) or the files are not there."""
+    controller. The use leaves out the group's page cache (its active and inactive file pages), which the
+    kernel reclaims before it refuses memory, as the machine's available memory counts the page cache. None when no group sets a limit (v1's "no
+    limit" is a number beyond any machine's memory, which the machine's own available memory undercuts) or the
+    files are not there."""
     try:
         lines = own.read_text().splitlines()
     except OSError:
@@ -145,7 +159,7 @@ def cgroup_room_bytes(own: Path = Path("/proc/self/cgroup"), root: Path = Path("
               "v1": [x.split(":", 2)[2] for x in lines if x.count(":") >= 2 and "memory" in x.split(":")[1].split(",")]}
     rooms = []
     for version, paths in groups.items():
-        sub, limit_file, used_file = _CGROUP_FILES[version]
+        sub, limit_file, used_file, cache_keys = _CGROUP_FILES[version]
         top = root / sub if sub else root
         for path in paths:
             group = top / path.strip().lstrip("/")
@@ -158,7 +172,7 @@ def cgroup_room_bytes(own: Path = Path("/proc/self/cgroup"), root: Path = Path("
                 except (OSError, ValueError):
                     continue
                 if limit.isdigit():
-                    rooms.append(max(int(limit) - used, 0))
+                    rooms.append(max(int(limit) - used + _reclaimable(folder, cache_keys), 0))
     return min(rooms) if rooms else None
 
 

@@ -218,15 +218,27 @@ def write_checkpoint(trainer: Any, save: Callable[[], None]) -> None:
 
 
 def _agree_on_failures(trainer: Any, error: BaseException | None) -> dict[int, tuple[str, bool]]:
-    """{rank: ("Type: first line", whether its disk is full)} of the ranks whose save raised, the same on every
-    rank. Each rank judges its own error whole (an errno, a wrapped error, a later line), not its summary."""
-    mine = None if error is None else (_summary(error), disk_full(error))
+    """{rank: ("Type: first line", whether its disk is full)} of the ranks whose save failed, the same on every
+    rank. Each rank judges its own error whole (an errno, a wrapped error, a later line), not its summary. DCP
+    raises the same CheckpointException on every rank: the ranks it names are the ones that failed."""
+    mine = None
+    if error is not None:
+        named = sorted(getattr(error, "failures", None) or {}) or None
+        mine = (_summary(error), disk_full(error), named)
     accelerator = trainer.accelerator
-    if accelerator.num_processes == 1:
-        return {} if mine is None else {0: mine}
+    gathered = [mine] if accelerator.num_processes == 1 else _gather(mine)
+    failures = {}
+    for rank, failure in enumerate(gathered):
+        if failure is not None:
+            text, full, named = failure
+            failures.update({r: (text, full) for r in (named or [rank])})
+    return failures
+
+
+def _gather(item: Any) -> list:
     from accelerate.utils import gather_object
 
-    return {rank: tuple(failure) for rank, failure in enumerate(gather_object([mine])) if failure is not None}
+    return list(gather_object([item]))
 
 
 def failed_save(folder: Path, failures: dict[int, str], *, full: bool, remove: bool = True, ranks: int = 1) -> UserError:

@@ -181,10 +181,12 @@ def check_policy(model: Any, compute_dtype: str, what: str) -> None:
     """That FSDP2 holds seal's policy (mixed_precision_policy) on `model`'s root, as prepared by accelerate
     (the policy) or shard_reference (the reference): the plugin's policy passes through accelerate and
     transformers, whose handling of it has changed between versions (accelerate's set_mixed_precision
-    replaces a policy it is not given). A model FSDP2 does not shard is not checked."""
+    replaces a policy it is not given). Under fsdp2 a model FSDP2 did not shard is an error too."""
     state = getattr(model, "_get_fsdp_state", None)
     if state is None:
-        return
+        raise RuntimeError(f"launch.sharding=fsdp2 but the {what} was not sharded by FSDP2 (accelerate prepared it as "
+                           f"{type(model).__name__}): the installed accelerate or transformers prepares it differently "
+                           "(requirements.txt pins them)")
     held, wanted = state()._mp_policy, mixed_precision_policy(compute_dtype)
     if held != wanted:
         raise RuntimeError(f"FSDP2 prepared the {what} with {held}, not seal's {wanted}: the installed accelerate or "

@@ -216,7 +216,7 @@ def check_config(run: TrainingRun) -> None:
 
 def check_resources(run: TrainingRun) -> None:
     """The model must fit the devices' memory and the checkpoints the run's disk (one sentence if not)."""
-    from seal.policy.backbones import check_host_fits, check_training_fits
+    from seal.policy.backbones import check_host_fits, check_training_fits, host_available_bytes
     from seal.rl.checkpoint import check_run_disk_space
 
     cfg, budget, backbone, dist = run.cfg, run.budget, run.backbone, run.dist
@@ -228,8 +228,10 @@ def check_resources(run: TrainingRun) -> None:
     )
     if run.memory is not None and cuda_devices():
         # on GPUs the host holds what the plan keeps off the devices (without CUDA the devices' memory is the
-        # host's, which check_training_fits has checked)
-        check_host_fits(run.memory, local_world(dist), name=backbone.name, sharding=run.layout)
+        # host's, which check_training_fits has checked). Every rank measures before any rank loads (the gather
+        # waits for all), and all judge the least figure: one verdict, which no rank's early load has shrunk
+        available = min(dist.gather([host_available_bytes()]))
+        check_host_fits(run.memory, local_world(dist), name=backbone.name, sharding=run.layout, available=available)
     if dist.main:
         # its rounds come from at most this many train entries; under fsdp2 each rank writes its own part
         # of a checkpoint: this node's ranks write their share

@@ -256,6 +256,11 @@ def test_the_room_a_slurm_jobs_cgroup_leaves_is_the_tightest_group_above_the_pro
     assert cgroup_room_bytes(own, root) == 11 * GiB
     (root / "system.slice/slurmstepd.scope/job_7/step_0/memory.current").write_text(f"{21 * GiB}\n")
     assert cgroup_room_bytes(own, root) == 0
+    # the page cache a model's read left behind counts in the use, and the kernel reclaims it (active and inactive
+    # file pages; "file" also holds tmpfs and shared memory, which it cannot drop)
+    (root / "system.slice/slurmstepd.scope/job_7/step_0/memory.stat").write_text(
+        f"anon {9 * GiB}\nfile {13 * GiB}\nactive_file {2 * GiB}\ninactive_file {10 * GiB}\nshmem {GiB}\n")
+    assert cgroup_room_bytes(own, root) == 11 * GiB
     # no limit anywhere, or no cgroup v2 line (v1 only): nothing to say
     own, root = _cgroup(tmp_path / "free", {"user.slice": ("max", GiB)})
     assert cgroup_room_bytes(own, root) is None
@@ -266,7 +271,9 @@ def test_the_room_a_slurm_jobs_cgroup_leaves_is_the_tightest_group_above_the_pro
     v1 = root / "memory" / "slurm" / "uid_0" / "job_8"
     (v1 / "step_0").mkdir(parents=True)
     (v1 / "memory.limit_in_bytes").write_text(f"{64 * GiB}\n")
-    (v1 / "memory.usage_in_bytes").write_text(f"{4 * GiB}\n")
+    (v1 / "memory.usage_in_bytes").write_text(f"{6 * GiB}\n")
+    (v1 / "memory.stat").write_text(f"cache {3 * GiB}\ninactive_file 0\nactive_file 0\ntotal_active_file {GiB}\n"
+                                    f"total_inactive_file {GiB}\n")
     own.write_text("5:devices:/slurm/uid_0/job_8/step_0\n4:cpuacct,memory:/slurm/uid_0/job_8/step_0\n0::/\n")
     assert cgroup_room_bytes(own, root) == 60 * GiB
 

@@ -361,14 +361,14 @@ def test_a_full_disk_is_told_apart_from_other_failures(error, full):
         assert disk_full(_dcp_failure(error)) is False
 
 
-def _dcp_failure(error: BaseException):
-    """The CheckpointException torch.distributed.checkpoint raises when rank 1's write raised `error`: its
-    first line lists the ranks, each rank's error follows with its traceback."""
+def _dcp_failure(error: BaseException, rank: int = 1):
+    """The CheckpointException torch.distributed.checkpoint raises (on every rank) when `rank`'s write raised
+    `error`: its first line lists the ranks, each rank's error follows with its traceback."""
     import traceback
 
     from torch.distributed.checkpoint.api import CheckpointException
 
-    return CheckpointException("save failed", {1: (error, traceback.StackSummary.from_list([]))})
+    return CheckpointException("save failed", {rank: (error, traceback.StackSummary.from_list([]))})
 
 
 def test_a_sharded_save_failing_on_a_full_disk_is_named_from_the_error_dcp_wraps(tmp_path, monkeypatch):
@@ -461,7 +461,7 @@ def test_the_ranks_agree_on_every_failure_and_only_the_main_rank_removes_the_fol
 
     def gather(items):
         gathered.append(items)
-        return [("OSError: [Errno 28] No space left on device", True), items[0], ("RuntimeError: other", False)]
+        return [("OSError: [Errno 28] No space left on device", True, None), items[0], ("RuntimeError: other", False, None)]
 
     monkeypatch.setattr(accelerate.utils, "gather_object", gather)
     trainer = SimpleNamespace(args=SimpleNamespace(output_dir=str(tmp_path), save_total_limit=1),
@@ -483,7 +483,13 @@ def test_the_ranks_agree_on_every_failure_and_only_the_main_rank_removes_the_fol
     with pytest.raises(UserError, match=f"^writing {folder} failed on rank 1 \\(RuntimeError: CUDA out of memory\\), "
                                         "which is not a full disk; "):
         write_checkpoint(trainer, out_of_memory)
+    # DCP raises the same CheckpointException on every rank: the sentence names the rank whose write failed (2)
+    monkeypatch.setattr(accelerate.utils, "gather_object", lambda items: [items[0]] * 3)
     trainer.accelerator.num_processes = 3
+    with pytest.raises(UserError, match=f"^writing {folder} failed on rank 2 \\(CheckpointException of OSError: "
+                                        "\\[Errno 28\\] No space left on device\\) with 1.0 GiB free on its disk; "):
+        write_checkpoint(trainer, lambda: (_ for _ in ()).throw(_dcp_failure(OSError(errno.ENOSPC, "No space left on "
+                                                                                    "device"), rank=2)))
     # all succeeded: nothing raised, nothing removed
     monkeypatch.setattr(accelerate.utils, "gather_object", lambda items: [None, None, None])
     write_checkpoint(trainer, lambda: None)

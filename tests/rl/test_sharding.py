@@ -94,6 +94,7 @@ def test_training_on_gpus_checks_the_nodes_host_memory_before_loading(monkeypatc
 
     checked = []
     monkeypatch.setattr("seal.budget.Budget.check_device", lambda self, gpus: None)
+    monkeypatch.setattr("seal.policy.backbones.host_available_bytes", lambda: 5 * 2**30)
     monkeypatch.setattr("seal.policy.backbones.check_host_fits",
                         lambda plan, ranks, **kw: checked.append((plan.host, ranks, kw)))
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
@@ -103,7 +104,14 @@ def test_training_on_gpus_checks_the_nodes_host_memory_before_loading(monkeypatc
         run = train.start(compose_with("backbone=tiny-random", "logger.mode=disabled"), tmp_path / str(gpus))
         train.check_config(run)
         assert run.policy is None
-    assert checked == [(0, 1, {"name": "tiny-random", "sharding": "ddp"})]
+    assert checked == [(0, 1, {"name": "tiny-random", "sharding": "ddp", "available": 5 * 2**30})]
+    # several ranks: each sends what it measured (5 GiB here), all judge the least of them
+    sent = []
+    monkeypatch.setattr("seal.rl.distributed.Dist.gather", lambda self, items: sent.extend(items) or [7 * 2**30, *items,
+                                                                                                   3 * 2**30])
+    (tmp_path / "3").mkdir()
+    train.check_config(train.start(compose_with("backbone=tiny-random", "logger.mode=disabled"), tmp_path / "3"))
+    assert sent == [5 * 2**30] and checked[-1][2]["available"] == 3 * 2**30
 
 
 def test_lora_is_not_sharded():
@@ -304,7 +312,12 @@ def test_a_prepared_model_whose_fsdp2_policy_is_not_seals_stops_the_run():
         return SimpleNamespace(_get_fsdp_state=lambda: SimpleNamespace(_mp_policy=policy))
 
     sharding.check_policy(prepared(MixedPrecisionPolicy(torch.bfloat16, torch.float32)), "bfloat16", "policy")
-    sharding.check_policy(torch.nn.Linear(2, 2), "bfloat16", "policy")  # not sharded: nothing to check
+    # not sharded at all (accelerate fell back to data parallelism): the same kind of error
+    with pytest.raises(RuntimeError) as caught:
+        sharding.check_policy(torch.nn.Linear(2, 2), "bfloat16", "policy")
+    assert str(caught.value) == (
+        "launch.sharding=fsdp2 but the policy was not sharded by FSDP2 (accelerate prepared it as Linear): the "
+        "installed accelerate or transformers prepares it differently (requirements.txt pins them)")
     accelerates = MixedPrecisionPolicy(torch.bfloat16, torch.bfloat16, torch.bfloat16)
     with pytest.raises(RuntimeError) as caught:
         sharding.check_policy(prepared(accelerates), "bfloat16", "reference model")
