@@ -21,6 +21,7 @@ from typing import Any, Callable
 from transformers import TrainerCallback
 
 from seal.errors import UserError
+from seal.rl.distributed import Dist
 
 SEAL_STATE = "seal_state.json"
 _CHECKPOINT = re.compile(r"checkpoint-(\d+)$")
@@ -225,8 +226,7 @@ def _agree_on_failures(trainer: Any, error: BaseException | None) -> dict[int, t
     if error is not None:
         named = sorted(getattr(error, "failures", None) or {}) or None
         mine = (_summary(error), disk_full(error), named)
-    accelerator = trainer.accelerator
-    gathered = [mine] if accelerator.num_processes == 1 else _gather(mine)
+    gathered = Dist(world=trainer.accelerator.num_processes).gather([mine])
     failures = {}
     for rank, failure in enumerate(gathered):
         if failure is not None:
@@ -234,11 +234,6 @@ def _agree_on_failures(trainer: Any, error: BaseException | None) -> dict[int, t
             failures.update({r: (text, full) for r in (named or [rank])})
     return failures
 
-
-def _gather(item: Any) -> list:
-    from accelerate.utils import gather_object
-
-    return list(gather_object([item]))
 
 
 def failed_save(folder: Path, failures: dict[int, str], *, full: bool, remove: bool = True, ranks: int = 1) -> UserError:
