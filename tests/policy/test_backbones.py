@@ -300,3 +300,15 @@ def test_a_node_whose_ranks_cannot_hold_the_fp32_model_and_the_reference_at_once
     ddp = training_memory(arch("qwen2.5-3b"), compute_dtype="bfloat16", episode_tokens=CTX)
     check_host_fits(ddp, 4, name="qwen2.5-3b", sharding="ddp", available=0)
 
+
+
+def test_the_host_memory_available_is_the_machines_or_less_where_the_cgroup_caps_it(monkeypatch):
+    import psutil
+
+    machine = psutil.virtual_memory().available
+    monkeypatch.setattr(backbones, "cgroup_room_bytes", lambda: None)
+    assert abs(backbones.host_available_bytes() - machine) < GiB  # psutil's figure, read again
+    monkeypatch.setattr(backbones, "cgroup_room_bytes", lambda: GiB // 2)
+    assert backbones.host_available_bytes() == GiB // 2
+    monkeypatch.setattr(backbones, "cgroup_room_bytes", lambda: 10**18)  # a cap beyond the machine: the machine's
+    assert abs(backbones.host_available_bytes() - machine) < GiB
