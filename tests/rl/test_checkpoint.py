@@ -490,6 +490,15 @@ def test_the_ranks_agree_on_every_failure_and_only_the_main_rank_removes_the_fol
                                         "\\[Errno 28\\] No space left on device\\) with 1.0 GiB free on its disk; "):
         write_checkpoint(trainer, lambda: (_ for _ in ()).throw(_dcp_failure(OSError(errno.ENOSPC, "No space left on "
                                                                                     "device"), rank=2)))
+    # one process gathers nothing (no collective to wait on)
+    def no_gather(items):
+        raise AssertionError("a single process called a collective")
+
+    monkeypatch.setattr(accelerate.utils, "gather_object", no_gather)
+    trainer.accelerator.num_processes = 1
+    with pytest.raises(UserError, match=f"^writing {folder} failed \\(RuntimeError: CUDA out of memory\\), which is"):
+        write_checkpoint(trainer, out_of_memory)
+    trainer.accelerator.num_processes = 3
     # all succeeded: nothing raised, nothing removed
     monkeypatch.setattr(accelerate.utils, "gather_object", lambda items: [None, None, None])
     write_checkpoint(trainer, lambda: None)
