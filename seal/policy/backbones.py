@@ -116,53 +116,64 @@ def _device():
 def host_available_bytes() -> int:
     """Available host memory: the machine's, or less where this process's cgroup caps it (a SLURM job's
     memory, hydra.launcher.mem_gb, on a node with more)."""
-    try:
-        import psutil
+    import psutil
 
-        available = psutil.virtual_memory().available
-    except ImportError:  # pragma: no cover - psutil is pinned; /proc/meminfo as a fallback
-        lines = [line for line in Path("/proc/meminfo").read_text().splitlines() if line.startswith("MemAvailable:")]
-        available = int(lines[0].split()[1]) * 1024
+    available = psutil.virtual_memory().available
     limit = cgroup_room_bytes()
     return available if limit is None else min(available, limit)
 
 
-# the files of a cgroup's memory limit and use, and the keys of memory.stat that count its page cache (charged
-# to the group's use: a model read from disk, a checkpoint written, fill it; the kernel reclaims it before it
-# refuses memory): v2's, v1's (its memory controller's own hierarchy)
+# by cgroup version: the folder of its memory hierarchy, the files of a group's memory limit and use, and the keys
+# of memory.stat that count its page cache (charged to the group's use: a model read from disk, a checkpoint
+# written, fill it; the kernel reclaims it before it refuses memory)
 _CGROUP_FILES = {"v2": ("", "memory.max", "memory.current", ("active_file", "inactive_file")),
                  "v1": ("memory", "memory.limit_in_bytes", "memory.usage_in_bytes",
                         ("total_active_file", "total_inactive_file"))}
 
 
 def _reclaimable(folder: Path, keys: tuple[str, ...]) -> int:
-    """The group's file pages (memory.stat), 0 when not said."""
+    """The group's file pages (memory.stat: one "key value" a line), 0 when not said."""
     try:
-        stat = dict(line.split()[:2] for line in (folder / "memory.stat").read_text().splitlines() if line.strip())
-        return sum(int(stat.get(key, 0)) for key in keys)
+        stat = {key: int(value) for key, value in (line.split() for line in
+                                                   (folder / "memory.stat").read_text().splitlines())}
     except (OSError, ValueError):
         return 0
+    return sum(stat.get(key, 0) for key in keys)
+
+
+def _memory_groups(lines: list[str]) -> dict[str, list[str]]:
+    """This process's memory cgroups from /proc/self/cgroup ("hierarchy:controllers:path" a line): v2's unified
+    one (hierarchy 0), v1's memory controller's."""
+    groups: dict[str, list[str]] = {"v2": [], "v1": []}
+    for line in lines:
+        fields = line.split(":", 2)  # a path may itself hold colons
+        if len(fields) != 3:
+            continue
+        hierarchy, controllers, path = fields
+        if hierarchy == "0":
+            groups["v2"].append(path)
+        elif "memory" in controllers.split(","):
+            groups["v1"].append(path)
+    return groups
 
 
 def cgroup_room_bytes(own: Path = Path("/proc/self/cgroup"), root: Path = Path("/sys/fs/cgroup")) -> int | None:
     """What this process's memory cgroup still lets it take: the least limit less use over its group and every
     group above it (SLURM caps the job's group, above the step's own), under cgroup v2 or v1's memory
     controller. The use leaves out the group's page cache (its active and inactive file pages), which the
-    kernel reclaims before it refuses memory, as the machine's available memory counts the page cache. None when no group sets a limit (v1's "no
-    limit" is a number beyond any machine's memory, which the machine's own available memory undercuts) or the
-    files are not there."""
+    kernel reclaims before it refuses memory, as the machine's available memory counts the page cache. None
+    when no group sets a limit (v1's "no limit" is a number beyond any machine's memory, which the machine's own
+    available memory undercuts) or the files are not there."""
     try:
         lines = own.read_text().splitlines()
     except OSError:
         return None
-    groups = {"v2": [x.removeprefix("0::") for x in lines if x.startswith("0::")],
-              "v1": [x.split(":", 2)[2] for x in lines if x.count(":") >= 2 and "memory" in x.split(":")[1].split(",")]}
     rooms = []
-    for version, paths in groups.items():
+    for version, paths in _memory_groups(lines).items():
         sub, limit_file, used_file, cache_keys = _CGROUP_FILES[version]
-        top = root / sub if sub else root
+        top = root / sub
         for path in paths:
-            group = top / path.strip().lstrip("/")
+            group = Path(f"{top}{path.strip()}")
             for folder in (group, *group.parents):
                 if not folder.is_relative_to(top):
                     break

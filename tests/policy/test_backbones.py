@@ -276,9 +276,21 @@ def test_the_room_a_slurm_jobs_cgroup_leaves_is_the_tightest_group_above_the_pro
                                     f"total_inactive_file {GiB}\n")
     own.write_text("5:devices:/slurm/uid_0/job_8/step_0\n4:cpuacct,memory:/slurm/uid_0/job_8/step_0\n0::/\n")
     assert cgroup_room_bytes(own, root) == 60 * GiB
+    # a group's name may hold a colon; a line of another controller, or torn, names no memory group
+    named = root / "memory" / "system.slice" / "run-u7:1.scope"
+    named.mkdir(parents=True)
+    (named / "memory.limit_in_bytes").write_text(f"{32 * GiB}\n")
+    (named / "memory.usage_in_bytes").write_text(f"{2 * GiB}\n")
+    own.write_text("broken\n6:cpu,memory2:/slurm/uid_0/job_8\n7:memory:/system.slice/run-u7:1.scope\n")
+    assert cgroup_room_bytes(own, root) == 30 * GiB
+    # memory.stat without a key counts nothing for it; an unreadable one (a torn line) nothing at all
+    (named / "memory.stat").write_text(f"total_inactive_file {GiB}\n")
+    assert cgroup_room_bytes(own, root) == 31 * GiB
+    (named / "memory.stat").write_text(f"total_inactive_file {GiB}\ntotal_active_file\n")
+    assert cgroup_room_bytes(own, root) == 30 * GiB
 
 
-def test_a_node_whose_ranks_cannot_hold_the_fp32_model_and_the_reference_at_once_is_refused():
+def test_a_node_whose_ranks_cannot_hold_the_fp32_model_and_the_reference_at_once_is_refused(monkeypatch):
     """The paper's 7B node: 4 ranks, each holding the fp32 model (4 bytes a parameter) and TRL's whole bf16
     reference (2) while the trainer is built, 24 x 7.62B bytes in all, against a 160 GiB job."""
     from seal.policy.backbones import check_host_fits
@@ -295,6 +307,16 @@ def test_a_node_whose_ranks_cannot_hold_the_fp32_model_and_the_reference_at_once
         "(hydra.launcher.mem_gb on SLURM, docs/gpus-and-slurm.md#host-memory), or run fewer ranks on a node")
     assert "needs about 170 GiB" in str(caught.value)
     check_host_fits(fsdp, 4, name="qwen2.5-7b", sharding="fsdp2", available=24 * N_7B)
+    # what is available, when not given: host_available_bytes's figure
+    monkeypatch.setattr(backbones, "host_available_bytes", lambda: 24 * N_7B - 1)
+    with pytest.raises(UserError, match="but only 170 GiB is available"):
+        check_host_fits(fsdp, 4, name="qwen2.5-7b", sharding="fsdp2")
+    # without a KL term TRL loads no reference: the sentence names the loaded model alone
+    alone = training_memory(arch("qwen2.5-7b"), compute_dtype="bfloat16", episode_tokens=CTX, sharding="fsdp2",
+                            ranks=4, reference=False)
+    with pytest.raises(UserError) as caught:
+        check_host_fits(alone, 4, name="qwen2.5-7b", sharding="fsdp2", available=GiB)
+    assert f"(each rank: the loaded model {4 * N_7B / GiB:.1f} GiB) but only 1 GiB is available" in str(caught.value)
     # two ranks on the node need half; ddp keeps nothing large in host memory
     check_host_fits(fsdp, 2, name="qwen2.5-7b", sharding="fsdp2", available=12 * N_7B)
     ddp = training_memory(arch("qwen2.5-3b"), compute_dtype="bfloat16", episode_tokens=CTX)
