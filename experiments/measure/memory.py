@@ -8,6 +8,7 @@ entries rendered under the plain interface and tokenised with the embedded SmolL
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
@@ -132,6 +133,28 @@ def measured_against_plan(tokens: int = 2048) -> None:
     print(f"(the LM head's moments: TRL folds the logit tiles with fp32 torch ops on a CPU where CUDA runs a "
           f"Triton kernel; the vocabulary of {SMALL_QWEN2['vocab_size']} keeps those temporaries small beside the "
           f"{min(tokens, HEAD_TOKEN_TILE)} x {HEAD_VOCAB_TILE} buffer of one tile)")
+    fsdp2_against_plan(tokens)
+
+
+def fsdp2_against_plan(tokens: int) -> None:
+    """The fsdp2 plan on two ranks against a training step measured on two gloo ranks (measure_fsdp2_steps), for
+    SMALL_QWEN2 and for it with a head unit 6.7 layers large, tied and untied."""
+    from seal.policy.memory import training_memory
+
+    big = dict(SMALL_QWEN2, vocab_size=32768)
+    archs = {"small head": SMALL_QWEN2, "big head, tied": big,
+             "big head, untied": dict(big, tie_word_embeddings=False)}
+    print(f"\n### plan against a measured FSDP2 training step: the same Qwen2 on two gloo ranks, {tokens} "
+          f"tokens, launched and prepared as on a GPU node (bf16 parameters, fp32 reduction, a reduction every "
+          f"micro-batch), rank 0's bytes; storage resizes counted")
+    print(f"{'MiB':34}{'plan':>10}{'measured':>10}{'plan/measured':>15}")
+    for (label, arch), measured in zip(archs.items(), measure_fsdp2_steps(list(archs.values()), tokens)):
+        plan = training_memory(arch, compute_dtype="bfloat16", episode_tokens=tokens, sharding="fsdp2", ranks=2)
+        planned = plan.moments() | {k: getattr(plan, k) for k in ("weights", "optimizer", "gradients")}
+        for name, value in measured.items():
+            note = " (CPU head fold)" if arch is not SMALL_QWEN2 and name in ("forward", "head backward") else ""
+            print(f"{label + ': ' + name:34}{planned[name] / 2**20:10.2f}{value / 2**20:10.2f}"
+                  f"{planned[name] / value:15.3f}{note}")
 
 
 # (column label, sharding, ranks, LoRA r=16 all-linear, rollout engine)
@@ -153,8 +176,9 @@ SMALL_QWEN2 = dict(model_type="qwen2", hidden_size=256, num_hidden_layers=4, num
 
 class LiveTensors:
     """Bytes of the tensors alive, and the peak of each named phase, counted from what every torch op returns
-    (a TorchDispatchMode) and what is registered before; a storage counts once and until it is freed. The
-    CPU allocator keeps no statistics of its own."""
+    (a TorchDispatchMode) and what is registered before; a storage counts once and until it is freed, at its
+    size of the moment (`resizes`: FSDP2 frees and refills its unsharded parameters by resizing their
+    storages, which no op reports). The CPU allocator keeps no statistics of its own."""
 
     def __init__(self) -> None:
         self.live: dict[int, int] = {}
@@ -173,11 +197,40 @@ class LiveTensors:
             self.live[key] = storage.nbytes()
             self.now += storage.nbytes()
             weakref.finalize(storage, self._freed, key)
-            if self.phase:
-                self.peaks[self.phase] = max(self.peaks.get(self.phase, 0), self.now)
+            self._peak()
 
     def _freed(self, key: int) -> None:
         self.now -= self.live.pop(key, 0)
+
+    def _peak(self) -> None:
+        if self.phase:
+            self.peaks[self.phase] = max(self.peaks.get(self.phase, 0), self.now)
+
+    @contextlib.contextmanager
+    def resizes(self):
+        """Count every storage resize (torch.UntypedStorage.resize_, what torch's FSDP2 calls) while inside."""
+        import weakref
+
+        import torch
+
+        resize = torch.UntypedStorage.resize_
+
+        def counted(storage, nbytes):
+            result = resize(storage, nbytes)
+            key = storage._cdata
+            if key not in self.live:
+                self.live[key] = 0
+                weakref.finalize(storage, self._freed, key)
+            self.now += nbytes - self.live[key]
+            self.live[key] = nbytes
+            self._peak()
+            return result
+
+        torch.UntypedStorage.resize_ = counted
+        try:
+            yield self
+        finally:
+            torch.UntypedStorage.resize_ = resize
 
     def mode(self):
         import torch
@@ -251,6 +304,30 @@ def measure_training_step(arch: dict, tokens: int) -> dict[str, int]:
         micro_batch(tracker)
     hook.remove()
     return sizes | {phase: peak - base for phase, peak in tracker.peaks.items()}
+
+
+def measure_fsdp2_steps(archs: list[dict], tokens: int, world: int = 2) -> list[dict[str, int]]:
+    """Bytes held by rank 0 of a training step of each of `archs` under launch.sharding=fsdp2 on `world` gloo
+    ranks (experiments/measure/fsdp2_step.py, started by torchrun as a GPU node's ranks are): its shards of
+    the weights, the optimizer state and the gradients, and the three moments of a micro-batch as
+    measure_training_step counts them under ddp."""
+    import json
+    import os
+    import shutil
+    import subprocess
+    import sys
+    import tempfile
+
+    torchrun = shutil.which("torchrun", path=os.path.dirname(sys.executable))
+    root = Path(__file__).resolve().parents[2]
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "rank0.json"
+        proc = subprocess.run([torchrun, "--standalone", "--nproc_per_node", str(world), "-m",
+                               "experiments.measure.fsdp2_step", str(out), json.dumps(archs), str(tokens)],
+                              cwd=root, env=dict(os.environ, PYTHONPATH=str(root)), capture_output=True, text=True)
+        if proc.returncode != 0 or not out.exists():
+            raise RuntimeError(f"the FSDP2 step's ranks failed (rc {proc.returncode}):\n{proc.stderr[-3000:]}")
+        return json.loads(out.read_text())
 
 
 def measure_ddp_buckets(arch: dict) -> int:

@@ -77,9 +77,11 @@ class TrainingMemory:
     rollout (while episodes are played): the generation weights (autocast's cache when the transformers
         engine generates with fp32 masters, or the vLLM engine's share of the GPU), the prefill's
         activations, the KV cache.
-    Under fsdp2 a decoder layer's backward also holds FSDP2's reduction of its gradients (`reduce_scatter`:
-    the layer's unsharded gradients in the compute dtype, their fp32 copy reduce-scattered and its fp32
-    shard), every micro-batch (sync_each_batch: no unsharded gradient outlives its layer's backward).
+    Under fsdp2 a decoder layer's backward also holds the gradients FSDP2 has not reduced yet (`reduce_scatter`,
+    see fsdp2_unreduced), every micro-batch (sync_each_batch: no unsharded gradient outlives its unit's
+    backward). accelerate gathers the head with the final norm as one unit kept from its forward to its backward
+    (with a tied head the embedding is in it: gathered all step, in the weight copies); an untied head's unit
+    is resharded after its backward, so only its forward and its backward hold it (`head_copy`).
     The peak in training is the resident part plus the larger of the other two: the rollout KV cache is
     freed (the vLLM engine sleeps) while the optimizer runs, and gradients and activations are freed before
     a play. Before training (the evaluations before the trainer exists) the device holds only the loaded
@@ -108,14 +110,15 @@ class TrainingMemory:
     rollout_prefill: int = 0
     rollout_kv: int = 0
     reduce_scatter: int = 0
+    head_copy: int = 0
     loaded: int = 0
     host_loaded: int = 0
     host_reference_loaded: int = 0
     host_reference: int = 0
 
     RESIDENT = ("weights", "optimizer", "reference", "ddp_buckets", "rollout_copy")
-    TRAINING = ("gradients", "activations", "recomputed_layer", "forward_copies", "backward_copies", "lm_head",
-                "lm_head_grads", "reduce_scatter")
+    TRAINING = ("gradients", "activations", "recomputed_layer", "forward_copies", "backward_copies", "head_copy",
+                "lm_head", "lm_head_grads", "reduce_scatter")
     ROLLOUT = ("rollout_weights", "rollout_prefill", "rollout_kv")
 
     def _sum(self, names: tuple[str, ...]) -> int:
@@ -130,7 +133,8 @@ class TrainingMemory:
         its recompute holds), the LM head's backward, a recomputed layer's backward."""
         return {
             "forward": self.activations + self.forward_copies + max(self.recomputed_layer, self.lm_head),
-            "head backward": self.activations + self.backward_copies + self.lm_head + self.lm_head_grads,
+            "head backward": self.activations + self.backward_copies + self.head_copy + self.lm_head +
+                             self.lm_head_grads,
             "layer backward": self.activations + self.backward_copies + self.recomputed_layer + self.reduce_scatter,
         }
 
@@ -248,6 +252,20 @@ def lm_head_bytes(config: Any, tokens: int, *, stream: int, compute: int, head_b
     return both, grads
 
 
+def fsdp2_unreduced(config: Any, compute: int, shards: int) -> int:
+    """The gradients a decoder layer's backward holds under fsdp2 before FSDP2 has reduced them. torch's
+    foreach_reduce copies a unit's unsharded gradients (compute dtype) into an fp32 reduce-scatter input and frees
+    them, then makes the fp32 output shard; the input is kept until the next unit reduces
+    (FSDPCommContext.reduce_scatter_states, one buffer). So a layer's backward holds its own gradients beside the
+    input kept from the unit reduced before it (the untied head's unit, head and final norm, before the last
+    layer's backward), and a tied head's gradient, which waits for the embedding's to the end of the backward."""
+    layer = layer_param_count(config)
+    head_unit = _get(config, "vocab_size") * _get(config, "hidden_size") + _get(config, "hidden_size")
+    tied = _get(config, "tie_word_embeddings", False)
+    held = layer if tied else max(layer, head_unit)
+    return 4 * held + max(layer * compute, -(-layer * 4 // shards)) + (head_unit * compute if tied else 0)
+
+
 def _rollout(n: int, c: int, *, sharded: bool, cached: int, engine_bytes: int | None, prefill: int,
              kv: int) -> dict[str, int]:
     """The rollout terms and the resident rollout copy (see TrainingMemory)."""
@@ -288,9 +306,10 @@ def training_memory(
     is not autocast); the reference model (TRL builds it with model_init_kwargs' dtype) is a compute-dtype copy.
     Under `fsdp2` the masters, gradients and optimizer state are divided over the ranks and accelerate
     gathers units in the compute dtype: two decoder layers (one computing, one prefetched) and the unit
-    holding the LM head (with the tied embedding), kept through the head's backward; every micro-batch's
-    gradients are reduce-scattered in fp32 into the sharded fp32 gradients (seal.rl.sharding: the authors'
-    reduce dtype, and sync_each_batch), a layer's at a time (`reduce_scatter`), the head's in its backward;
+    holding the LM head and the final norm (with the tied embedding), kept from its forward through its
+    backward (`head_copy` when untied); every micro-batch's gradients are reduce-scattered in fp32 into the
+    sharded fp32 gradients (seal.rl.sharding: the authors' reduce dtype, and sync_each_batch), a unit at a time
+    (`reduce_scatter`; see TrainingMemory);
     the reference is sharded per layer with its parameters in host memory (seal.rl.sharding.shard_reference),
     so it holds no GPU memory outside its scoring pass. With LoRA the frozen base stays in the compute dtype,
     the adapters train in fp32, and the reference is the base with adapters disabled (no copy).
@@ -309,12 +328,18 @@ def training_memory(
     n, c = param_count(config), _BYTES[compute_dtype]
     h, vocab, layers = _get(config, "hidden_size"), _get(config, "vocab_size"), _get(config, "num_hidden_layers")
     masters = not lora_params and c < 4
+    # the unit accelerate's FSDP2 makes of the head and the final norm (with the tied embedding: the same tensor)
+    tied, head_unit = _get(config, "tie_word_embeddings", False), vocab * h + h
     trainable = lora_params or n // shards
     if lora_params:
         weights, ref, forward, backward, head = n * c + 4 * lora_params, 0, lora_params * c, 0, c
     elif sharded:
         weights, ref, head = n * 4 // shards, 0, c
-        forward = backward = (2 * layer_param_count(config) + vocab * h) * c
+        # two decoder layers (one computing, one gathered ahead) and the unit holding the head (the head and the
+        # final norm, with the embedding when it is tied); the forward also holds the untied embedding's unit
+        # (as large as the head's) while it embeds
+        forward = (2 * layer_param_count(config) + head_unit) * c
+        backward = (2 * layer_param_count(config) + (head_unit if tied else 0)) * c
     else:
         weights, ref, head = n * 4, n * c if reference else 0, 4
         # autocast's cache: every layer's projections in the forward, one recomputed layer's in the backward
@@ -327,12 +352,9 @@ def training_memory(
     tokens = episode_tokens * micro_batch
     both, grads = lm_head_bytes(config, tokens, stream=stream, compute=c, head_bytes=head,
                                 trainable=not lora_params)
-    # FSDP2's reduction (foreach_reduce): a unit's unsharded gradients in the compute dtype, copied into an fp32
-    # reduce-scatter input, and the fp32 output shard. The head's: lm_head_bytes counts its fp32 gradient and
-    # the compute-dtype cast; once the fp32 one is freed the reduction's fp32 input takes its place, and the
-    # output shard comes on top
-    layer = layer_param_count(config)
-    reduce_scatter = layer * (c + 4) + -(-layer * 4 // shards) if sharded else 0
+    # the head's reduction: lm_head_bytes counts its fp32 gradient and the compute-dtype cast; once the fp32 one is
+    # freed the reduction's fp32 input takes its place (see fsdp2_unreduced), and the output shard comes on top
+    reduce_scatter = fsdp2_unreduced(config, c, shards) if sharded else 0
     if sharded:
         grads += -(-vocab * h * 4 // shards)
     kept, recomputed = activation_bytes(config, tokens, stream, c, gradient_checkpointing)
@@ -347,6 +369,7 @@ def training_memory(
         activations=kept, recomputed_layer=recomputed, forward_copies=forward, backward_copies=backward,
         lm_head=both, lm_head_grads=grads, reduce_scatter=reduce_scatter,
         ddp_buckets=trainable * 4 if sharding == "ddp" and ranks > 1 else 0, **rollout,
+        head_copy=head_unit * c if sharded and not tied else 0,
         # before training: the loaded model on the device (ddp), or in host memory until it is sharded (fsdp2)
         loaded=0 if sharded else weights,
         host_loaded=n * 4 if sharded else 0,

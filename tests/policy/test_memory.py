@@ -121,8 +121,17 @@ def test_weight_copies_are_autocasts_projections_or_fsdp2s_gathered_units():
     ddp = plan("qwen2.5-3b")
     assert (ddp.forward_copies, ddp.backward_copies) == (36 * projections * 2, projections * 2)
     fsdp = plan("qwen2.5-7b", sharding="fsdp2", ranks=4)
-    # two decoder layers (computing, prefetched) and the unit with the untied head, in bf16, in both passes
-    assert fsdp.forward_copies == fsdp.backward_copies == (2 * LAYER_7B + 152064 * 3584) * 2
+    # two decoder layers (computing, prefetched) and accelerate's unit of the head and the final norm, in bf16; the
+    # untied head's unit is resharded after its backward: the layers' backward holds the two layers only, the head's
+    # backward holds its unit too
+    head_unit = 152064 * 3584 + 3584
+    assert fsdp.forward_copies == (2 * LAYER_7B + head_unit) * 2
+    assert (fsdp.backward_copies, fsdp.head_copy) == (2 * LAYER_7B * 2, head_unit * 2)
+    # tied (Qwen2.5-3B), the unit holds the embedding too and stays gathered from the first layer's forward to the
+    # end of the backward
+    tied = plan("qwen2.5-3b", sharding="fsdp2", ranks=4)
+    assert tied.forward_copies == tied.backward_copies == (2 * LAYER_3B + 151936 * 2048 + 2048) * 2
+    assert tied.head_copy == 0 and plan("qwen2.5-7b").head_copy == 0
     # LoRA: only the fp32 adapters are cast
     assert plan("qwen2.5-3b", lora_params=1000).forward_copies == 1000 * 2
 
@@ -355,16 +364,16 @@ def test_the_three_moments_and_the_table_in_gib():
                        lm_head=128 * GiB, lm_head_grads=256 * GiB, ddp_buckets=512 * GiB, rollout_copy=0,
                        rollout_weights=1024 * GiB, rollout_prefill=2048 * GiB, rollout_kv=4096 * GiB,
                        reduce_scatter=8192 * GiB, loaded=16384 * GiB, host_loaded=3 * GiB, host_reference_loaded=6 * GiB,
-                       host_reference=5 * GiB)
+                       host_reference=5 * GiB, head_copy=GiB // 2)
     # the forward: checkpoints, the weight copies and the larger of a recomputed layer and the head
-    # the head's backward: checkpoints, the backward's copies, the head's working set and its gradients
-    # a layer's backward: checkpoints, the backward's copies, the recomputed layer, FSDP2's reduction of it
-    assert m.moments() == {"forward": (8 + 32 + 128) * GiB, "head backward": (8 + 64 + 128 + 256) * GiB,
+    # the head's backward: checkpoints, the backward's copies, an untied head's FSDP2 unit, the head's working set and
+    # its gradients; a layer's backward: checkpoints, the backward's copies, the recomputed layer, FSDP2's reduction of it
+    assert m.moments() == {"forward": (8 + 32 + 128) * GiB, "head backward": (8 + 64 + 0.5 + 128 + 256) * GiB,
                            "layer backward": (8 + 64 + 16 + 8192) * GiB}
     assert m.table() == [
         ("weights", 1.0), ("optimizer", 2.0), ("reference", 0.0), ("ddp buckets", 512.0), ("rollout copy", 0.0),
         ("gradients", 4.0), ("activations", 8.0), ("recomputed layer", 16.0), ("forward copies", 32.0),
-        ("backward copies", 64.0), ("lm head", 128.0), ("lm head grads", 256.0), ("reduce scatter", 8192.0),
+        ("backward copies", 64.0), ("head copy", 0.5), ("lm head", 128.0), ("lm head grads", 256.0), ("reduce scatter", 8192.0),
         ("rollout weights", 1024.0), ("rollout prefill", 2048.0), ("rollout kv", 4096.0),
         # gradients and a layer's backward; the rollout's three; before training the loaded weights and the
         # rollout; the total is the larger of that and the resident part plus the larger phase
@@ -379,15 +388,26 @@ def test_the_three_moments_and_the_table_in_gib():
 
 
 def test_fsdp2_reduces_one_layers_gradients_at_a_time_and_keeps_the_loaded_model_on_the_host_by_hand():
-    """Qwen2.5-7B on 4 ranks: a layer's unsharded bf16 gradients (2 bytes a parameter), their fp32 copy that is
-    reduce-scattered (4) and the fp32 shard it leaves (a quarter of 4); the fp32 masters (4 bytes a parameter)
-    in host memory until the trainer shards them, with TRL's whole bf16 reference (2) loaded beside them
-    before it is sharded (GRPOTrainer's __init__; the policy is sharded in train()), the reference's bf16
-    quarter there during training."""
+    """Qwen2.5-7B on 4 ranks: a layer's unsharded bf16 gradients (2 bytes a parameter) beside the fp32
+    reduce-scatter input (4 bytes a parameter) of the unit reduced before it, which torch keeps until the next
+    reduction: before the last layer's backward that is the untied head's unit (head and final norm), larger than
+    a layer; at the layer's own reduction its bf16 gradients give way to its fp32 input and then its fp32 shard.
+    The fp32 masters (4 bytes a parameter) in host memory until the trainer shards them, with TRL's whole bf16
+    reference (2) loaded beside them before it is sharded (GRPOTrainer's __init__; the policy is sharded in
+    train()), the reference's bf16 quarter there during training."""
     fsdp = plan("qwen2.5-7b", sharding="fsdp2", ranks=4)
-    assert fsdp.reduce_scatter == LAYER_7B * (2 + 4) + LAYER_7B * 4 // 4
+    assert fsdp.reduce_scatter == (152064 * 3584 + 3584) * 4 + LAYER_7B * 2
     assert fsdp.moments()["layer backward"] == fsdp.activations + fsdp.backward_copies + fsdp.recomputed_layer + \
         fsdp.reduce_scatter
+    assert fsdp.moments()["head backward"] == fsdp.activations + fsdp.backward_copies + fsdp.head_copy + \
+        fsdp.lm_head + fsdp.lm_head_grads
+    # tied (Qwen2.5-3B): the head's unit is reduced last, once the embedding's gradient has joined the head's: its
+    # unsharded bf16 gradient stays through every layer's backward, and the input kept is a layer's
+    tied = plan("qwen2.5-3b", sharding="fsdp2", ranks=4)
+    assert tied.reduce_scatter == LAYER_3B * 4 + LAYER_3B * 2 + (151936 * 2048 + 2048) * 2
+    # on one rank the layer's fp32 shard is all of it: input and shard (4 + 4) outweigh the bf16 gradient and input
+    one = plan("qwen2.5-3b", sharding="fsdp2", ranks=1)
+    assert one.reduce_scatter == LAYER_3B * 4 + LAYER_3B * 4 + (151936 * 2048 + 2048) * 2
     assert (fsdp.loaded, fsdp.host_loaded, fsdp.host_reference) == (0, N_7B * 4, N_7B * 2 // 4)
     assert fsdp.host == N_7B * (4 + 2)
     # without a KL term (beta 0) TRL loads no reference

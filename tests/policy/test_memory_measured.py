@@ -1,11 +1,13 @@
 """The memory plan's terms against what transformers, TRL and torch allocate on the CPU for small Qwen2 models:
 the tensors one decoder layer saves for its backward, autocast's weight cache, a whole training step's peaks
-(experiments/measure/memory.py, the figures `make bench` prints) and DDP's gradient buckets."""
+(experiments/measure/memory.py, the figures `make bench` prints) and DDP's gradient buckets; and a training step
+under FSDP2 on two gloo ranks, prepared and launched as on a GPU node (experiments/measure/fsdp2_step.py)."""
 
 import pytest
 import torch
 
-from experiments.measure.memory import LiveTensors, _small_model, measure_ddp_buckets, measure_training_step
+from experiments.measure.memory import (SMALL_QWEN2, LiveTensors, _small_model, measure_ddp_buckets,
+                                       measure_fsdp2_steps, measure_training_step)
 from seal.policy.memory import layer_saved_bytes_per_token, param_count, training_memory
 
 # head_dim 32, GQA 8 / 2, MLP 2.75 x hidden
@@ -111,3 +113,42 @@ def test_ddp_allocates_buckets_as_large_as_the_gradients():
     assert measure_ddp_buckets(SMALL) == 4 * param_count(SMALL)
     planned = training_memory(SMALL, compute_dtype="bfloat16", episode_tokens=8, ranks=2).ddp_buckets
     assert planned == 4 * param_count(SMALL)
+
+
+# a head unit 6.7 decoder layers large: the fp32 reduce-scatter input FSDP2 keeps from the untied head unit's reduction
+# through the last layer's backward (32 MiB, a layer's would be 4.8), or the tied head's unsharded gradient kept
+# until the embedding's joins it (16 MiB), is over a quarter of a layer's backward moment
+BIG_HEAD = dict(SMALL_QWEN2, vocab_size=32768)
+FSDP2_ARCHS = {"small head": SMALL_QWEN2, "tied big head": BIG_HEAD,
+               "untied big head": dict(BIG_HEAD, tie_word_embeddings=False)}
+
+
+@pytest.fixture(scope="module")
+def fsdp2_measured():
+    return dict(zip(FSDP2_ARCHS, measure_fsdp2_steps(list(FSDP2_ARCHS.values()), 512)))
+
+
+def fsdp2_plan(arch):
+    return training_memory(arch, compute_dtype="bfloat16", episode_tokens=512, sharding="fsdp2", ranks=2)
+
+
+@pytest.mark.costly
+@pytest.mark.parametrize("name", FSDP2_ARCHS)
+def test_an_fsdp2_ranks_shards_are_a_half_of_the_fp32_state(fsdp2_measured, name):
+    arch, measured = FSDP2_ARCHS[name], fsdp2_measured[name]
+    n = param_count(arch)
+    assert measured["weights"] == fsdp2_plan(arch).weights == 4 * n // 2
+    assert measured["optimizer"] == fsdp2_plan(arch).optimizer == 8 * n // 2
+    assert measured["gradients"] == fsdp2_plan(arch).gradients == 4 * n // 2
+
+
+@pytest.mark.costly
+@pytest.mark.parametrize(("name", "moment"), [("small head", "forward"), ("small head", "head backward"),
+                                              ("small head", "layer backward"), ("tied big head", "layer backward"),
+                                              ("untied big head", "layer backward")])
+def test_an_fsdp2_steps_peaks_are_within_ten_percent_of_the_plan(fsdp2_measured, name, moment):
+    """Two gloo ranks in the GPU launch's precision (experiments/measure/fsdp2_step.py). A big head's forward and
+    head backward are left out: TRL folds the logit tiles with fp32 torch ops on a CPU where CUDA runs a Triton
+    kernel, which a vocabulary this large makes visible."""
+    planned = fsdp2_plan(FSDP2_ARCHS[name]).moments()[moment]
+    assert abs(planned / fsdp2_measured[name][moment] - 1) < 0.1
