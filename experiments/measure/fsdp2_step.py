@@ -2,7 +2,8 @@
 experiments.measure.memory.measure_fsdp2_steps): the policy prepared as seal's trainer prepares it under
 launch.sharding=fsdp2 (the plugin arguments of seal.rl.config.grpo_config, accelerate's FSDP2 path through
 seal.rl.sharding.shard_on_gloo, bf16 mixed precision with seal's policy, a reduction every micro-batch), gradient
-checkpointing, TRL's fused LM head and transformers' fused AdamW. Rank 0 writes what its rank holds to the JSON file named on the command line.
+checkpointing, TRL's fused LM head and transformers' fused AdamW. Rank 0 writes what its rank holds, model by
+model, to the JSON file named on the command line.
 
 usage: torchrun --standalone --nproc_per_node 2 -m experiments.measure.fsdp2_step OUT.json ARCHS_JSON TOKENS"""
 
@@ -18,16 +19,14 @@ def prepared(arch: dict, world: int):
     """(accelerator, model, optimizer) for `arch` as GRPOTrainer prepares the policy under fsdp2."""
     import torch
     from accelerate import Accelerator
-    from accelerate.utils import GradientAccumulationPlugin
+    from accelerate.state import AcceleratorState, GradientState, PartialState
+    from accelerate.utils import DistributedType, GradientAccumulationPlugin
     from trl.trainer.utils import add_fused_lm_head
 
     from experiments.measure.memory import _compose, _small_model
     from seal.budget import Budget
     from seal.rl.config import grpo_config
     from seal.rl.sharding import check_policy, shard_on_gloo
-
-    from accelerate.state import AcceleratorState, GradientState, PartialState
-    from accelerate.utils import DistributedType
 
     # a fresh accelerator for every model measured: accelerate keeps one shared state per process, and
     # shard_on_gloo left it on FSDP where the launch itself is gloo ranks

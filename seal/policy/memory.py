@@ -261,7 +261,7 @@ def fsdp2_unreduced(config: Any, compute: int, shards: int) -> int:
     layer's backward), and a tied head's gradient, which waits for the embedding's to the end of the backward."""
     layer = layer_param_count(config)
     head_unit = _get(config, "vocab_size") * _get(config, "hidden_size") + _get(config, "hidden_size")
-    tied = _get(config, "tie_word_embeddings", False)
+    tied = _get(config, "tie_word_embeddings")
     held = layer if tied else max(layer, head_unit)
     return 4 * held + max(layer * compute, -(-layer * 4 // shards)) + (head_unit * compute if tied else 0)
 
@@ -329,7 +329,7 @@ def training_memory(
     h, vocab, layers = _get(config, "hidden_size"), _get(config, "vocab_size"), _get(config, "num_hidden_layers")
     masters = not lora_params and c < 4
     # the unit accelerate's FSDP2 makes of the head and the final norm (with the tied embedding: the same tensor)
-    tied, head_unit = _get(config, "tie_word_embeddings", False), vocab * h + h
+    tied, head_unit = _get(config, "tie_word_embeddings"), vocab * h + h
     trainable = lora_params or n // shards
     if lora_params:
         weights, ref, forward, backward, head = n * c + 4 * lora_params, 0, lora_params * c, 0, c

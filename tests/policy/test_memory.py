@@ -304,8 +304,9 @@ def test_a_micro_batch_of_two_episodes_holds_what_one_twice_as_long_does():
     assert (two.activations, two.recomputed_layer, two.lm_head) == (one.activations, one.recomputed_layer, one.lm_head)
 
 
-@pytest.mark.parametrize("kwargs", [dict(sharding="fsdp2", ranks=3), dict(lora_params=1001), dict(ranks=3)],
-                         ids=["fsdp2 over 3", "lora", "ddp over 3"])
+@pytest.mark.parametrize("kwargs", [dict(sharding="fsdp2", ranks=3), dict(sharding="fsdp2", ranks=1),
+                                    dict(lora_params=1001), dict(ranks=3)],
+                         ids=["fsdp2 over 3", "fsdp2 on one rank", "lora", "ddp over 3"])
 def test_every_term_of_the_plan_is_a_whole_number_of_bytes(kwargs):
     m = plan("qwen2.5-7b", **kwargs)
     terms = {name: getattr(m, name) for name in (*m.RESIDENT, *m.TRAINING, *m.ROLLOUT)}
