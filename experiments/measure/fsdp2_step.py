@@ -60,43 +60,21 @@ def measure(arch: dict, tokens: int, rank: int, world: int) -> dict[str, int]:
     last layer, beside nothing a layer's backward holds."""
     import torch
 
-    from experiments.measure.memory import LiveTensors
+    from experiments.measure.memory import step_peaks
 
     accelerator, model, optimizer = prepared(arch, world)
     ids = torch.randint(0, arch["vocab_size"], (1, tokens), generator=torch.Generator().manual_seed(rank))
 
-    def micro_batch(tracker: LiveTensors | None = None) -> None:
-        with accelerator.autocast():
-            out = model(input_ids=ids, attention_mask=torch.ones_like(ids), labels=ids, fused_lm_head=True)
-        if tracker is not None:
-            tracker.phase = "head backward"
-        accelerator.backward(out.log_probs.sum() + out.entropy.sum() * 0)
+    def shards() -> dict[str, list]:
+        return {"weights": [p.to_local() for p in model.parameters()],
+                "optimizer": [t.to_local() for s in optimizer.optimizer.state.values() for t in s.values() if t.dim()],
+                "gradients": [p.grad.to_local() for p in model.parameters()]}
 
-    micro_batch()
-    optimizer.step()
-    micro_batch()
-    shards = {
-        "weights": [p.to_local() for p in model.parameters()],
-        "optimizer": [t.to_local() for s in optimizer.optimizer.state.values() for t in s.values() if t.dim()],
-        "gradients": [p.grad.to_local() for p in model.parameters()],
-    }
-    tracker = LiveTensors()
-    for tensor in (t for held in shards.values() for t in held):
-        tracker.register(tensor)
-    base = tracker.now
     inner = model.model
-    def phase(name):
-        return lambda *_: setattr(tracker, "phase", name)
-
-    hooks = [inner.layers[-1].register_full_backward_pre_hook(phase("layer backward")),
-             inner.embed_tokens.register_full_backward_pre_hook(phase(""))]
-    tracker.phase = "forward"
-    with tracker.mode(), tracker.resizes():
-        micro_batch(tracker)
-    for hook in hooks:
-        hook.remove()
-    sizes = {name: sum(t.nbytes for t in held) for name, held in shards.items()}
-    return sizes | {phase: peak - base for phase, peak in tracker.peaks.items()}
+    peaks = step_peaks(model, ids, autocast=accelerator.autocast, backward=accelerator.backward, optimizer=optimizer,
+                       held=lambda: [t for held in shards().values() for t in held],
+                       starts={inner.layers[-1]: "layer backward", inner.embed_tokens: ""})
+    return {name: sum(t.nbytes for t in held) for name, held in shards().items()} | peaks
 
 
 def main(out: Path, archs: list[dict], tokens: int) -> None:

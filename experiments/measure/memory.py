@@ -275,35 +275,49 @@ def measure_training_step(arch: dict, tokens: int) -> dict[str, int]:
     reference = _small_model(arch, torch.bfloat16)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-6, fused=True)
     ids = torch.randint(0, arch["vocab_size"], (1, tokens), generator=torch.Generator().manual_seed(0))
-
-    def micro_batch(tracker: LiveTensors | None = None) -> None:
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            out = model(input_ids=ids, attention_mask=torch.ones_like(ids), labels=ids, fused_lm_head=True)
-        if tracker is not None:
-            tracker.phase = "head backward"
-        (out.log_probs.sum() + out.entropy.sum() * 0).backward()
-
-    micro_batch()
-    optimizer.step()  # AdamW's state exists from the first step on
-    micro_batch()  # the gradients of an accumulation exist from its second micro-batch on
+    peaks = step_peaks(model, ids, autocast=lambda: torch.autocast("cpu", dtype=torch.bfloat16),
+                       backward=torch.Tensor.backward, optimizer=optimizer,
+                       held=lambda: [t for p in model.parameters() for t in (p, p.grad)],
+                       # the final norm's backward starts once the head's has ended
+                       starts={model.model.norm: "layer backward"})
     sizes = {
         "weights": sum(p.nbytes for p in model.parameters()),
         "optimizer": sum(t.nbytes for s in optimizer.state.values() for t in s.values() if t.dim()),
         "reference": sum(p.nbytes for p in reference.parameters()),
         "gradients": sum(p.grad.nbytes for p in model.parameters()),
     }
+    return sizes | peaks
+
+
+def step_peaks(model, ids, *, autocast, backward, optimizer, held, starts: dict) -> dict[str, int]:
+    """The three moments of a micro-batch of `ids` through `model` (TRL's fused LM head under `autocast`, the loss
+    through `backward`): an accumulation's first micro-batch, an optimizer step (AdamW's state exists from then
+    on) and its second (the gradients of an accumulation exist from then on) run untracked; then a third is
+    tracked (LiveTensors, storage resizes included) above the tensors `held()` returns. The forward and, from
+    its end, the head's backward are phases; `starts` names the phase each module's backward opens ("" ends
+    the count)."""
+    def micro_batch(tracker: LiveTensors | None = None) -> None:
+        with autocast():
+            out = model(input_ids=ids, attention_mask=ids.new_ones(ids.shape), labels=ids, fused_lm_head=True)
+        if tracker is not None:
+            tracker.phase = "head backward"
+        backward(out.log_probs.sum() + out.entropy.sum() * 0)
+
+    micro_batch()
+    optimizer.step()
+    micro_batch()
     tracker = LiveTensors()
-    for p in model.parameters():
-        tracker.register(p)
-        tracker.register(p.grad)
+    for tensor in held():
+        tracker.register(tensor)
     base = tracker.now
-    # the final norm's backward starts once the head's has ended
-    hook = model.model.norm.register_full_backward_pre_hook(lambda *_: setattr(tracker, "phase", "layer backward"))
+    hooks = [module.register_full_backward_pre_hook(lambda *_, name=name: setattr(tracker, "phase", name))
+             for module, name in starts.items()]
     tracker.phase = "forward"
-    with tracker.mode():
+    with tracker.mode(), tracker.resizes():
         micro_batch(tracker)
-    hook.remove()
-    return sizes | {phase: peak - base for phase, peak in tracker.peaks.items()}
+    for hook in hooks:
+        hook.remove()
+    return {phase: peak - base for phase, peak in tracker.peaks.items()}
 
 
 def measure_fsdp2_steps(archs: list[dict], tokens: int, world: int = 2) -> list[dict[str, int]]:
