@@ -28,6 +28,12 @@ from seal.policy.generation import derive_seed, sample
 log = logging.getLogger(__name__)
 
 
+def check_target(options: list[str], target: str) -> None:
+    """The rewarded option must be one of the options (checked before anything loads)."""
+    if target not in options:
+        raise UserError(f"sanity.target={target!r} is not one of sanity.options {list(options)}")
+
+
 class ChoiceTask:
     """The rollout side of the sanity check, in the shape SealGRPOTrainer calls (play / close / finish)."""
 
@@ -40,8 +46,7 @@ class ChoiceTask:
             raise UserError(f"sanity.options {options} do not start with distinct tokens for this tokenizer; "
                             "choose other words")
         self.options, self.option_ids = list(options), first
-        if target not in options:
-            raise UserError(f"sanity.target={target!r} is not one of sanity.options {options}")
+        check_target(options, target)
         self.target_id = first[options.index(target)]
         self.history: list[dict[str, float]] = []
         self._rewards: list[float] = []

@@ -21,18 +21,24 @@ from seal.errors import UserError
 
 
 def sanity(cfg: DictConfig, out_dir: Path) -> None:
-    from seal.policy.formats import CHATS, chat_for
-    from seal.rl import distributed, sharding
-    from seal.rl.learning_check import ChoiceTask, rose
-    from seal.rl.trainer import make_trainer
+    from seal.rl.config import check_hardware
+    from seal.rl.learning_check import ChoiceTask, check_target, rose
 
     started = time.perf_counter()
-    dist = distributed.current(cfg.launch.timeout_minutes, sharded=sharding.requested(cfg.launch.sharding) == "fsdp2")
     s = cfg.sanity
-    backbone = OmegaConf.to_container(cfg.backbone, resolve=True)
+    # the settings a user gets wrong are refused before the trainer's libraries load (20 s on two slow cores)
+    check_target(list(s.options), s.target)
+    check_hardware(cfg)
     bb = instantiate(cfg.backbone)
     if not getattr(bb, "trainable", False):
         raise UserError(f"backbone={bb.name} is a scripted policy and cannot be trained; pick a model backbone")
+
+    from seal.policy.formats import CHATS, chat_for
+    from seal.rl import distributed, sharding
+    from seal.rl.trainer import make_trainer
+
+    dist = distributed.current(cfg.launch.timeout_minutes, sharded=sharding.requested(cfg.launch.sharding) == "fsdp2")
+    backbone = OmegaConf.to_container(cfg.backbone, resolve=True)
     shards = sharding.resolve(cfg.launch.sharding, dist.world)
     sharding.check_devices(distributed.local_world(dist), distributed.cuda_devices())
     sharding.check_combination(shards, lora=bool(bb.lora))

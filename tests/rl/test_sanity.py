@@ -47,3 +47,18 @@ def test_bad_sanity_settings_are_one_clear_error(tmp_path, override, message):
     proc = subprocess.run([*SANITY, override, f"hydra.run.dir={tmp_path}"], cwd=ROOT, capture_output=True,
                           text=True, timeout=600)
     assert proc.returncode == 2 and message in proc.stderr
+
+
+@pytest.mark.parametrize("override, message", [("sanity.target=purple", "'purple' is not one of sanity.options"),
+                                               ("backbone=oracle", "cannot be trained"),
+                                               ("trainer.loss_type=dr_grpo", "choose one of grpo, bnpo")])
+def test_bad_sanity_settings_are_refused_before_the_trainers_libraries_load(tmp_path, monkeypatch, override, message):
+    from seal.errors import UserError
+    from seal.tasks.sanity import sanity
+    from tests.test_configs import compose_with
+
+    # an import of the trainer (TRL, PEFT: 20 s on two slow cores) fails here: the refusal must come first
+    monkeypatch.setitem(sys.modules, "seal.rl.trainer", None)
+    with pytest.raises(UserError, match=message):
+        sanity(compose_with("task=sanity", "backbone=tiny-random", override), tmp_path)
+    assert not list(tmp_path.iterdir())
