@@ -32,9 +32,9 @@ log = logging.getLogger(__name__)
 PREFIX = "eval/bfcl_v3"
 # the release protocol's metrics, counts and trajectories carry this suffix (the official ones none)
 RELEASE_SUFFIX = "_release"
-# rendered prompt lengths, keyed by (tokenizer, tool format, tool rendering, entry id): rendering and
+# rendered prompt lengths, keyed by (tokenizer, tool format, tool rendering, view, entry id): rendering and
 # tokenising all 800 prompts takes about 10 s on two cores, and a process may select entries many times
-_PROMPT_TOKENS: dict[tuple[str, str, str, str], int] = {}
+_PROMPT_TOKENS: dict[tuple[Any, ...], int] = {}
 
 
 def summary_table(summary: dict[str, Any]) -> str:
@@ -43,18 +43,22 @@ def summary_table(summary: dict[str, Any]) -> str:
     return markdown_table(["category", "passed", "total", "accuracy"], rows)
 
 
-def prompt_tokens(engine: Any, entry: Entry) -> int:
+def prompt_tokens(engine: Any, entry: Entry, view: Any = PLAIN) -> int:
+    """The token length of the entry's first prompt under `view`, rendered and tokenised once per process
+    (a view without a `cache_key` every time)."""
+    view_key = "plain" if view is PLAIN else getattr(view, "cache_key", None)
+    if view_key is None:
+        return engine.prompt_tokens(entry, view)
     tokenizer = str(getattr(engine.tokenizer, "name_or_path", id(engine.tokenizer)))
-    key = (tokenizer, engine.format.name, getattr(engine.format, "tools", "project"), entry.id)
+    key = (tokenizer, engine.format.name, getattr(engine.format, "tools", "project"), view_key, entry.id)
     if key not in _PROMPT_TOKENS:
-        _PROMPT_TOKENS[key] = engine.prompt_tokens(entry)
+        _PROMPT_TOKENS[key] = engine.prompt_tokens(entry, view)
     return _PROMPT_TOKENS[key]
 
 
 def fits(engine: Any, entry: Entry, view: Any = PLAIN) -> bool:
     """Whether the entry's first prompt, under `view`, leaves room for one generation in the context."""
-    length = prompt_tokens(engine, entry) if view is PLAIN else engine.prompt_tokens(entry, view)
-    return length + engine.max_new_tokens <= engine.context_length
+    return prompt_tokens(engine, entry, view) + engine.max_new_tokens <= engine.context_length
 
 
 def select_entries(engine: Any, ids: list[str], n: int | None, *, per_category: bool = True,

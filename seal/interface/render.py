@@ -26,6 +26,8 @@ Whose words the learner reads:
 
 from __future__ import annotations
 
+import dataclasses
+
 import copy
 from typing import Any
 
@@ -168,6 +170,8 @@ class InterfaceView:
         self.call_example = call_example
         self.schema_style = schema_style
         self.schema_note = SCHEMA_NOTES[schema_style] if schema_note is None else schema_note
+        # everything the rendered text depends on (the version counter does not change it): equal keys, equal prompts
+        self.cache_key = (dataclasses.replace(omega, version=0), call_example, schema_style, self.schema_note)
 
     def tool_docs(self, docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         return annotate_docs(docs, self.schema_style) if self.omega.phi_schema else docs

@@ -389,7 +389,7 @@ def generate_with_the_loaded_model(run: TrainingRun) -> Any:
 def choose_entries(run: TrainingRun) -> Entries:
     """Train entries whose prompt leaves room to generate under the widest interface this run can show
     (and, under the release's protocol, within its prompt limit), the held-out slice and the test entries."""
-    from seal.evaluation.evaluate import fits, select_entries
+    from seal.evaluation.evaluate import fits, prompt_tokens, select_entries
     from seal.interface import apply, widest_interface
 
     engine, budget, protocol, split = run.engine, run.budget, run.protocol, run.split
@@ -397,7 +397,7 @@ def choose_entries(run: TrainingRun) -> Entries:
     pool = select_entries(engine, split.train, None)
     fitting = [e for e in pool if fits(engine, e, widest)]
     over_long = [] if protocol.max_prompt_tokens is None else [
-        e.id for e in fitting if not protocol.prompt_fits(engine.prompt_tokens(e, widest))]
+        e.id for e in fitting if not protocol.prompt_fits(prompt_tokens(engine, e, widest))]
     if protocol.over_long_prompt == "skip":
         fitting = [e for e in fitting if e.id not in set(over_long)]
     train_entries = select_entries(engine, [e.id for e in fitting], budget.train_entries, per_category=False)

@@ -1,5 +1,7 @@
 """The rollout engine: protocol, token accounting, KV cache and batching correctness, reproducibility."""
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 
@@ -500,6 +502,30 @@ def test_prompt_tokens_is_the_prompt_length(oracle_policy, bench):
     (r,) = eng.play([entry], temperature=0.0)
     assert eng.prompt_tokens(entry, PLAIN) == len(r.prompt_ids) == len(r.transcript[0].ids)
     assert eng.prompt_tokens(entry) == len(r.prompt_ids)
+
+
+def test_a_prompt_length_is_kept_per_view_and_a_view_is_known_by_what_it_renders(oracle_policy, bench, monkeypatch):
+    from seal.evaluation import evaluate
+    from seal.interface import GUIDELINES, Omega, apply
+
+    monkeypatch.setattr(evaluate, "_PROMPT_TOKENS", {})
+    eng, fmt, entry = engine(oracle_policy, oracle=True), get_format("qwen_xml"), bench["multi_turn_base_1"]
+    guided = apply(Omega(phi_cap=frozenset(GUIDELINES), version=1), fmt.call_example)
+    annotated = apply(Omega(phi_schema=True, version=1), fmt.call_example)
+    # each view's length is the one the engine renders and tokenises (the guidelines lengthen the prompt) ...
+    lengths = {v: evaluate.prompt_tokens(eng, entry, v) for v in (PLAIN, guided, annotated)}
+    assert lengths == {v: eng.prompt_tokens(entry, v) for v in (PLAIN, guided, annotated)}
+    assert lengths[guided] > lengths[PLAIN] and lengths[annotated] != lengths[guided]
+    # ... kept once each; a later round's view that renders the same text (only the version differs) reuses it
+    assert len(evaluate._PROMPT_TOKENS) == 3
+    calls = []
+    monkeypatch.setattr(type(eng), "prompt_tokens", lambda self, e, v=PLAIN: calls.append(v) or 0)
+    same = apply(Omega(phi_cap=frozenset(GUIDELINES), version=7), fmt.call_example)
+    assert evaluate.prompt_tokens(eng, entry, same) == lengths[guided] and calls == []
+    # another schema style renders other text: its own length
+    release = apply(Omega(phi_schema=True, version=1), fmt.call_example, SimpleNamespace(schema_style="release",
+                                                                                         schema_note=None))
+    assert evaluate.prompt_tokens(eng, entry, release) == 0 and calls == [release]
 
 
 def test_for_backbone_builds_from_config(tiny_policy):

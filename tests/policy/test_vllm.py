@@ -15,6 +15,7 @@ import torch
 from seal.policy import generation_vllm as gv
 from seal.policy.generation import GenerationRequest
 from seal.policy.generation_vllm import VLLMMemory
+from tests.marks import slow_except
 
 # fp32 on both sides; what is left is kernel order (measured here: at most 3e-5 on 2,500-token prompts)
 LOGPROB_TOL = 5e-4
@@ -144,7 +145,8 @@ def test_greedy_matches_transformers_on_bfcl_prompts(generator, hf, bfcl_prompts
 
 
 @needs_vllm
-@pytest.mark.parametrize("temperature", [0.0, 0.7])
+# greedy in the default suite; sampled (processed logprobs, about 15 s) in `make test-slow`
+@pytest.mark.parametrize("temperature", slow_except([0.0, 0.7], {0.0}))
 def test_logprobs_match_a_transformers_forward_pass(generator, hf, bfcl_prompts, stop_ids, temperature):
     prompt = bfcl_prompts[0][:800]  # any sequence does; a shorter one keeps the reference passes cheap
     request = GenerationRequest(key=0, ids=prompt, seed=3, max_new_tokens=12)
@@ -163,6 +165,8 @@ def test_logprobs_match_a_transformers_forward_pass(generator, hf, bfcl_prompts,
         assert max(abs(a - b) for a, b in zip(first.logprobs, raw)) > 10 * LOGPROB_TOL
 
 
+@pytest.mark.slow  # two 600-word prompts sampled twice, about 35 s on two cores; tests/policy/test_vllm_unit.py
+# checks the seeds each request hands vLLM
 @needs_vllm
 def test_seeded_sampling_is_reproducible_and_seeds_differ(generator, hf, stop_ids):
     # two fresh prompts whose tokens together exceed one engine step (the case chunked prefill breaks)

@@ -14,6 +14,7 @@ from seal.rl.checkpoint import (
     SEAL_STATE, check_disk_space, disk_need, latest_complete_checkpoint, replay_epoch_order, rotate_checkpoints,
     run_disk_need, save_final_model,
 )
+from tests.marks import slow_except
 from tests.rl.test_loop import TINY, rounds
 from tests.test_configs import compose_with
 
@@ -157,13 +158,16 @@ def test_a_resumed_sampler_draws_the_epochs_order_not_epoch_0s():
     assert list(fresh) == uninterrupted[2]
 
 
-@pytest.fixture(scope="module")
-def failed_save(tmp_path_factory):
-    """A bf16 tiny-random run whose second checkpoint hits a full disk, then the same command again."""
+# fp32 in the default suite; bf16 (about 2.5 min on two cores without bf16 instructions) in `make test-slow`,
+# and test_a_final_model_in_bf16_is_the_masters_rounded_once converts fp32 masters to bf16 in the default suite
+@pytest.fixture(scope="module", params=slow_except(["float32", "bfloat16"], {"float32"}))
+def failed_save(tmp_path_factory, request):
+    """A tiny-random run whose second checkpoint hits a full disk, then the same command again."""
     from seal.tasks import train
 
     out = tmp_path_factory.mktemp("failed_save")
-    cfg = compose_with(*TINY, "backbone.dtype=bfloat16", "budget.heldout_entries_per_category=0", "logger.mode=disabled")
+    dtype = request.param
+    cfg = compose_with(*TINY, f"backbone.dtype={dtype}", "budget.heldout_entries_per_category=0", "logger.mode=disabled")
     real_save = torch.save
 
     def full_disk(obj, f, *args, **kwargs):
@@ -180,11 +184,11 @@ def failed_save(tmp_path_factory):
     after_failure = {"message": str(err.value), "rounds": rounds(out),
                      "checkpoints": sorted(p.name for p in (out / "checkpoints").glob("checkpoint-*"))}
     train.train(cfg, out)
-    return out, after_failure
+    return out, after_failure, dtype
 
 
 def test_a_failed_save_stops_in_one_sentence_and_keeps_the_previous_checkpoint(failed_save):
-    out, after = failed_save
+    out, after, _ = failed_save
     message = after["message"]
     assert "\n" not in message and "No space left on device" in message and "checkpoint-2" in message
     assert "checkpoint-1 is intact and the same command resumes from it" in message
@@ -195,27 +199,26 @@ def test_a_failed_save_stops_in_one_sentence_and_keeps_the_previous_checkpoint(f
     assert json.loads((out / "metrics.json").read_text())["rounds"] == 2
 
 
-def test_the_final_model_of_a_bf16_run_is_its_last_masters_in_bf16(failed_save):
+def test_the_final_model_of_a_run_is_its_last_masters_in_the_backbones_dtype(failed_save):
     from safetensors.torch import load_file
     from transformers import AutoModelForCausalLM
 
-    out, _ = failed_save
+    out, _, dtype = failed_save
     masters = load_file(out / "checkpoints" / "checkpoint-2" / "model.safetensors")
     assert all(v.dtype == torch.float32 for v in masters.values())
     final = AutoModelForCausalLM.from_pretrained(out / "final_model").state_dict()
-    assert json.loads((out / "final_model" / "config.json").read_text())["dtype"] == "bfloat16"
+    assert json.loads((out / "final_model" / "config.json").read_text())["dtype"] == dtype
     for name, master in masters.items():
-        assert final[name].dtype == torch.bfloat16 and torch.equal(final[name], master.to(torch.bfloat16)), name
+        assert final[name].dtype == getattr(torch, dtype) and torch.equal(final[name], master.to(final[name].dtype)), name
     assert (out / "final_model" / "tokenizer.json").is_file()
-
 
 
 def test_the_estimate_matches_what_transformers_writes(failed_save):
     from seal.policy.backbones import TinyRandomBackbone
 
-    out, _ = failed_save
+    out, _, dtype = failed_save
     config = TinyRandomBackbone().model_config()
-    need = disk_need(config, dtype="bfloat16", keep=2, saves=2)
+    need = disk_need(config, dtype=dtype, keep=2, saves=2)
     # the weights and AdamW's state as written (the rest, tokenizer and RNG files, is a few MB whatever the model)
     written = out / "checkpoints" / "checkpoint-2"
     assert (written / "model.safetensors").stat().st_size + (written / "optimizer.pt").stat().st_size == pytest.approx(
