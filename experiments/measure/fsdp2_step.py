@@ -25,7 +25,7 @@ def prepared(arch: dict, world: int):
 
     from experiments.measure.memory import _compose, _small_model
     from seal.budget import Budget
-    from seal.rl.config import grpo_config
+    from seal.rl.config import grpo_config, score_labelled_positions_only
     from seal.rl.sharding import check_policy, shard_on_gloo
 
     # a fresh accelerator for every model measured: accelerate keeps one shared state per process, and
@@ -44,6 +44,7 @@ def prepared(arch: dict, world: int):
     model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model.config.use_cache = False
     model.train()
+    score_labelled_positions_only()  # as a run's trainer scores them (seal.rl.config)
     add_fused_lm_head(model, temperature=1.0, outputs=("log_probs", "entropy"))
     # transformers' default optimizer (adamw_torch_fused), prepared with the model as FSDP2 requires
     model, optimizer = accelerator.prepare(model, torch.optim.AdamW(model.parameters(), lr=1e-6, fused=True))

@@ -267,10 +267,13 @@ def measure_training_step(arch: dict, tokens: int) -> dict[str, int]:
     import torch
     from trl.trainer.utils import add_fused_lm_head
 
+    from seal.rl.config import score_labelled_positions_only
+
     model = _small_model(arch, torch.float32)
     model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model.config.use_cache = False
     model.train()
+    score_labelled_positions_only()  # as a run's trainer scores them (seal.rl.config)
     add_fused_lm_head(model, temperature=1.0, outputs=("log_probs", "entropy"))
     reference = _small_model(arch, torch.bfloat16)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-6, fused=True)

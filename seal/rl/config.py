@@ -43,6 +43,26 @@ def reference_init_kwargs(compute_dtype: str) -> dict[str, Any]:
     return {"dtype": compute_dtype, "device_map": None}
 
 
+def score_labelled_positions_only() -> None:
+    """TRL's fused LM head scores only the positions that carry a label (the completion) where Triton runs, and
+    every position of the padded batch elsewhere, to keep tile shapes fixed for compiled backends (TRL 1.16,
+    trl/trainer/utils.py `_fused_forward`). A CPU compiles nothing, and there the prompt's positions through the
+    whole vocabulary were most of a small model's training step: score the labelled positions there too. Each
+    position's log-prob and entropy is computed from its own row either way; the choice of kernel stays TRL's."""
+    import trl.trainer.utils as fused
+
+    if getattr(fused._use_triton, "seal_compact_on_cpu", False):
+        return
+    kernels = fused._use_triton
+
+    def compact(device: torch.device) -> bool:
+        return device.type == "cpu" or kernels(device)
+
+    compact.seal_compact_on_cpu = True
+    compact.__wrapped__ = kernels
+    fused._use_triton = compact
+
+
 def grpo_config(cfg: DictConfig, budget: Budget, out_dir: Path, num_train: int, compute_dtype: str,
                 sharding: str):
     """TRL's arguments for a run of `budget` (planned for budget.world ranks) on num_train entries, with the

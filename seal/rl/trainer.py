@@ -401,9 +401,10 @@ def make_trainer(
     from datasets import Dataset
 
     from seal.rl.checkpoint import SealStateCallback
-    from seal.rl.config import grpo_config
+    from seal.rl.config import grpo_config, score_labelled_positions_only
 
     args = grpo_config(cfg, budget, out_dir, len(train_ids), compute_dtype, sharding)
+    score_labelled_positions_only()
     # rollout_func is marked experimental in TRL 1.16; it is the documented multi-turn hook
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     trainer = SealGRPOTrainer(

@@ -414,7 +414,10 @@ def test_solo_mode_is_its_own_benchmark_and_refuses_domains_without_tickets():
     assert benchmark_of(solo_entries("mock", None)[0]) is not None
 
 
-@pytest.mark.costly
+# a whole training run with tau2 before and after, about 1 min on two cores: in `make test-slow`; the default suite
+# trains with an out-of-domain benchmark before and after (tests/rl/test_loop.py's main job, BFCL's single turn)
+# and evaluates tau2 with the oracle through task=eval (above)
+@pytest.mark.slow
 def test_training_evaluates_tau2_before_and_after_when_the_budget_lists_it(simulator, tmp_path):
     from tests.rl.test_loop import train
 

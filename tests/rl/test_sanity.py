@@ -33,6 +33,8 @@ def test_a_bf16_configured_tiny_model_learns_the_rewarded_choice(tmp_path):
     assert not list((tmp_path / "checkpoints").glob("checkpoint-*"))
 
 
+@pytest.mark.slow  # six rounds through the trainer, about 35 s on two cores: in `make test-slow`; the decision
+# itself is test_rose_compares_the_first_and_last_three_rounds, and a run that rises is tested above
 def test_a_model_that_does_not_move_fails_the_check(tmp_path):
     proc = subprocess.run([*SANITY, "sanity.learning_rate=1e-12", "sanity.rounds=6", f"hydra.run.dir={tmp_path}"],
                           cwd=ROOT, capture_output=True, text=True, timeout=1200)

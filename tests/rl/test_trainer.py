@@ -652,3 +652,44 @@ def test_the_weights_scale_advantages_in_their_dtype_and_device():
     with pytest.raises(ValueError) as caught:
         scale_advantages(torch.zeros(3), [1.0])
     assert str(caught.value) == "1 weights for 3 advantages"
+
+
+def test_on_a_cpu_the_fused_head_scores_the_labelled_positions_only_each_from_its_own_row(monkeypatch):
+    import trl.kernels.chunked_logprob as kernels
+    import trl.trainer.utils as fused
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from seal.rl.config import score_labelled_positions_only
+
+    monkeypatch.setattr(fused, "_use_triton", kernels._use_triton)  # TRL's own choice, restored afterwards
+    rows = []
+    apply = fused._ChunkedLogProbFunction.apply
+    monkeypatch.setattr(fused._ChunkedLogProbFunction, "apply", lambda hidden, *a: rows.append(len(hidden)) or apply(hidden, *a))
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                         num_attention_heads=2, num_key_value_heads=1))
+    fused.add_fused_lm_head(model, outputs=("log_probs", "entropy"))
+    ids = torch.randint(0, 96, (2, 12))
+    # as TRL labels a batch: the prompt (8 tokens) and the padding (the second episode's last 2) carry no label
+    labels = ids.clone()
+    labels[:, :8] = -100
+    labels[1, 10:] = -100
+    scored = labels[:, 1:] != -100  # position t predicts token t + 1
+    with torch.no_grad():
+        everywhere = model(input_ids=ids, labels=labels, fused_lm_head=True)
+        score_labelled_positions_only()
+        score_labelled_positions_only()  # once is enough: the second call changes nothing
+        compact = model(input_ids=ids, labels=labels, fused_lm_head=True)
+        # by hand, in fp64, from the model's plain logits
+        logp = torch.log_softmax(model(input_ids=ids).logits[:, :-1].double(), -1)
+    # TRL's own choice scores all 2 x 11 positions on a CPU; now only the 4 + 2 labelled ones (tokens 8-11, 8-9)
+    assert rows == [22, int(scored.sum())] == [22, 6]
+    target = logp.gather(-1, labels[:, 1:].clamp(min=0).unsqueeze(-1)).squeeze(-1)
+    entropy = -(logp.exp() * logp).sum(-1)
+    for out in (everywhere, compact):
+        assert torch.allclose(out.log_probs[scored].double(), target[scored], atol=1e-5)
+        assert torch.allclose(out.entropy[scored].double(), entropy[scored], atol=1e-5)
+        assert not out.log_probs[~scored].any() and not out.entropy[~scored].any()
+    # the GPU's decision and the kernels' (Triton or torch tiles) stay TRL's
+    assert fused._use_triton(torch.device("cuda")) == kernels._use_triton(torch.device("cuda"))
+    assert fused._use_triton.__wrapped__ is kernels._use_triton

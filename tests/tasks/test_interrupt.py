@@ -12,8 +12,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 ROUND_LINE = re.compile(r"^\[\d+/\d+\] round \d+")
+# one evaluation protocol (the second one doubles the before- and after-training evaluations; protocols: tests/evaluation)
 ARGS = ["backbone=tiny-random", "budget=tiny", "budget.rounds=2", "budget.heldout_entries_per_category=0",
-        "logger.mode=disabled"]
+        "logger.mode=disabled", "eval.protocols=[bfcl]"]
 
 
 def test_ctrl_c_says_what_was_kept_and_the_same_command_resumes(tmp_path):
