@@ -26,9 +26,8 @@ Whose words the learner reads:
 
 from __future__ import annotations
 
-import dataclasses
-
 import copy
+import dataclasses
 from typing import Any
 
 from seal.diagnosis.rules import snapshot

@@ -51,14 +51,13 @@ def score_labelled_positions_only() -> None:
     position's log-prob and entropy is computed from its own row either way; the choice of kernel stays TRL's."""
     import trl.trainer.utils as fused
 
-    if getattr(fused._use_triton, "seal_compact_on_cpu", False):
+    if fused._use_triton.__module__ == __name__:  # already this module's choice
         return
     kernels = fused._use_triton
 
     def compact(device: torch.device) -> bool:
         return device.type == "cpu" or kernels(device)
 
-    compact.seal_compact_on_cpu = True
     compact.__wrapped__ = kernels
     fused._use_triton = compact
 

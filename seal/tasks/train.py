@@ -399,7 +399,8 @@ def choose_entries(run: TrainingRun) -> Entries:
     over_long = [] if protocol.max_prompt_tokens is None else [
         e.id for e in fitting if not protocol.prompt_fits(prompt_tokens(engine, e, widest))]
     if protocol.over_long_prompt == "skip":
-        fitting = [e for e in fitting if e.id not in set(over_long)]
+        skipped = set(over_long)
+        fitting = [e for e in fitting if e.id not in skipped]
     train_entries = select_entries(engine, [e.id for e in fitting], budget.train_entries, per_category=False)
     check_prompt_lengths(protocol, [e.id for e in train_entries], over_long)
     heldout_part = "val" if split.val else "test"

@@ -693,3 +693,9 @@ def test_on_a_cpu_the_fused_head_scores_the_labelled_positions_only_each_from_it
     # the GPU's decision and the kernels' (Triton or torch tiles) stay TRL's
     assert fused._use_triton(torch.device("cuda")) == kernels._use_triton(torch.device("cuda"))
     assert fused._use_triton.__wrapped__ is kernels._use_triton
+    # asked about the very device: a stand-in for TRL's choice that takes Triton on the second GPU only
+    asked = []
+    monkeypatch.setattr(fused, "_use_triton", lambda device: asked.append(device) or device.index == 1)
+    score_labelled_positions_only()
+    assert [fused._use_triton(torch.device("cuda", i)) for i in (1, 0)] == [True, False]
+    assert fused._use_triton(torch.device("cpu")) and asked == [torch.device("cuda", 1), torch.device("cuda", 0)]
