@@ -14,6 +14,7 @@ Both are described under "protocol" in `metrics.json` and in `report.md`.
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import time
@@ -32,8 +33,9 @@ log = logging.getLogger(__name__)
 PREFIX = "eval/bfcl_v3"
 # the release protocol's metrics, counts and trajectories carry this suffix (the official ones none)
 RELEASE_SUFFIX = "_release"
-# rendered prompt lengths, keyed by (tokenizer, tool format, tool rendering, view, entry id): rendering and
-# tokenising all 800 prompts takes about 10 s on two cores, and a process may select entries many times
+# rendered prompt lengths, keyed by (tokenizer, tool format with its chat and rendering, view, entry id):
+# rendering and tokenising all 800 prompts takes about 10 s on two cores, and a process may select entries many
+# times
 _PROMPT_TOKENS: dict[tuple[Any, ...], int] = {}
 
 
@@ -46,11 +48,14 @@ def summary_table(summary: dict[str, Any]) -> str:
 def prompt_tokens(engine: Any, entry: Entry, view: Any = PLAIN) -> int:
     """The token length of the entry's first prompt under `view`, rendered and tokenised once per process
     (a view without a `cache_key` every time)."""
-    view_key = "plain" if view is PLAIN else getattr(view, "cache_key", None)
+    # the plain view adds nothing to the benchmark's prompt: no interface in its key
+    view_key = () if view is PLAIN else getattr(view, "cache_key", None)
     if view_key is None:
         return engine.prompt_tokens(entry, view)
-    tokenizer = str(getattr(engine.tokenizer, "name_or_path", id(engine.tokenizer)))
-    key = (tokenizer, engine.format.name, getattr(engine.format, "tools", "project"), view_key, entry.id)
+    # a tokenizer is known by where it was loaded from (one built in memory, by itself); a format by its
+    # chat and tool rendering (its repr)
+    tokenizer = engine.tokenizer.name_or_path or id(engine.tokenizer)
+    key = (tokenizer, repr(engine.format), view_key, entry.id)
     if key not in _PROMPT_TOKENS:
         _PROMPT_TOKENS[key] = engine.prompt_tokens(entry, view)
     return _PROMPT_TOKENS[key]
@@ -72,20 +77,15 @@ def select_entries(engine: Any, ids: list[str], n: int | None, *, per_category: 
         return entries if keep_unfit else [e for e in entries if fits(engine, e)]
     if n <= 0:
         return []
-    by_cat: dict[str, list[tuple[int, str, Entry]]] = defaultdict(list)
+    by_cat: dict[str, list[Entry]] = defaultdict(list)
     for entry in entries:
         if fits(engine, entry):
-            by_cat[entry.category].append((prompt_tokens(engine, entry), entry.id, entry))
-    ranked = {c: [e for _, _, e in sorted(by_cat[c], key=lambda x: x[:2])] for c in CATEGORIES if by_cat[c]}
+            by_cat[entry.category].append(entry)
+    ranked = [sorted(by_cat[c], key=lambda e: (prompt_tokens(engine, e), e.id)) for c in CATEGORIES]
     if per_category:
-        return [e for c in ranked for e in ranked[c][:n]]
-    # round-robin over categories, shortest first, until n are taken
-    chosen: list[Entry] = []
-    depth = 0
-    while len(chosen) < n and any(depth < len(v) for v in ranked.values()):
-        chosen += [v[depth] for v in ranked.values() if depth < len(v)][: n - len(chosen)]
-        depth += 1
-    return chosen
+        return [e for shortest in ranked for e in shortest[:n]]
+    # round by round over the categories (the shortest left in each), until n are taken
+    return [e for level in itertools.zip_longest(*ranked) for e in level if e is not None][:n]
 
 
 def metrics_of(records: list[dict[str, Any]]) -> dict[str, Any]:

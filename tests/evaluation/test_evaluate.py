@@ -1,11 +1,15 @@
 """task=eval: metrics, trajectories and report under the plain benchmark interface."""
 
 import json
+from types import SimpleNamespace
 
 import pytest
 
 from seal.env.benchmarks.bfcl_v3 import CATEGORIES, load_benchmark
 from seal.env.protocol import BFCL, RELEASE
+from seal.evaluation import evaluate as evaluation
+from seal.interface.view import PLAIN
+from seal.policy.formats import get_format
 from seal.tasks import run
 from tests.test_configs import compose_with
 
@@ -46,6 +50,81 @@ def test_the_smoke_choice_is_deterministic_and_the_shortest_that_fit(tmp_path):
     a = evaluate(tmp_path / "a", "backbone=oracle")
     b = evaluate(tmp_path / "b", "backbone=oracle")
     assert a["ids"] == b["ids"] and len(a["ids"]) == 4
+
+
+class PromptLengths:
+    """An engine whose first prompts have the lengths given (plus a view's `extra`): a context of 100 tokens,
+    10 of them to generate."""
+
+    max_new_tokens, context_length = 10, 100
+
+    def __init__(self, lengths, tokenizer="lengths", fmt=None):
+        self.lengths, self.asked = lengths, []
+        self.tokenizer = SimpleNamespace(name_or_path=tokenizer)
+        self.format = fmt or get_format("qwen_xml")
+
+    def prompt_tokens(self, entry, view):
+        self.asked.append(entry.id)
+        return self.lengths[entry.id] + getattr(view, "extra", 0)
+
+
+def test_the_choice_is_the_shortest_prompts_that_leave_room_to_generate_ties_by_id(monkeypatch):
+    monkeypatch.setattr(evaluation, "_PROMPT_TOKENS", {})
+    # base_4 fits exactly (90 + 10 = 100), base_3 by one token too many; no miss_param prompt fits
+    lengths = {"base_0": 50, "base_1": 30, "base_2": 30, "base_3": 91, "base_4": 90, "miss_func_0": 20,
+               "miss_func_1": 95, "miss_param_0": 99, "long_context_0": 60, "long_context_1": 40}
+    engine = PromptLengths({f"multi_turn_{k}": v for k, v in lengths.items()})
+    given = ["long_context_0", "base_0", "miss_param_0", "base_4", "miss_func_1", "base_2", "long_context_1",
+             "base_3", "miss_func_0", "base_1"]
+
+    def chosen(n, **how):
+        return [e.id.removeprefix("multi_turn_") for e in
+                evaluation.select_entries(engine, [f"multi_turn_{i}" for i in given], n, **how)]
+
+    assert chosen(None) == given  # every entry, in order: those that do not fit fail as overflow
+    assert chosen(0) == [] and chosen(-1) == [] and engine.asked == []  # nothing chosen, nothing measured
+    assert chosen(None, keep_unfit=False) == [i for i in given if i not in ("base_3", "miss_func_1", "miss_param_0")]
+    # per category, in the benchmark's order of categories: base 30, 30 (ties by id), then 50 and 90
+    assert chosen(2) == ["base_1", "base_2", "miss_func_0", "long_context_1", "long_context_0"]
+    assert chosen(1) == ["base_1", "miss_func_0", "long_context_1"]
+    # in all: one per category round by round, each round in the categories' order, until n are taken
+    assert chosen(4, per_category=False) == ["base_1", "miss_func_0", "long_context_1", "base_2"]
+    assert chosen(50, per_category=False) == ["base_1", "miss_func_0", "long_context_1", "base_2", "long_context_0",
+                                              "base_0", "base_4"]
+    # each prompt was rendered and measured once, however often the choice was made
+    assert sorted(engine.asked) == sorted(f"multi_turn_{i}" for i in given)
+
+
+def test_a_prompt_length_is_kept_per_tokenizer_format_view_and_entry(monkeypatch):
+    monkeypatch.setattr(evaluation, "_PROMPT_TOKENS", {})
+    entry, other = load_benchmark()["multi_turn_base_0"], load_benchmark()["multi_turn_base_1"]
+
+    def length(engine, view=PLAIN, of=entry):
+        return evaluation.prompt_tokens(engine, of, view)
+
+    first = PromptLengths({entry.id: 90, other.id: 80}, tokenizer="org/model")
+    assert length(first) == 90 and length(first, of=other) == 80 and length(first) == 90
+    assert first.asked == [entry.id, other.id]
+    # the same tokenizer and format loaded again (new objects) render the same prompt: measured once
+    again = PromptLengths({entry.id: 7}, tokenizer="org/model", fmt=get_format("qwen_xml", "chatml", "project"))
+    assert length(again) == 90 and again.asked == []
+    # another tokenizer, tool rendering, chat or format writes other tokens: each its own length
+    for engine in (PromptLengths({entry.id: 7}, tokenizer="org/other"),
+                   PromptLengths({entry.id: 7}, "org/model", get_format("qwen_xml", tools="release")),
+                   PromptLengths({entry.id: 7}, "org/model", get_format("qwen_xml", chat="llama3")),
+                   PromptLengths({entry.id: 7}, "org/model", get_format("bfcl_python"))):
+        assert length(engine) == 7 and engine.asked == [entry.id]
+    # tokenizers built in memory (no path) are each their own
+    built = [PromptLengths({entry.id: n}, tokenizer="") for n in (3, 4)]
+    assert [length(e) for e in built] == [3, 4] and [length(e) for e in built] == [3, 4]
+    assert [e.asked for e in built] == [[entry.id], [entry.id]]
+    # a view is measured under itself: 90 + 5 leaves no room for 10 new tokens in 100, while the plain prompt does
+    cued = SimpleNamespace(extra=5, cache_key=("cued",))
+    assert length(first, cued) == 95 and length(first, cued) == 95 and first.asked == [entry.id, other.id, entry.id]
+    assert evaluation.fits(first, entry) and not evaluation.fits(first, entry, cued)
+    # a view that cannot say what it renders is measured every time
+    unnamed = SimpleNamespace(extra=3)
+    assert length(first, unnamed) == 93 and length(first, unnamed) == 93 and first.asked[3:] == [entry.id] * 2
 
 
 def test_an_empty_part_is_a_clear_error(tmp_path):

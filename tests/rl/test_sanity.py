@@ -16,6 +16,12 @@ def test_rose_compares_the_first_and_last_three_rounds():
     assert rose([0.25, 0.25, 0.25, 0.3, 0.5, 0.5, 0.5], 0.15) == (True, 0.25, 0.5)
     assert rose([0.3, 0.3, 0.3, 0.4, 0.4, 0.4], 0.15)[0] is False
     assert rose([0.0, 1.0], 0.5) == (True, 0.0, 1.0)
+    # at most three rounds a side, at least one, and half the rounds between: four rounds compare two and two
+    assert rose([0, 0, 0, 1, 0, 1, 1, 1], 0.5) == (True, 0.0, 1.0)
+    assert rose([0.0, 0.5, 0.5, 1.0], 0.5) == (True, 0.25, 0.75)
+    assert rose([0.0, 0.0, 1.0, 1.0, 1.0], 0.5) == (True, 0.0, 1.0)
+    # a rise of exactly min_rise passes
+    assert rose([0.25, 0.5], 0.25) == (True, 0.25, 0.5)
 
 
 def test_a_bf16_configured_tiny_model_learns_the_rewarded_choice(tmp_path):
