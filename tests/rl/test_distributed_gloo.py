@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from seal.policy.backbones import TinyRandomBackbone
-from tests.rl.test_loop import ROOT, TINY, rounds
+from tests.rl.test_loop import ROOT, TINY, extend_by_rounds, rounds
 
 ARGS = [*TINY, "budget.prompts_per_round=2", "budget.rollouts_per_prompt=2", "budget.micro_batch_size=1",
         "budget.steps_per_round=1", "budget.rounds=2", "budget.train_entries=4", "budget.heldout_entries_per_category=1",
@@ -84,9 +84,8 @@ def test_a_two_rank_checkpoint_resumes_in_one_process(tmp_path):
     split, whole = tmp_path / "split", tmp_path / "whole"
     proc = torchrun(split, 2, "budget.rounds=1")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    # same configuration, one more round: only the round count differs, so move the run directory's
-    # fingerprint along (the resume logic itself is tested in test_loop)
-    (split / "fingerprint.txt").unlink()
+    # same configuration, one more round
+    extend_by_rounds(split)
     proc = python_run(split)
     assert proc.returncode == 0, proc.stderr[-3000:]
     proc = python_run(whole)

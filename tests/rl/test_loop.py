@@ -33,6 +33,14 @@ def rounds(out_dir):
     return [{k: v for k, v in json.loads(line).items() if not k.startswith("time/")} for line in lines]
 
 
+def extend_by_rounds(out_dir):
+    """A finished run of N rounds made into one that was killed after round N and is free to be resumed for more
+    rounds: a finished run is never started again (its metrics.json is written last, see finished_already), and
+    only the round count differs, so the fingerprint is moved along (the resume logic itself is tested here)."""
+    (out_dir / "metrics.json").unlink()
+    (out_dir / "fingerprint.txt").unlink()
+
+
 def test_the_main_job_leaves_its_outputs(tmp_path):
     # with an out-of-domain benchmark before and after training: one simple_python and one irrelevance entry
     metrics = train(tmp_path, "budget.ood_benchmarks=[bfcl_single_turn]", "budget.ood_entries_per_category=1",
@@ -167,10 +175,13 @@ def test_one_round_on_the_embedded_smollm2(tmp_path):
 @pytest.mark.slow
 def test_one_round_of_the_paper_budget_on_tiny_random(tmp_path):
     """budget=paper end to end for one round: 32 prompts x 8 rollouts = 256 episodes, 4 optimizer steps of 64
-    episodes in micro-batches of 1. Generations are cut to 32 tokens and the held-out evaluation is off: a
-    random model's 4,096-token noise over 400 entries is beyond a 2-core CPU."""
-    cfg = compose_with("budget=paper", "backbone=tiny-random", "budget.rounds=1", "budget.max_new_tokens=32",
-                       "budget.heldout_entries_per_category=0", "logger.mode=disabled")
+    episodes in micro-batches of 1. Generations are cut to 32 tokens and every evaluation is off (the held-out
+    one, model selection's test evaluations of the initial, final and best models with the validation part it
+    carves from train, and BFCL V4 memory): a random model's 4,096-token noise over 400 entries is beyond a
+    2-core CPU. budget=paper refuses a machine without a GPU unless told otherwise."""
+    cfg = compose_with("budget=paper", "budget.allow_cpu=true", "backbone=tiny-random", "budget.rounds=1",
+                       "budget.max_new_tokens=32", "budget.heldout_entries_per_category=0", "budget.val_every=null",
+                       "budget.val_scenarios=0", "budget.ood_benchmarks=[]", "logger.mode=disabled")
     run(cfg, tmp_path)
     assert json.loads((tmp_path / "metrics.json").read_text())["rounds"] == 1
     state = json.loads(next((tmp_path / "checkpoints").glob("checkpoint-4")).joinpath("seal_state.json").read_text())
