@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from seal.io import FINGERPRINT_FILE
 from seal.tasks import run
 from tests.marks import slow_except
 from tests.test_configs import CONF, choices, compose_with
@@ -38,7 +39,7 @@ def extend_by_rounds(out_dir):
     rounds: a finished run is never started again (its metrics.json is written last, see finished_already), and
     only the round count differs, so the fingerprint is moved along (the resume logic itself is tested here)."""
     (out_dir / "metrics.json").unlink()
-    (out_dir / "fingerprint.txt").unlink()
+    (out_dir / FINGERPRINT_FILE).unlink()
 
 
 def test_the_main_job_leaves_its_outputs(tmp_path):
