@@ -76,9 +76,12 @@ def test_paper_arms_differ_only_where_the_paper_says():
     assert compose_with("experiment=seal", "rendering=project").rendering.tools == "project"
 
 
-def test_paper_budget_matches_table_4():
+def test_paper_budget_matches_table_4_and_the_release():
     cfg = compose_with("budget=paper")
     b, t = cfg.budget, cfg.trainer
+    # Table 4: 32 prompts x 8 rollouts, mini-batch 8 prompts, micro-batch 1, lr 1e-6, KL coefficient 0.001,
+    # temperature 1.0, 4096 tokens, up to 20 interaction steps (per what unstated). The release's arm 04 alone:
+    # 6 epochs (trainer.total_epochs), clip 0.2, grad clip 1.0
     assert (b.prompts_per_round, b.rollouts_per_prompt, b.epochs, b.max_steps_per_turn) == (32, 8, 6, 20)
     assert b.prompts_per_round // b.steps_per_round == 8 and b.micro_batch_size == 1
     assert (t.learning_rate, t.beta, t.epsilon, t.max_grad_norm) == (1e-6, 0.001, 0.2, 1.0)

@@ -19,9 +19,11 @@ RELEASE_CONFIGS = {"exp/SEAL.yaml", "exp/bfcl_seal_00_vanilla_rl.yaml", "exp/bfc
 # credits that name the wrong source: (what it says, the fact)
 WRONG = [
     (r"paper's[^.\n]{0,40}\bEMA\b", "the paper describes no EMA of rho: the release's rule"),
-    (r"paper's low-variance KL|paper's KL[^.\n]{0,30}low_var_kl", "the paper gives the KL coefficient only; low_var_kl is the release's"),
-    (r"Table 4[^.\n]{0,60}(low-variance|low_var_kl|clip 0\.2|grad clip|6 epochs|steps per turn)",
+    (r"paper's (low-variance KL|KL\b(?! coefficient))",
+     "the paper gives the KL coefficient only; the estimator (low_var_kl) and its aggregation are the release's"),
+    (r"Table 4[^.\n]{0,60}(low-variance|low_var_kl|clip 0\.2|grad clip|6 epochs|steps per turn|per-turn)",
      "Table 4 states none of these: the release's config does (or BFCL, for steps per turn)"),
+    (r"qwen_xml`? \(the paper's", "qwen_xml is what the release's code runs; Table 4 prints the tool format llama3_json"),
     (r"val_subset_of_test_used_by_release|release validated on a subset", "the release validates on all 400 test entries"),
     (r"release uses the llama3_json", "the release's BFCL environment prompts and parses every model as bfcl_qwen_fc / xml_json"),
 ]
@@ -36,6 +38,23 @@ def _lines():
 @pytest.mark.parametrize("pattern, fact", WRONG, ids=[w[0][:30] for w in WRONG])
 def test_no_line_credits_the_wrong_source(pattern, fact):
     assert [where for where, line in _lines() if re.search(pattern, line)] == [], fact
+
+
+# budget and trainer values that only the release's arm 04 states (Table 4 has none of them)
+RELEASE_ONLY = ("epochs", "epsilon", "max_grad_norm")
+
+
+def test_no_test_named_for_table_4_alone_checks_the_releases_values():
+    """A test's name is a credit too: one named for Table 4 that asserts a release-only value must name both."""
+    import ast
+
+    wrong = []
+    for path in (REPO / "tests").rglob("test_*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef) and "table_4" in node.name and "release" not in node.name:
+                used = {n.attr for n in ast.walk(node) if isinstance(n, ast.Attribute)}
+                wrong += [f"{path.name}::{node.name} checks {key}" for key in RELEASE_ONLY if key in used]
+    assert wrong == []
 
 
 def test_every_release_config_cited_is_one_the_release_has():

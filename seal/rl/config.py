@@ -16,7 +16,8 @@ from seal.budget import Budget
 from seal.errors import UserError
 from seal.rl.distributed import collective_timeout
 
-# loss aggregations the paper's KL term can follow (seal.rl.trainer.aggregate)
+# loss aggregations the KL term (the release's low_var_kl at the paper's coefficient) can follow
+# (seal.rl.trainer.aggregate)
 LOSS_TYPES = ("grpo", "bnpo")
 
 

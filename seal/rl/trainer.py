@@ -240,8 +240,9 @@ class SealGRPOTrainer(GRPOTrainer):
         return logps, torch.cat(entropies) if entropies else None, torch.stack(aux).mean() if aux else None
 
     def _compute_loss(self, model, inputs):
-        """TRL's clipped objective with its own KL term switched off, plus the paper's KL term; and the
-        sampler-trainer gap when this round's log-probs are still those of the weights that sampled it."""
+        """TRL's clipped objective with its own KL term switched off, plus the KL term (the release's low_var_kl
+        estimator at the paper's coefficient); and the sampler-trainer gap when this round's log-probs are still
+        those of the weights that sampled it."""
         beta, self.beta = self.beta, 0.0
         self._capture = {}
         try:
