@@ -823,7 +823,7 @@ def test_table_2_in_markdown_has_the_papers_numbers_and_the_note_on_the_one_kept
 
 
 def test_tau2_task_sets_are_labelled_by_split_and_tasks_played():
-    from experiments.tables.like_measured import tau2_label, tau2_measured
+    from experiments.tables.like_measured import UNRECORDED, tau2_label, tau2_measured
 
     full_base = {"retail": 114, "airline": 50, "telecom": 114}
     assert tau2_label(("base", full_base)) == "base 114/50/114"
@@ -831,17 +831,24 @@ def test_tau2_task_sets_are_labelled_by_split_and_tasks_played():
     # some of a split's tasks (budget.ood_entries_per_category), a domain not played, a split not recorded
     assert tau2_label(("base", {"retail": 1, "airline": 1, "telecom": 1})) == "base 1/1/1 of 114/50/114"
     assert tau2_label(("test", {"retail": 40})) == "test 40/0/0 of 40/20/40"
-    assert tau2_label((None, {"retail": 40, "airline": 20, "telecom": 40})) == "split not recorded: 40/20/40 tasks"
+    assert tau2_label((UNRECORDED, {"retail": 40, "airline": 20, "telecom": 40})) == "split not recorded: 40/20/40 tasks"
+    # split: null in metrics.json is recorded, and means every task (telecom has 2,285 outside its base split)
+    assert tau2_label((None, {"retail": 114, "airline": 50, "telecom": 2285})) == "every task: 114/50/2285"
+    # mock, tau2's toy domain, counted after the paper's three
+    assert tau2_label(("base", {"retail": 114, "airline": 50, "telecom": 114, "mock": 9})) == "base 114/50/114 + mock 9"
     assert tau2_label(("train", {"retail": 74, "airline": 30, "telecom": 74})) == "train split: 74/30/74 tasks"
     # what metrics.json holds: the split, and the tasks played per domain in its counts (mock is not Table 2's)
     found = _ood(tau2=0.1, split="test", tasks=TAU2_TEST)
     found["tau2"]["counts"]["mock"] = {"passed": 1, "total": 9}
     assert tau2_measured(found) == ("test", {"retail": 40, "airline": 20, "telecom": 40, "mock": 9})
-    assert tau2_measured(_ood(tau2=0.1, split=None))[0] is None and tau2_measured(_ood(memory=0.1)) is None
+    assert tau2_measured(_ood(tau2=0.1, split=None))[0] == UNRECORDED and tau2_measured(_ood(memory=0.1)) is None
+    every = _ood(tau2=0.1)
+    every["tau2"]["split"] = None
+    assert tau2_measured(every)[0] is None
 
 
 def test_a_tau2_column_keeps_the_papers_number_only_where_every_run_played_every_task_of_its_rows_split():
-    from experiments.tables.like_measured import unlike_paper
+    from experiments.tables.like_measured import UNRECORDED, unlike_paper
 
     base, test = ("base", dict(zip(("retail", "airline", "telecom"), TAU2_BASE))), ("test", dict(zip(("retail", "airline", "telecom"), TAU2_TEST)))
     qwen, toolace = ("qwen2.5-7b", "seal"), ("toolace-2-8b", "base model")
@@ -857,8 +864,19 @@ def test_a_tau2_column_keeps_the_papers_number_only_where_every_run_played_every
     # one task short in telecom
     short = ("base", {"retail": 114, "airline": 50, "telecom": 113})
     assert set(unlike_paper([short], qwen)) == {"tau2", "tau2_telecom"}
-    # an evaluation that did not record its split, and a row the paper does not have
-    assert "split not recorded" in unlike_paper([(None, base[1])], qwen)["tau2"]
+    # an evaluation that did not record its split, one of every task, and a row the paper does not have
+    assert "split not recorded" in unlike_paper([(UNRECORDED, base[1])], qwen)["tau2"]
+    # (another split, though retail's and airline's base tasks are all of theirs: the split decides, not the count)
+    every = (None, {"retail": 114, "airline": 50, "telecom": 2285})
+    assert unlike_paper([every], qwen) == dict.fromkeys(
+        ("tau2", "tau2_retail", "tau2_airline", "tau2_telecom"),
+        "measured on every task: 114/50/2285, the paper's row on base 114/50/114")
+    # mock averaged in: every base task of the paper's three, yet the Avg is over four domains (three passing and
+    # a failing mock average 0.75, not 1.0); the per-domain columns stand. Mock alone fills the Avg only.
+    with_mock = ("base", base[1] | {"mock": 9})
+    assert unlike_paper([base, with_mock], qwen) == {
+        "tau2": "measured on base 114/50/114 + mock 9, the paper's row on base 114/50/114"}
+    assert list(unlike_paper([("base", {"mock": 9})], qwen)) == ["tau2"]
     assert unlike_paper([test], ("toolace-2-8b", "seal")) == {} and unlike_paper([test], ("qwen3-4b", "base model")) == {}
 
 

@@ -186,8 +186,8 @@ class Tau2(Benchmark):
     def __init__(self, name: str | None = None, domains: list[str] | None = None, split: str | None = "base",
                  user: Callable[[], Any] | None = None, max_user_turns: int = 30):
         super().__init__(name, list(DOMAINS) if domains is None else list(domains))
-        # tau2's own task split (base: every task of the original benchmark, the paper's Qwen2.5 rows; test:
-        # a part of it, its reference rows; null: every task)
+        # tau2's own task split (base: every task of the original benchmark, the paper's Qwen2.5 rows and
+        # Qwen3-30B-A3B's; test: a part of it, ToolACE-2's, BitAgent-8B's and watt-tool-8B's; null: every task)
         self.split = split
         # what builds the user simulator, called once when it is first needed (the config's
         # seal.policy.simulated_user.user_simulator partial); None: none is configured
@@ -210,9 +210,9 @@ class Tau2(Benchmark):
         self._user = user
 
     def task_set(self) -> dict[str, Any]:
-        """tau2's split and the tasks of each domain in it (Table 2's numbers are fractions of one split's tasks:
-        the paper's Qwen2.5 rows of base's, its reference rows of test's; experiments.aggregate compares like
-        with like)."""
+        """tau2's split (None: every task) and the tasks of each domain in it (Table 2's numbers are fractions of
+        one split's tasks: the paper's Qwen2.5 rows and Qwen3-30B-A3B's of base's, ToolACE-2's, BitAgent-8B's and
+        watt-tool-8B's of test's; experiments.aggregate compares like with like)."""
         return {"split": self.split, "split_tasks": {d: len(self._tasks(d)) for d in self.categories}}
 
     def _tasks(self, domain: str) -> list[Any]:
