@@ -161,6 +161,13 @@ def test_experiments_holds_its_commands_and_one_folder_per_job_of_short_modules(
     assert long == {}
     # a command is its usage and its argument parsing: the work is in its folder
     assert all(len((EXPERIMENTS / f"{c}.py").read_text().splitlines()) < 200 for c in commands)
+    # make bench's command defines no section: each is a function of experiments/measure/
+    from experiments import bench
+
+    assert list(bench.SECTIONS) == ["executor", "throughput", "rollout", "memory", "vllm", "main_job"]
+    assert {fn.__module__.rpartition(".")[0] for fn in bench.SECTIONS.values()} == {"experiments.measure"}
+    assert [n.name for n in ast.parse((EXPERIMENTS / "bench.py").read_text()).body
+            if isinstance(n, ast.FunctionDef)] == ["usage", "main"]
 
 
 def test_bfcl_v3s_data_and_its_verdict_are_one_module():
@@ -237,3 +244,35 @@ def test_no_tracked_file_holds_a_merge_conflict_marker():
             if any(line.startswith(("<<<<<<< ", ">>>>>>> ")) for line in lines):
                 marked.append(name)
     assert marked == []
+
+
+def layout_entries() -> dict[str, str]:
+    """docs/development.md's Layout block: each path it opens a line with -> the text of its entry (continuation
+    lines included)."""
+    text = (SEAL.parent / "docs" / "development.md").read_text()
+    block = text.split("## Layout", 1)[1].split("```", 2)[1]
+    entries: dict[str, str] = {}
+    path = None
+    for line in block.splitlines():
+        if line and not line[0].isspace():
+            path, _, rest = line.partition(" ")
+            entries[path] = rest
+        elif path:
+            entries[path] += " " + line.strip()
+    return entries
+
+
+def test_the_map_of_the_code_names_every_module_under_its_folder():
+    entries = layout_entries()
+    missing = []
+    for root in (SEAL, EXPERIMENTS):
+        for folder in [root, *(p for p in root.rglob("*") if p.is_dir() and p.name != "__pycache__")]:
+            modules = sorted(p.name for p in folder.glob("*.py") if p.name != "__init__.py")
+            key = f"{folder.relative_to(SEAL.parent)}/"
+            if folder == SEAL:  # seal/'s own modules each have a line of their own
+                missing += [f"seal/{m}" for m in modules if f"seal/{m}" not in entries]
+            elif modules or any(folder.glob("*.json")):
+                missing += [key] if key not in entries else [f"{key}{m}" for m in modules if m not in entries[key]]
+    assert missing == []
+    # the checker reads the block: it sees the entry of the tables and one of its modules
+    assert "like_measured.py" in entries["experiments/tables/"] and "seal/budget.py" in entries

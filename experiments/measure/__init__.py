@@ -1,2 +1,2 @@
-"""Measuring: `make bench` (experiments/bench.py) runs memory, rollout and vllm_engine's sections; the preflight
-of a GPU node (`python -m experiments.gpu_check`) is in preflight/."""
+"""Measuring: `make bench` (experiments/bench.py) runs the sections of executor, rollout, memory, vllm_engine and
+main_job; the preflight of a GPU node (`python -m experiments.gpu_check`) is in preflight/."""

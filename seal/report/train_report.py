@@ -7,9 +7,11 @@ from pathlib import Path
 from typing import Any
 
 from seal.diagnosis import LAYERS
+from seal.env.benchmarks.bfcl_v3 import CATEGORIES
 from seal.io import markdown_table
 
-EVAL_KEYS = ("base", "miss_func", "miss_param", "long_context", "avg")
+# BFCL V3's categories, then their mean
+EVAL_KEYS = (*CATEGORIES, "avg")
 # each held-out evaluation's protocols, as the report labels them (seal.evaluation.evaluate)
 EVAL_PROTOCOLS = (("release", "eval/bfcl_v3_release", "comparable to the paper"),
                   ("bfcl", "eval/bfcl_v3", "comparable to the BFCL leaderboard"))

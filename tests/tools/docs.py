@@ -11,6 +11,7 @@ its command disagree, so a figure cannot drift from the code that computes it.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import io
 import re
@@ -119,7 +120,10 @@ def stale(docs: Path | None = None, write: bool = False) -> list[str]:
 
 
 def main(argv: list[str]) -> int:
-    check = "--check" in argv
+    parser = argparse.ArgumentParser(prog="python -m tests.tools.docs", description=__doc__.splitlines()[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--check", action="store_true", help="rewrite nothing; exit 1 naming each block that differs")
+    check = parser.parse_args(argv).check  # --help and an unknown argument exit here, before any page is read
     differing = stale(write=not check)
     for name in differing:
         verb = "differs from" if check else "rewritten from"

@@ -38,6 +38,17 @@ def test_a_drifted_block_is_named_and_left_alone_by_check(toy, capsys, monkeypat
     assert toy.read_text() == before
 
 
+@pytest.mark.parametrize("argv, code", [(["--help"], 0), (["--chek"], 2), (["docs/results.md"], 2)])
+def test_help_or_a_wrong_argument_rewrites_nothing(toy, capsys, monkeypatch, argv, code):
+    monkeypatch.setattr(docs, "DOCS", toy.parent)
+    before = toy.read_text()
+    with pytest.raises(SystemExit) as exit_:
+        docs.main(argv)
+    assert exit_.value.code == code and toy.read_text() == before
+    out, err = capsys.readouterr()
+    assert "--check" in (out if code == 0 else err)
+
+
 def test_a_drifted_block_is_rewritten_and_nothing_else(toy):
     assert stale(toy.parent, write=True) == ["toy"]
     text = toy.read_text()
