@@ -836,6 +836,7 @@ def test_tau2_task_sets_are_labelled_by_split_and_tasks_played():
     assert tau2_label((None, {"retail": 114, "airline": 50, "telecom": 2285})) == "every task: 114/50/2285"
     # mock, tau2's toy domain, counted after the paper's three
     assert tau2_label(("base", {"retail": 114, "airline": 50, "telecom": 114, "mock": 9})) == "base 114/50/114 + mock 9"
+    assert tau2_label(("test", {"retail": 40, "mock": 9, "extra": 2})) == "test 40/0/0 of 40/20/40 + extra 2 + mock 9"
     assert tau2_label(("train", {"retail": 74, "airline": 30, "telecom": 74})) == "train split: 74/30/74 tasks"
     # what metrics.json holds: the split, and the tasks played per domain in its counts (mock is not Table 2's)
     found = _ood(tau2=0.1, split="test", tasks=TAU2_TEST)
@@ -877,6 +878,8 @@ def test_a_tau2_column_keeps_the_papers_number_only_where_every_run_played_every
     assert unlike_paper([base, with_mock], qwen) == {
         "tau2": "measured on base 114/50/114 + mock 9, the paper's row on base 114/50/114"}
     assert list(unlike_paper([("base", {"mock": 9})], qwen)) == ["tau2"]
+    # a run without airline leaves the airline column to the runs after it: here one on the test split
+    assert set(unlike_paper([retail, test], qwen)) == {"tau2", "tau2_retail", "tau2_airline", "tau2_telecom"}
     assert unlike_paper([test], ("toolace-2-8b", "seal")) == {} and unlike_paper([test], ("qwen3-4b", "base model")) == {}
 
 
