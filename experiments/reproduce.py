@@ -51,13 +51,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-from experiments.cluster.jobs import (REPO, TABLE1_BACKBONES, TABLE3_BACKBONE, finished, job_config, parse_plan,
-                                      run_dir, with_budget, write_manifest)
+from experiments.cluster.jobs import (REPO, TABLE1_BACKBONES, TABLE3_BACKBONE, damaged, finished, job_config,
+                                      parse_plan, run_dir, with_budget, write_manifest)
 from experiments.cluster.needs import (launcher_settings, gpu_hours_bound, gpu_lines, memory_lines, needs_of,
                                        print_plan, requeue_lines)
 from experiments.cluster.slurm import check_partition, confirm, gpus_asked, submit
 from experiments.tables.columns import PAPER_BUDGET
-from seal.errors import UserError
+from seal.errors import UserError, cannot_write, unwritable
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -95,6 +95,8 @@ def main(argv: list[str] | None = None) -> int:
                                 " (chosen; not the paper's budget: the tables say its runs are not comparable to the "
                                 "paper's numbers)"))
     print_plan(jobs, todo, needs, extra, launcher)
+    for fault in filter(None, (damaged(run_dir(root, j, extra)) for j in todo)):
+        print(f"to run again: {fault}; its job resumes from its last checkpoint to write it again")
     total = sum(needs[j].gpu_hours for j in todo)
     print(f"GPU-hours of training to run, upper bound: {total:.1f} (context-filling episodes, {args.mfu:.0%} of "
           f"{args.gpu_tflops:.0f} TFLOPS)")
@@ -116,7 +118,13 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    write_manifest(root, jobs, extra)
+    try:
+        write_manifest(root, jobs, extra)
+    except OSError as exc:
+        if not unwritable(exc):
+            raise
+        print(f"error: {cannot_write(exc, 'give --root a folder you can write; nothing was submitted')}", file=sys.stderr)
+        return 2
     failed = [(j, rc) for j, rc in (submit(todo, root, extra, args.launcher, partition) if todo else []) if rc != 0]
     for job, rc in failed:
         print(f"failed to launch (exit {rc}): {' '.join(job.overrides(extra))}; see {root}/.reproduce/")

@@ -1,7 +1,8 @@
 """The bottom layer: run files and the run directory's identity. Imports nothing of the project.
 
 - `write_json` (atomic) and `markdown_table`: every report, metrics file and table goes through them;
-- `read_json` and `read_jsonl`: a file a run wrote, read back; a damaged one is named in one sentence;
+- `read_json`, `read_json_object` and `read_jsonl`: a file a run wrote, read back; a damaged one is named in one
+  sentence;
 - `config_fingerprint` and `code_version`: what a run directory records to resume only the same run;
 - `folder_name`: a run's or a sweep's folder, from the overrides of its command line;
 - `short_hash`: short stable ids (W&B run ids, cache keys).
@@ -11,7 +12,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import random
+import re
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -53,6 +56,20 @@ def read_json(path: Path) -> Any:
         return json.loads(text)
     except ValueError as exc:
         raise DamagedFile(f"{path} is damaged: {_what_is_wrong(exc, text)}") from None
+
+
+# what a JSON value is, in a sentence naming a damaged file
+JSON_KINDS = {type(None): "null", bool: "true/false", int: "a number", float: "a number", str: "a string",
+              list: "a list", dict: "an object"}
+
+
+def read_json_object(path: Path) -> dict[str, Any]:
+    """read_json of a file a run writes as one object (metrics.json, run_config.json); DamagedFile naming it when
+    it holds anything else."""
+    data = read_json(path)
+    if not isinstance(data, dict):
+        raise DamagedFile(f"{path} is damaged: it holds {JSON_KINDS[type(data)]} where a run writes an object")
+    return data
 
 
 def read_jsonl(path: Path) -> list[Any]:
@@ -99,15 +116,52 @@ def short_hash(text: str, length: int = 12) -> str:
 
 def folder_name(override_dirname: str) -> str:
     """The folder of a run or of a sweep, from Hydra's `override_dirname` (its overrides as typed, sorted,
-    joined by commas; conf/config.yaml's `seal.folder` resolver): `defaults` when the command line has none,
-    and a name over MAX_FOLDER_NAME bytes cut, ending in a hash of the whole, so that it stays one name a
-    file system takes and the same command still finds it."""
+    joined by commas; conf/config.yaml's `seal.folder` resolver): `defaults` when the command line has none;
+    a sweep's values in one order whatever the order typed (`seed=1,0` is `seed=0,1`: the same jobs, so the
+    same folder); and a name over MAX_FOLDER_NAME bytes cut, ending in a hash of the whole, so that it stays
+    one name a file system takes and the same command still finds it."""
     if not override_dirname:
         return DEFAULT_FOLDER
-    raw = override_dirname.encode()
+    name = _values_sorted(override_dirname)
+    raw = name.encode()
     if len(raw) <= MAX_FOLDER_NAME:
-        return override_dirname
-    return raw[: MAX_FOLDER_NAME - 17].decode(errors="ignore") + "-" + short_hash(override_dirname, 16)
+        return name
+    return raw[: MAX_FOLDER_NAME - 17].decode(errors="ignore") + "-" + short_hash(name, 16)
+
+
+def _values_sorted(override_dirname: str) -> str:
+    """`override_dirname` with each key's sweep values sorted (numbers by value). A comma inside brackets,
+    parentheses or quotes belongs to its value (`[a,b]`, `range(0,3)`), which is sorted whole."""
+    items: list[str] = []
+    depth, quote, start = 0, "", 0
+    for at, char in enumerate(override_dirname + ","):
+        if quote:
+            quote = "" if char == quote else quote
+        elif char in "'\"":
+            quote = char
+        elif char in "([{":
+            depth += 1
+        elif char in ")]}":
+            depth -= 1
+        elif char == "," and depth == 0:
+            items.append(override_dirname[start:at])
+            start = at + 1
+    groups: list[list[str]] = []
+    for item in items:
+        if re.match(r"[+~]?[\w.@/-]+=", item) or not groups:
+            key, _, value = item.partition("=")
+            groups.append([f"{key}=", value])
+        else:
+            groups[-1].append(item)
+
+    def order(value: str) -> tuple:
+        try:
+            number = float(value)
+        except ValueError:
+            number = math.nan
+        return (0, number, value) if math.isfinite(number) else (1, 0.0, value)
+
+    return ",".join(key + ",".join(sorted(values, key=order)) for key, *values in groups)
 
 
 def config_fingerprint(cfg: Any) -> str:

@@ -49,3 +49,17 @@ def test_a_folder_is_named_after_the_command_lines_overrides():
     expected = long[:183] + "-" + hashlib.sha256(long.encode()).hexdigest()[:16]
     assert folder_name(long) == expected and len(expected.encode()) == 200
     assert folder_name(long + "x") != expected  # another command line, another folder
+
+
+def test_a_sweeps_folder_is_the_same_whatever_the_order_of_its_values():
+    # Hydra sorts the keys; the values of each stay as typed: the same jobs, one folder
+    assert folder_name("backbone=tiny-random,seed=2,10,1") == "backbone=tiny-random,seed=1,2,10"  # numbers by value
+    assert folder_name("reweighting=off,closed_loop,seed=1,0") == "reweighting=closed_loop,off,seed=0,1"
+    # a comma inside a value's brackets, parentheses or quotes is the value's: the value is sorted whole
+    assert folder_name("budget.ood_benchmarks=[tau2,bfcl_v4_memory],[a],seed=0") == (
+        "budget.ood_benchmarks=[a],[tau2,bfcl_v4_memory],seed=0")
+    assert folder_name("seed=range(3,0),x='b,a',c") == "seed=range(3,0),x='b,a',c"
+    assert folder_name("x=nan,inf,-1,b") == "x=-1,b,inf,nan"
+    # the cut name is taken after the sort: both orders of a long sweep end in the same hash
+    values = [f"value{i}" for i in range(40)]
+    assert folder_name("k=" + ",".join(values)) == folder_name("k=" + ",".join(reversed(values)))

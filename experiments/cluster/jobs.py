@@ -12,7 +12,7 @@ from typing import Any
 
 from experiments.tables.columns import ABLATIONS, MANIFEST, PAPER_BUDGET
 from seal.errors import UserError
-from seal.io import folder_name
+from seal.io import DamagedFile, folder_name, read_json_object
 
 REPO = Path(__file__).resolve().parents[2]
 # the paper's three backbones (section 4.1)
@@ -102,8 +102,20 @@ def _task_overrides(job: Job, extra: tuple[str, ...]) -> list[str]:
 
 
 def finished(path: Path) -> bool:
-    """The run wrote its metrics.json (its last file, after every evaluation)."""
-    return (path / "metrics.json").exists()
+    """The run wrote its metrics.json (its last file, after every evaluation), whole."""
+    return (path / "metrics.json").is_file() and damaged(path) is None
+
+
+def damaged(path: Path) -> str | None:
+    """The sentence naming the run's metrics.json when it is damaged (cut short, not an object): the run is not
+    finished, and its job resumes it to write the file again (seal.tasks.train.finished_already); None otherwise."""
+    if not (path / "metrics.json").is_file():
+        return None
+    try:
+        read_json_object(path / "metrics.json")
+    except DamagedFile as exc:
+        return str(exc)
+    return None
 
 
 def write_manifest(root: Path, jobs: list[Job], extra: tuple[str, ...]) -> Path:

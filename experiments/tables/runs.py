@@ -14,7 +14,7 @@ from pathlib import Path
 from experiments.tables.columns import HEADLINE, MODELS, PROTOCOLS
 from experiments.tables.paper_numbers import BASE
 from seal.errors import UserError
-from seal.io import DamagedFile, read_json, read_jsonl
+from seal.io import JSON_KINDS, DamagedFile, read_json_object, read_jsonl
 
 # -- which runs there are, and what became of each ------------------------------------------------------
 
@@ -125,11 +125,6 @@ def _test_selected(metrics: dict) -> dict | None:
     return found or None
 
 
-# what a JSON value is, in the sentence that names a file holding the wrong one
-JSON_KINDS = {type(None): "null", bool: "true/false", int: "a number", float: "a number", str: "a string",
-              list: "a list", dict: "an object"}
-
-
 def _number(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
@@ -152,13 +147,7 @@ def read_objects(run_dir: Path) -> tuple[dict, dict]:
     evaluation an object or null, _evaluation_fault, the out-of-domain ones an object of them by benchmark; in
     run_config.json a backbone's name and a seed): DamagedFile naming the file and what it holds otherwise, as for a
     file cut short."""
-    found = []
-    for path in (run_dir / "run_config.json", run_dir / "metrics.json"):
-        data = read_json(path)
-        if not isinstance(data, dict):
-            raise DamagedFile(f"{path} is damaged: it holds {JSON_KINDS[type(data)]} where a run writes an object")
-        found.append(data)
-    config, metrics = found
+    config, metrics = (read_json_object(run_dir / name) for name in ("run_config.json", "metrics.json"))
     for key, value in metrics.items():
         if not key.startswith(("eval_", "test_", "ood_")) or value is None:
             continue

@@ -66,7 +66,7 @@ class Progress:
 
     def advance(self, n: int = 0, *, episodes: int = 0, tokens: int = 0) -> None:
         """`n` more units done (and `episodes` finished, `tokens` written); redraws the bar, and logs a line
-        when `every` seconds have passed since the last."""
+        when `every` seconds have passed since the last and units are left (close() logs the step's end)."""
         self.done += n
         self.episodes += episodes
         self.tokens += tokens
@@ -78,7 +78,8 @@ class Progress:
             elif now - self._drawn >= REDRAW_S:
                 self.bar.refresh()
                 self._drawn = now
-        if now - self._logged >= self.every:
+        # the last unit's line is close()'s, not this one's: the step's end is said once
+        if now - self._logged >= self.every and self.done < self.total:
             self._logged = now
             log.info("%s", self.line())
 

@@ -25,7 +25,8 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from seal.errors import Interrupted, UserError
-from seal.io import CONF_DIR, claim_run_dir, code_version, config_fingerprint, fingerprint_matches, read_json, write_json
+from seal.io import (CONF_DIR, DamagedFile, claim_run_dir, code_version, config_fingerprint, fingerprint_matches,
+                     read_json, read_json_object, write_json)
 from seal.rl.distributed import cuda_devices, local_world
 
 if TYPE_CHECKING:
@@ -135,8 +136,24 @@ class TrainingRun:
 
 def finished_already(cfg: DictConfig, out_dir: Path) -> str | None:
     """The sentence for a run of this configuration that has finished in `out_dir` (its metrics.json, written last,
-    after every evaluation, is there): nothing is loaded or evaluated again. None for a new run or one to resume."""
-    if not (out_dir / "metrics.json").is_file() or not fingerprint_matches(out_dir, config_fingerprint(cfg)):
+    after every evaluation, is there): nothing is loaded or evaluated again. None for a new run or one to resume.
+
+    A damaged metrics.json (cut short, not an object) does not finish a run: it is kept beside as
+    metrics.json.damaged, said in one sentence, and the run resumes from its last checkpoint to write it again."""
+    metrics = out_dir / "metrics.json"
+    if not metrics.is_file() or not fingerprint_matches(out_dir, config_fingerprint(cfg)):
+        return None
+    try:
+        read_json_object(metrics)
+    except DamagedFile as exc:
+        try:  # every rank of a launch may look; the first moves it
+            metrics.replace(metrics.with_name(metrics.name + ".damaged"))
+        except FileNotFoundError:
+            pass
+        log.warning("%s; kept as metrics.json.damaged, and the run resumes from its last checkpoint to write it again",
+                    exc)
+        return None
+    except FileNotFoundError:  # another rank moved it aside meanwhile
         return None
     return (f"{out_dir} holds this run, finished (metrics.json, report.md): nothing to do; to train it again, "
             "remove that folder or choose another with hydra.run.dir=<directory> (a sweep: hydra.sweep.dir=<directory>)")

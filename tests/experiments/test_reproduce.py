@@ -4,6 +4,7 @@ confirmation, nor to a partition without the GPUs the jobs ask for."""
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -155,6 +156,37 @@ def test_without_submit_and_without_a_terminal_nothing_is_submitted(tmp_path):
     assert proc.stdout.startswith("2 jobs, 0 finished, 2 to run")  # the plan is shown
     assert proc.stderr == "error: nothing submitted: add --submit to submit these 2 jobs (or run it at a terminal, which asks)\n"
     assert list(tmp_path.iterdir()) == []  # no manifest, no job
+
+
+def test_a_root_that_cannot_be_written_is_one_sentence_and_nothing_submitted(tmp_path, monkeypatch, capsys):
+    import experiments.reproduce as reproduce
+
+    calls = []
+    monkeypatch.setattr(reproduce, "submit", lambda jobs, *a, **k: calls.append(jobs) or [(j, 0) for j in jobs])
+    (tmp_path / "a_file").write_text("")
+    root = tmp_path / "a_file" / "runs"  # a part of the path is a file (a read-only mount is refused alike)
+    assert reproduce.main(["--root", str(root), "--launcher", "basic", "--submit", *SMALL]) == 2
+    assert capsys.readouterr().err == (f"error: cannot write {root}: a part of the path is a file, not a folder; give "
+                                       "--root a folder you can write; nothing was submitted\n")
+    assert calls == []
+
+
+def test_a_run_whose_metrics_json_is_damaged_is_not_finished_and_is_named(tmp_path):
+    from experiments.cluster.jobs import finished
+
+    done = run_dir(tmp_path, Job("qwen2.5-3b", "seal", 0), with_budget(()))
+    done.mkdir(parents=True)
+    (done / "metrics.json").write_text('{"eval_after": {"eval/bfcl_v3/avg": 0.1')  # cut short: 39 bytes
+    proc = subprocess.run([sys.executable, "-m", "experiments.reproduce", "--dry-run", "--root", str(tmp_path),
+                           "--launcher", "basic", *SMALL], cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("2 jobs, 0 finished, 2 to run")
+    assert (f"to run again: {done}/metrics.json is damaged: it ends in the middle of a value after 39 bytes (cut short "
+            "while it was written?); its job resumes from its last checkpoint to write it again\n") in proc.stdout
+    (done / "metrics.json").write_text("null")
+    assert not finished(done)
+    (done / "metrics.json").write_text("{}")
+    assert finished(done)
 
 
 @pytest.mark.parametrize("typed, submitted", [("submit", True), ("yes", False), ("", False)])
@@ -352,6 +384,19 @@ def test_the_example_launcher_settings_are_the_examples_own():
     for setting in EXAMPLE_LAUNCHER:
         key, value = setting.removeprefix("hydra.launcher.").split("=")
         assert f"#     {key}: {value} " in example or f"#     {key}: {value}\n" in example, setting
+
+
+def test_the_examples_host_memory_is_the_planners_and_its_mem_gb_holds_it():
+    from experiments.cluster.jobs import job_config
+    from experiments.cluster.needs import EXAMPLE_LAUNCHER, needs_of
+
+    example = (REPO / "conf" / "local" / "example.yaml").read_text()
+    stated = re.search(r"mem_gb: (\d+) .*a 7B / 8B job on 4 ranks peaks at ([\d.]+) / ([\d.]+) GiB", example)
+    planned = [needs_of(job_config(Job(b, "seal", 0), with_budget(EXAMPLE_LAUNCHER)), 0.0).host_gib
+               for b in ("qwen2.5-7b", "toolace-2-8b")]
+    assert [float(stated[2]), float(stated[3])] == [round(g, 1) for g in planned]
+    # submitit's mem_gb is in GB: 256 GB = 238.4 GiB, over the 8B job's peak
+    assert int(stated[1]) * 1e9 / 2**30 > max(planned)
 
 
 def test_the_dry_run_prints_what_every_job_needs(tmp_path):

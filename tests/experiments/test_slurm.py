@@ -215,7 +215,7 @@ def test_a_sweep_without_a_folder_of_its_own_gets_one_named_after_it(cluster, tm
                               cwd=tmp_path, capture_output=True, text=True, timeout=1800)
         assert proc.returncode == 0, proc.stderr[-3000:]
     sweeps = tmp_path / "multirun" / "replay"
-    first, second = sweeps / "split.val_scenarios=0,1", sweeps / "split.val_scenarios=2,split=seal_release,scenario_disjoint"
+    first, second = sweeps / "split.val_scenarios=0,1", sweeps / "split.val_scenarios=2,split=scenario_disjoint,seal_release"
     assert sorted(p.name for p in sweeps.iterdir()) == sorted([first.name, second.name])
     assert sorted(p.parent.name for p in first.glob("*/summary.json")) == ["split.val_scenarios=0", "split.val_scenarios=1"]
     assert sorted(p.parent.name for p in second.glob("*/summary.json")) == [

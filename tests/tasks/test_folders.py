@@ -43,8 +43,8 @@ def test_each_sweep_has_a_folder_of_its_own_named_after_its_overrides(tmp_path):
         proc = run(tmp_path, *args)
         assert proc.returncode == 0, proc.stderr
     sweeps = tmp_path / "multirun" / "show_prompt"
-    # each named as Hydra names a run: its overrides as typed, sorted, joined by commas
-    a, b = sweeps / "entry=multi_turn_base_50,multi_turn_base_51,view=train", sweeps / "entry=multi_turn_base_50,view=train,eval"
+    # each named as Hydra names a run (its overrides sorted by key, joined by commas), each key's values sorted
+    a, b = sweeps / "entry=multi_turn_base_50,multi_turn_base_51,view=train", sweeps / "entry=multi_turn_base_50,view=eval,train"
     assert sorted(p.name for p in sweeps.iterdir()) == sorted([a.name, b.name])
     assert sorted(p.name for p in a.iterdir() if p.is_dir()) == ["entry=multi_turn_base_50,view=train",
                                                                  "entry=multi_turn_base_51,view=train"]
@@ -62,6 +62,8 @@ def test_each_sweep_has_a_folder_of_its_own_named_after_its_overrides(tmp_path):
                                        sweep_dir=sweep)["group"]
     assert group(a) != group(b) and group(a).startswith("entry=multi_turn_base_50,multi_turn_base_51,view=train-")
     assert run(tmp_path, *first).returncode == 0
+    # and so does the same sweep with its values typed in another order
+    assert run(tmp_path, "-m", "task=show_prompt", "view=train", "entry=multi_turn_base_51,multi_turn_base_50").returncode == 0
     assert sorted(p.name for p in sweeps.iterdir()) == sorted([a.name, b.name])
 
 

@@ -71,6 +71,21 @@ def test_ctrl_c_says_what_was_kept_and_the_same_command_resumes(tmp_path):
     assert "plan: " not in third.stdout and "eval " not in third.stdout
     assert metrics in stamps and {p: p.stat().st_mtime_ns for p in stamps} == stamps
 
+    # a metrics.json cut short does not finish the run: it is kept aside, named, and the run resumes to write it again
+    whole = json.loads(metrics.read_text())
+    cut = metrics.read_bytes()[: metrics.stat().st_size // 2]
+    metrics.write_bytes(cut)
+    fourth = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert fourth.returncode == 0, fourth.stderr[-3000:]
+    assert (f"{metrics} is damaged: it ends in the middle of a value after {len(cut)} bytes (cut short while it was "
+            "written?); kept as metrics.json.damaged, and the run resumes from its last checkpoint to write it "
+            "again") in fourth.stdout + fourth.stderr
+    assert (run_dir / "metrics.json.damaged").read_bytes() == cut
+    assert f"resuming from {checkpoint.parent}/checkpoint-2: rounds 0-1 done ([2/2]); next: round 2" in fourth.stdout
+    again_whole = json.loads(metrics.read_text())
+    assert {k: v for k, v in again_whole.items() if k != "wall_seconds"} == {
+        k: v for k, v in whole.items() if k != "wall_seconds"}
+
 
 def test_a_finished_run_is_one_of_this_configuration_with_its_metrics(tmp_path):
     from seal.io import claim_run_dir, config_fingerprint
@@ -82,5 +97,10 @@ def test_a_finished_run_is_one_of_this_configuration_with_its_metrics(tmp_path):
     assert finished_already(cfg, tmp_path) is None  # claimed, not finished: resumed
     (tmp_path / "metrics.json").write_text("{}")
     assert finished_already(cfg, tmp_path).startswith(f"{tmp_path} holds this run, finished")
+    # a metrics.json that is not an object (a list) is damaged: moved aside, the run resumed
+    (tmp_path / "metrics.json").write_text("[1, 2]")
+    assert finished_already(cfg, tmp_path) is None
+    assert not (tmp_path / "metrics.json").exists() and (tmp_path / "metrics.json.damaged").read_text() == "[1, 2]"
+    (tmp_path / "metrics.json").write_text("{}")
     # another configuration in the folder: not this run (train refuses it in its own sentence)
     assert finished_already(compose_with(*ARGS, "seed=1"), tmp_path) is None
