@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
                                 "paper's numbers)"))
     print_plan(jobs, todo, needs, extra, launcher)
     for fault in filter(None, (damaged(run_dir(root, j, extra)) for j in todo)):
-        print(f"to run again: {fault}; its job resumes from its last checkpoint to write it again")
+        print(f"to run again: {fault}; its job resumes the run to write it again")
     total = sum(needs[j].gpu_hours for j in todo)
     print(f"GPU-hours of training to run, upper bound: {total:.1f} (context-filling episodes, {args.mfu:.0%} of "
           f"{args.gpu_tflops:.0f} TFLOPS)")

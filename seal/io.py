@@ -114,28 +114,38 @@ def short_hash(text: str, length: int = 12) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:length]
 
 
-def folder_name(override_dirname: str) -> str:
+def folder_name(override_dirname: str, sort: bool = True) -> str:
     """The folder of a run or of a sweep, from Hydra's `override_dirname` (its overrides as typed, sorted,
     joined by commas; conf/config.yaml's `seal.folder` resolver): `defaults` when the command line has none;
     a sweep's values in one order whatever the order typed (`seed=1,0` is `seed=0,1`: the same jobs, so the
     same folder); and a name over MAX_FOLDER_NAME bytes cut, ending in a hash of the whole, so that it stays
-    one name a file system takes and the same command still finds it."""
+    one name a file system takes and the same command still finds it. `sort=False`: the values as typed, as a
+    sweep's folder was named before 2026-12-03."""
     if not override_dirname:
         return DEFAULT_FOLDER
-    name = _values_sorted(override_dirname)
+    name = _values_sorted(override_dirname) if sort else override_dirname
     raw = name.encode()
     if len(raw) <= MAX_FOLDER_NAME:
         return name
     return raw[: MAX_FOLDER_NAME - 17].decode(errors="ignore") + "-" + short_hash(name, 16)
 
 
+# where an override of Hydra's override_dirname starts: `key=`, `+key=`, `++key=`, `~key=` or a bare `~key`
+_OVERRIDE_START = re.compile(r"(\+\+|\+)?[\w.@/-]+=|~[\w.@/-]+(=|$)")
+
+
 def _values_sorted(override_dirname: str) -> str:
     """`override_dirname` with each key's sweep values sorted (numbers by value). A comma inside brackets,
-    parentheses or quotes belongs to its value (`[a,b]`, `range(0,3)`), which is sorted whole."""
+    parentheses or quotes belongs to its value (`[a,b]`, `range(0,3)`), which is sorted whole, and so does an
+    escaped one (`a\\,b`); text this does not read as Hydra does (an unclosed bracket or quote) is left as typed."""
     items: list[str] = []
-    depth, quote, start = 0, "", 0
-    for at, char in enumerate(override_dirname + ","):
-        if quote:
+    depth, quote, start, escaped = 0, "", 0, False
+    for at, char in enumerate(override_dirname):
+        if escaped:
+            escaped = False
+        elif char == "\\":
+            escaped = True
+        elif quote:
             quote = "" if char == quote else quote
         elif char in "'\"":
             quote = char
@@ -143,14 +153,19 @@ def _values_sorted(override_dirname: str) -> str:
             depth += 1
         elif char in ")]}":
             depth -= 1
+            if depth < 0:
+                return override_dirname
         elif char == "," and depth == 0:
             items.append(override_dirname[start:at])
             start = at + 1
+    if depth or quote or escaped:
+        return override_dirname
+    items.append(override_dirname[start:])
     groups: list[list[str]] = []
     for item in items:
-        if re.match(r"[+~]?[\w.@/-]+=", item) or not groups:
-            key, _, value = item.partition("=")
-            groups.append([f"{key}=", value])
+        if _OVERRIDE_START.match(item) or not groups:
+            key, equals, value = item.partition("=")
+            groups.append([key + equals, value] if equals else [item])
         else:
             groups[-1].append(item)
 
@@ -161,7 +176,7 @@ def _values_sorted(override_dirname: str) -> str:
             number = math.nan
         return (0, number, value) if math.isfinite(number) else (1, 0.0, value)
 
-    return ",".join(key + ",".join(sorted(values, key=order)) for key, *values in groups)
+    return ",".join(head + ",".join(sorted(values, key=order)) for head, *values in groups)
 
 
 def config_fingerprint(cfg: Any) -> str:

@@ -58,7 +58,16 @@ def test_a_sweeps_folder_is_the_same_whatever_the_order_of_its_values():
     # a comma inside a value's brackets, parentheses or quotes is the value's: the value is sorted whole
     assert folder_name("budget.ood_benchmarks=[tau2,bfcl_v4_memory],[a],seed=0") == (
         "budget.ood_benchmarks=[a],[tau2,bfcl_v4_memory],seed=0")
-    assert folder_name("seed=range(3,0),x='b,a',c") == "seed=range(3,0),x='b,a',c"
+    assert folder_name("seed=range(3,0),x=c,'b,a'") == "seed=range(3,0),x='b,a',c"
+    assert folder_name('x=c,"a,1,b"') == 'x="a,1,b",c'  # not x=1,"a,b",c
+    # and so is an escaped one; an escaped bracket or quote opens nothing
+    assert folder_name(r"x=b\,a") == r"x=b\,a"
+    assert folder_name(r"seed=1,0,x=a\)b") == r"seed=0,1,x=a\)b"
+    assert folder_name(r"x='don\'t, please',b") == r"x='don\'t, please',b"
+    # text not read as Hydra reads it (an unclosed bracket) is left as typed, never cut short
+    assert folder_name("x=(a,b") == "x=(a,b" and folder_name("x=a),b") == "x=a),b"
+    # ++key= and a bare ~key each start an override of their own
+    assert folder_name("++b=x,++c=a") == "++b=x,++c=a" and folder_name("~db,seed=1,0") == "~db,seed=0,1"
     assert folder_name("x=nan,inf,-1,b") == "x=-1,b,inf,nan"
     # the cut name is taken after the sort: both orders of a long sweep end in the same hash
     values = [f"value{i}" for i in range(40)]

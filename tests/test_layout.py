@@ -4,6 +4,7 @@ evaluation < report < rl < tasks), and no module imports itself round a circle, 
 seal/, experiments/ and tests/."""
 
 import ast
+import re
 from pathlib import Path
 
 SEAL = Path(__file__).resolve().parents[1] / "seal"
@@ -262,17 +263,22 @@ def layout_entries() -> dict[str, str]:
     return entries
 
 
-def test_the_map_of_the_code_names_every_module_under_its_folder():
+def test_the_map_of_the_code_names_every_module_under_its_folder_and_no_other():
     entries = layout_entries()
-    missing = []
+    named = {path: set(re.findall(r"\b\w+\.py\b", text)) for path, text in entries.items()}
+    missing, stale = [], []
     for root in (SEAL, EXPERIMENTS):
         for folder in [root, *(p for p in root.rglob("*") if p.is_dir() and p.name != "__pycache__")]:
-            modules = sorted(p.name for p in folder.glob("*.py") if p.name != "__init__.py")
+            modules = {p.name for p in folder.glob("*.py") if p.name != "__init__.py"}
             key = f"{folder.relative_to(SEAL.parent)}/"
             if folder == SEAL:  # seal/'s own modules each have a line of their own
-                missing += [f"seal/{m}" for m in modules if f"seal/{m}" not in entries]
+                missing += sorted(f"seal/{m}" for m in modules if f"seal/{m}" not in entries)
             elif modules or any(folder.glob("*.json")):
-                missing += [key] if key not in entries else [f"{key}{m}" for m in modules if m not in entries[key]]
-    assert missing == []
-    # the checker reads the block: it sees the entry of the tables and one of its modules
-    assert "like_measured.py" in entries["experiments/tables/"] and "seal/budget.py" in entries
+                missing += [key] if key not in entries else sorted(f"{key}{m}" for m in modules - named[key])
+                stale += sorted(f"{key}{m}" for m in named.get(key, set()) - modules)
+    assert (missing, stale) == ([], [])
+    # every entry is a path of the tree
+    assert [path for path in entries if not (SEAL.parent / path).exists()] == []
+    # the checker reads the block as a reader does: whole module names under their folder's entry
+    assert "like_measured.py" in named["experiments/tables/"] and "seal/budget.py" in entries
+    assert "memory.py" not in named["seal/env/benchmarks/"]  # bfcl_v4_memory.py is, which contains it

@@ -78,8 +78,10 @@ class Progress:
             elif now - self._drawn >= REDRAW_S:
                 self.bar.refresh()
                 self._drawn = now
-        # the last unit's line is close()'s, not this one's: the step's end is said once
-        if now - self._logged >= self.every and self.done < self.total:
+        # the step's end is close()'s line, not this one's (a play whose conversations grow its turns as they go has
+        # done every turn planned so far long before its last episode ends)
+        over = self.done >= self.total and (self.episodes_total is None or self.episodes >= self.episodes_total)
+        if now - self._logged >= self.every and not over:
             self._logged = now
             log.info("%s", self.line())
 

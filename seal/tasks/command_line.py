@@ -58,9 +58,14 @@ class SweepFolder(Callback):
         holder.set_config(config)  # which makes config.hydra read-only, as it was not
         try:
             folder = str(config.hydra.sweep.dir)
+            typed = str(config.hydra.job.override_dirname)
         finally:
             holder.cfg = before
             OmegaConf.set_readonly(config.hydra, False)
+        # a sweep made before its values were sorted in its folder's name is found where it was made
+        earlier = Path(folder).with_name(folder_name(typed, sort=False))
+        if not named and not Path(folder).exists() and earlier.is_dir():
+            folder = str(earlier)
         if not named:
             config.hydra.sweep.dir = folder
             config.hydra.overrides.hydra.append(f"hydra.sweep.dir={quoted(folder)}")

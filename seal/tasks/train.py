@@ -139,19 +139,26 @@ def finished_already(cfg: DictConfig, out_dir: Path) -> str | None:
     after every evaluation, is there): nothing is loaded or evaluated again. None for a new run or one to resume.
 
     A damaged metrics.json (cut short, not an object) does not finish a run: it is kept beside as
-    metrics.json.damaged, said in one sentence, and the run resumes from its last checkpoint to write it again."""
+    metrics.json.damaged (-2, -3, ... when that name is taken), said in one sentence with what the resume will
+    play again, and the run resumes to write it again."""
     metrics = out_dir / "metrics.json"
     if not metrics.is_file() or not fingerprint_matches(out_dir, config_fingerprint(cfg)):
         return None
     try:
         read_json_object(metrics)
     except DamagedFile as exc:
+        aside, n = metrics.with_name("metrics.json.damaged"), 1
+        while aside.exists():
+            n += 1
+            aside = metrics.with_name(f"metrics.json.damaged-{n}")
         try:  # every rank of a launch may look; the first moves it
-            metrics.replace(metrics.with_name(metrics.name + ".damaged"))
+            metrics.replace(aside)
         except FileNotFoundError:
-            pass
-        log.warning("%s; kept as metrics.json.damaged, and the run resumes from its last checkpoint to write it again",
-                    exc)
+            return None
+        done, checkpoint = rounds_done(out_dir)
+        resume = (f"the run resumes from checkpoints/{checkpoint.name} ({done} round(s) done) to write it again"
+                  if checkpoint else "no checkpoint is left, so the run trains again from round 0")
+        log.warning("%s; kept as %s, and %s", exc, aside.name, resume)
         return None
     except FileNotFoundError:  # another rank moved it aside meanwhile
         return None

@@ -182,7 +182,7 @@ def test_a_run_whose_metrics_json_is_damaged_is_not_finished_and_is_named(tmp_pa
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("2 jobs, 0 finished, 2 to run")
     assert (f"to run again: {done}/metrics.json is damaged: it ends in the middle of a value after 39 bytes (cut short "
-            "while it was written?); its job resumes from its last checkpoint to write it again\n") in proc.stdout
+            "while it was written?); its job resumes the run to write it again\n") in proc.stdout
     (done / "metrics.json").write_text("null")
     assert not finished(done)
     (done / "metrics.json").write_text("{}")

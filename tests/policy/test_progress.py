@@ -39,6 +39,25 @@ def test_a_step_logs_what_is_done_its_tokens_and_the_time_left_every_minute(capl
         "eval before · release: turn 16 of 16, 4 of 4 episodes done, 1,200 tokens written (10/s); 2 min 00 s"]
 
 
+def test_a_play_whose_turns_grow_as_it_goes_keeps_logging_until_its_last_episode(caplog):
+    # tau2: each conversation starts with one turn planned and grows by one as each turn ends, so the turns done
+    # equal the turns planned all along; only the last episode ends the step
+    clock = Clock()
+    caplog.set_level(logging.INFO, logger="seal.progress")
+    progress = Progress("ood after · tau2 · retail", 2, unit="turn", episodes=2, bar=False, every=60, clock=clock)
+    for minute in range(3):
+        clock.now += 60
+        progress.advance(2)  # a turn of each conversation ends: every turn planned so far is done ...
+        progress.grow(2)  # ... and each goes on with one more
+    assert [m.split(": ")[1].split(";")[0] for m in caplog.messages] == [
+        "turn 2 of 2, 0 of 2 episodes done", "turn 4 of 4, 0 of 2 episodes done", "turn 6 of 6, 0 of 2 episodes done"]
+    clock.now += 60
+    progress.advance(2, episodes=2)  # both conversations end: 8 of 8, 2 of 2
+    progress.close()
+    assert len(caplog.messages) == 4 and caplog.messages[-1] == (
+        "ood after · tau2 · retail: turn 8 of 8, 2 of 2 episodes done; 4 min 00 s")
+
+
 def test_an_evaluation_counts_every_turn_of_its_entries(caplog, bench):
     """The oracle replays the gold calls: the play's last line counts the entries' turns as the data has them."""
     from seal.budget import Budget

@@ -67,6 +67,18 @@ def test_each_sweep_has_a_folder_of_its_own_named_after_its_overrides(tmp_path):
     assert sorted(p.name for p in sweeps.iterdir()) == sorted([a.name, b.name])
 
 
+def test_a_sweep_made_before_its_values_were_sorted_is_found_where_it_was_made(tmp_path):
+    # a sweep of 2026-12-02 (`entry=..._51,..._50` named its folder as typed) run again resumes in that folder
+    sweeps = tmp_path / "multirun" / "show_prompt"
+    earlier = sweeps / "entry=multi_turn_base_51,multi_turn_base_50,view=train"
+    earlier.mkdir(parents=True)
+    proc = run(tmp_path, "-m", "task=show_prompt", "view=train", "entry=multi_turn_base_51,multi_turn_base_50")
+    assert proc.returncode == 0, proc.stderr
+    assert [p.name for p in sweeps.iterdir()] == [earlier.name]
+    assert sorted(p.name for p in earlier.iterdir() if p.is_dir()) == ["entry=multi_turn_base_50,view=train",
+                                                                       "entry=multi_turn_base_51,view=train"]
+
+
 def test_a_sweep_named_on_the_command_line_goes_there(tmp_path):
     proc = run(tmp_path, "-m", "task=show_prompt", "entry=multi_turn_base_50,multi_turn_base_51",
                "hydra.sweep.dir=multirun/lr_probe")

@@ -78,8 +78,8 @@ def test_ctrl_c_says_what_was_kept_and_the_same_command_resumes(tmp_path):
     fourth = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert fourth.returncode == 0, fourth.stderr[-3000:]
     assert (f"{metrics} is damaged: it ends in the middle of a value after {len(cut)} bytes (cut short while it was "
-            "written?); kept as metrics.json.damaged, and the run resumes from its last checkpoint to write it "
-            "again") in fourth.stdout + fourth.stderr
+            "written?); kept as metrics.json.damaged, and the run resumes from checkpoints/checkpoint-2 (2 round(s) "
+            "done) to write it again") in fourth.stdout + fourth.stderr
     assert (run_dir / "metrics.json.damaged").read_bytes() == cut
     assert f"resuming from {checkpoint.parent}/checkpoint-2: rounds 0-1 done ([2/2]); next: round 2" in fourth.stdout
     again_whole = json.loads(metrics.read_text())
@@ -87,7 +87,7 @@ def test_ctrl_c_says_what_was_kept_and_the_same_command_resumes(tmp_path):
         k: v for k, v in whole.items() if k != "wall_seconds"}
 
 
-def test_a_finished_run_is_one_of_this_configuration_with_its_metrics(tmp_path):
+def test_a_finished_run_is_one_of_this_configuration_with_its_metrics(tmp_path, caplog):
     from seal.io import claim_run_dir, config_fingerprint
     from seal.tasks.train import finished_already
     from tests.test_configs import compose_with
@@ -101,6 +101,15 @@ def test_a_finished_run_is_one_of_this_configuration_with_its_metrics(tmp_path):
     (tmp_path / "metrics.json").write_text("[1, 2]")
     assert finished_already(cfg, tmp_path) is None
     assert not (tmp_path / "metrics.json").exists() and (tmp_path / "metrics.json.damaged").read_text() == "[1, 2]"
+    assert caplog.messages[-1] == (f"{tmp_path / 'metrics.json'} is damaged: it holds a list where a run writes an "
+                                   "object; kept as metrics.json.damaged, and no checkpoint is left, so the run trains "
+                                   "again from round 0")
+    # a second damaged one keeps the first beside it
+    (tmp_path / "metrics.json").write_text("")
+    assert finished_already(cfg, tmp_path) is None
+    assert (tmp_path / "metrics.json.damaged").read_text() == "[1, 2]"
+    assert (tmp_path / "metrics.json.damaged-2").read_text() == ""
+    assert "it is empty; kept as metrics.json.damaged-2" in caplog.messages[-1]
     (tmp_path / "metrics.json").write_text("{}")
     # another configuration in the folder: not this run (train refuses it in its own sentence)
     assert finished_already(compose_with(*ARGS, "seed=1"), tmp_path) is None
