@@ -50,6 +50,7 @@ import argparse
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any, Callable
 
 from experiments.cluster.jobs import (REPO, TABLE1_BACKBONES, TABLE3_BACKBONE, damaged, finished, job_config,
                                       parse_plan, run_dir, with_budget, write_manifest)
@@ -57,7 +58,7 @@ from experiments.cluster.needs import (launcher_settings, gpu_hours_bound, gpu_l
                                        print_plan, requeue_lines)
 from experiments.cluster.slurm import check_partition, confirm, gpus_asked, submit
 from experiments.tables.columns import PAPER_BUDGET
-from seal.errors import UserError, cannot_write, unwritable
+from seal.errors import UserError, cannot_write, check_writable, unwritable
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -107,6 +108,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.dry_run:
         return 0
     partition = launcher.get("partition")
+    if not _root_takes(check_writable, root):  # before the question, not after the user typed the answer
+        return 2
     try:
         if todo and args.launcher != "basic":
             ask = gpus_asked(launcher)
@@ -118,12 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    try:
-        write_manifest(root, jobs, extra)
-    except OSError as exc:
-        if not unwritable(exc):
-            raise
-        print(f"error: {cannot_write(exc, 'give --root a folder you can write; nothing was submitted')}", file=sys.stderr)
+    if not _root_takes(write_manifest, root, jobs, extra):
         return 2
     failed = [(j, rc) for j, rc in (submit(todo, root, extra, args.launcher, partition) if todo else []) if rc != 0]
     for job, rc in failed:
@@ -131,6 +129,18 @@ def main(argv: list[str] | None = None) -> int:
     tables = subprocess.run([sys.executable, "-m", "experiments.aggregate", str(root), "--out", str(root / "tables")],
                             cwd=REPO)
     return 1 if failed or tables.returncode else 0
+
+
+def _root_takes(write: Callable[..., Any], root: Path, *args: Any) -> bool:
+    """Whether `write(root, *args)` went through; a root it cannot write is said in one sentence (False)."""
+    try:
+        write(root, *args)
+    except OSError as exc:
+        if not unwritable(exc):
+            raise
+        print(f"error: {cannot_write(exc, 'give --root a folder you can write; nothing was submitted')}", file=sys.stderr)
+        return False
+    return True
 
 
 if __name__ == "__main__":

@@ -21,6 +21,23 @@ def cannot_write(exc: OSError, advice: str) -> str:
     return f"cannot write {os.path.abspath(exc.filename)}: {why.get(exc.errno, 'permission denied')}; {advice}"
 
 
+def check_writable(folder: str | os.PathLike) -> None:
+    """Raise the OSError that making `folder` and writing into it would raise (seal.errors.unwritable), before
+    anything is made: for a command that must refuse before it asks or submits, not half-way through."""
+    path = os.path.abspath(folder)
+    if os.path.lexists(path) and not os.path.isdir(path):
+        raise OSError(errno.EEXIST, os.strerror(errno.EEXIST), path)
+    made = path
+    while not os.path.lexists(made):
+        made = os.path.dirname(made)
+    if not os.path.isdir(made):
+        raise OSError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), path)
+    if not os.access(made, os.W_OK | os.X_OK):
+        read_only = os.statvfs(made).f_flag & os.ST_RDONLY
+        code = errno.EROFS if read_only else errno.EACCES
+        raise OSError(code, os.strerror(code), path)
+
+
 class UserError(Exception):
     """A bad override, a missing file, a model that does not fit, ..."""
 

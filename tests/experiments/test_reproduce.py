@@ -158,17 +158,49 @@ def test_without_submit_and_without_a_terminal_nothing_is_submitted(tmp_path):
     assert list(tmp_path.iterdir()) == []  # no manifest, no job
 
 
-def test_a_root_that_cannot_be_written_is_one_sentence_and_nothing_submitted(tmp_path, monkeypatch, capsys):
+@pytest.mark.parametrize("at_terminal", [False, True])
+def test_a_root_that_cannot_be_written_is_one_sentence_and_nothing_submitted(tmp_path, monkeypatch, capsys,
+                                                                             at_terminal):
     import experiments.reproduce as reproduce
 
-    calls = []
+    calls, prompts = [], []
     monkeypatch.setattr(reproduce, "submit", lambda jobs, *a, **k: calls.append(jobs) or [(j, 0) for j in jobs])
+    monkeypatch.setattr(sys.stdin, "isatty", lambda: at_terminal)
+    monkeypatch.setattr("builtins.input", lambda prompt: prompts.append(prompt) or "submit")
     (tmp_path / "a_file").write_text("")
     root = tmp_path / "a_file" / "runs"  # a part of the path is a file (a read-only mount is refused alike)
-    assert reproduce.main(["--root", str(root), "--launcher", "basic", "--submit", *SMALL]) == 2
+    submit = [] if at_terminal else ["--submit"]
+    assert reproduce.main(["--root", str(root), "--launcher", "basic", *submit, *SMALL]) == 2
     assert capsys.readouterr().err == (f"error: cannot write {root}: a part of the path is a file, not a folder; give "
                                        "--root a folder you can write; nothing was submitted\n")
-    assert calls == []
+    # at a terminal the refusal comes before the question: nobody types "submit" for nothing
+    assert calls == [] and prompts == []
+
+
+def test_check_writable_raises_what_making_the_folder_would(tmp_path, monkeypatch):
+    import errno
+
+    from seal.errors import check_writable
+
+    (tmp_path / "a_file").write_text("")
+    for folder, code in ((tmp_path / "a_file", errno.EEXIST), (tmp_path / "a_file" / "x" / "y", errno.ENOTDIR)):
+        with pytest.raises(OSError) as caught:
+            check_writable(folder)
+        # the same errno as the mkdir it stands for
+        with pytest.raises(OSError) as made:
+            folder.mkdir(parents=True, exist_ok=True)
+        assert caught.value.errno == made.value.errno == code and caught.value.filename == str(folder)
+    check_writable(tmp_path / "new" / "deeper")  # a folder that can be made: nothing raised, nothing made
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file"]
+    # a folder this user may not write: permission denied, or read-only where the file system is
+    monkeypatch.setattr(os, "access", lambda path, mode: not str(path).startswith(str(tmp_path)))
+    with pytest.raises(OSError) as caught:
+        check_writable(tmp_path / "new")
+    assert caught.value.errno == errno.EACCES
+    monkeypatch.setattr(os, "statvfs", lambda path: SimpleNamespace(f_flag=os.ST_RDONLY))
+    with pytest.raises(OSError) as caught:
+        check_writable(tmp_path / "new")
+    assert caught.value.errno == errno.EROFS
 
 
 def test_a_run_whose_metrics_json_is_damaged_is_not_finished_and_is_named(tmp_path):
