@@ -6,7 +6,9 @@ benchmarks before and after training. `JobClock` times the work as it is done an
 the rates measured so far: seconds per evaluation episode, seconds per round, seconds per out-of-domain
 evaluation. A kind of work not timed yet is not guessed from another (a round's optimisation is most of it
 and no evaluation shows it): the estimate covers what was timed and names what is still to be timed, e.g.
-"about 40 s left + 3 rounds (not timed yet)".
+"about 40 s left + 3 rounds (not timed yet)". A kind the job has not timed yet may take its rate from another
+run that this machine measured with the same backbone, budget and launch (`JobClock.beside`, found by
+seal.tasks.train.similar_run): a fresh run beside a finished one gives its estimate up front.
 """
 
 from __future__ import annotations
@@ -95,6 +97,9 @@ class JobClock:
     eval_episodes: int = 0
     round_seconds: list[float] = field(default_factory=list)
     ood_seconds: float | None = None
+    # seconds per evaluation episode and per round another run measured (JobClock.beside): used until this job
+    # times that kind of work itself
+    other_rates: dict[str, float] = field(default_factory=dict)
     # what is still to do: evaluation episodes, rounds (from first_round on), out-of-domain evaluations
     evals_left: int = 0
     rounds_left: int = 0
@@ -112,6 +117,13 @@ class JobClock:
         self.eval_episodes += eval_episodes
         self.eval_seconds += eval_seconds
         self.round_seconds += [s for s in round_seconds if s > 0]
+
+    def beside(self, *, eval_episodes: int = 0, eval_seconds: float = 0.0, round_seconds: list[float] = ()) -> None:
+        """Rates another run measured on this machine (seal.tasks.train.similar_run): they stand in for a kind of
+        work until this job has timed it."""
+        rounds = [s for s in round_seconds if s > 0]
+        self.other_rates = {**({"evaluation episode": eval_seconds / eval_episodes} if eval_episodes else {}),
+                            **({"round": sum(rounds) / len(rounds)} if rounds else {})}
 
     def evaluated(self, episodes: int, seconds: float) -> None:
         """An evaluation of `episodes` episodes (before or after training) took `seconds`."""
@@ -131,11 +143,12 @@ class JobClock:
 
     def left(self) -> tuple[float, list[str]] | None:
         """(seconds the timed kinds of work still take at their measured rates, the work left of kinds not timed
-        yet, e.g. ["3 rounds"]); None before anything was timed. Validations are inside the measured rounds; the
-        evaluations left are the before/after ones."""
+        yet, e.g. ["3 rounds"]); None before anything was timed (by this job, an earlier attempt of it or the run
+        beside it). Validations are inside the measured rounds; the evaluations left are the before/after ones."""
         rates = {"evaluation episode": self.eval_seconds / self.eval_episodes if self.eval_episodes else None,
                  "round": sum(self.round_seconds) / len(self.round_seconds) if self.round_seconds else None,
                  "out-of-domain evaluation": self.ood_seconds}
+        rates = {what: self.other_rates.get(what) if rate is None else rate for what, rate in rates.items()}
         if rates["evaluation episode"] is None and rates["round"] is None:
             return None
         seconds, untimed = 0.0, []
@@ -162,3 +175,8 @@ class JobClock:
 def not_timed(untimed: list[str]) -> str:
     """What an estimate leaves out, as its tail: "" or " + 3 rounds (not timed yet)"."""
     return f" + {' and '.join(untimed)} (not timed yet)" if untimed else ""
+
+
+def round_seconds(metrics: dict[str, float]) -> float:
+    """A round's wall time: the sum of its `time/*` split (generation, optimisation, bookkeeping, validation)."""
+    return sum(v for k, v in metrics.items() if k.startswith("time/"))

@@ -9,6 +9,7 @@ from typing import Any
 from seal.diagnosis import LAYERS
 from seal.env.benchmarks.bfcl_v3 import CATEGORIES
 from seal.io import markdown_table
+from seal.report.clock import round_seconds
 
 # BFCL V3's categories, then their mean
 EVAL_KEYS = (*CATEGORIES, "avg")
@@ -38,7 +39,7 @@ def round_line(record: Any, planned: int | None = None, left: str | None = None)
     """The console's one line per round: reward, turn pass rate, the most frequent outcome, what the
     interface changed, the round's seconds and, with `left`, the job's clock (seal.report.clock)."""
     m = record.metrics
-    seconds = sum(v for k, v in m.items() if k.startswith("time/"))
+    seconds = round_seconds(m)
     top = _top_labels(record.labels, "outcome", k=1)
     change = record.interface_diff.replace("\n", "; ") if record.interface_diff else "unchanged"
     return (f"[{record.round + 1}/{planned or '?'}] round {record.round} | reward {m.get('train/reward_mean', 0.0):.3f} "

@@ -60,6 +60,25 @@ def cuda_devices() -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
+def machine_kind(world: int) -> str:
+    """What the job's processes run on, to compare one run's rates with another's (seal.report.clock): the
+    GPUs' name and how many the job uses, else the CPU's model and the cores this process may use."""
+    import platform
+
+    import torch
+
+    if torch.cuda.is_available():
+        return f"{world} x {torch.cuda.get_device_name()}"
+    model = ""
+    try:
+        with open("/proc/cpuinfo") as fh:
+            model = next((line.split(":", 1)[1].strip() for line in fh if line.startswith("model name")), "")
+    except OSError:
+        pass
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return f"{world} process{'es' if world > 1 else ''} on {model or platform.machine() or 'a CPU'} ({cores} cores)"
+
+
 def collective_timeout(minutes: Any) -> timedelta:
     """launch.timeout_minutes as the process group's timeout, with one sentence for a value that is not one."""
     number = isinstance(minutes, (int, float)) and not isinstance(minutes, bool)

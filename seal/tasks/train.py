@@ -27,7 +27,8 @@ from omegaconf import DictConfig, OmegaConf
 from seal.errors import Interrupted, UserError
 from seal.io import (CONF_DIR, DamagedFile, claim_run_dir, code_version, config_fingerprint, fingerprint_matches,
                      read_json, read_json_object, write_json)
-from seal.rl.distributed import cuda_devices, local_world
+from seal.report.clock import not_timed, round_seconds
+from seal.rl.distributed import cuda_devices, local_world, machine_kind
 
 if TYPE_CHECKING:
     from seal.budget import Budget
@@ -296,7 +297,7 @@ def announce(run: TrainingRun) -> None:
     """Say what the job will do (the evaluations with their episodes under each protocol, the rounds left,
     the validations, the out-of-domain benchmarks), and start its clock (seal.report.clock)."""
     from seal.budget import validated_after
-    from seal.report.clock import Evaluation, JobClock, JobPlan, not_timed
+    from seal.report.clock import Evaluation, JobClock, JobPlan
 
     entries, selection, protocols, out_dir = run.entries, run.selection, tuple(run.eval_protocols), run.out_dir
     planned = run.budget.rounds_for(len(entries.train))
@@ -320,14 +321,62 @@ def announce(run: TrainingRun) -> None:
                    after=tuple(after), ood=tuple(b.name for b in run.ood_benchmarks), first_round=first)
     run.clock = clock = JobClock(plan, clock=time.perf_counter, started=run.started)
     # a resumed run starts from the earlier attempt's rates: its rounds' times and its evaluation's
-    clock.earlier(round_seconds=[sum(v for k, v in r.get("metrics", {}).items() if k.startswith("time/"))
-                                 for r in history],
+    clock.earlier(round_seconds=[round_seconds(r.get("metrics", {})) for r in history],
                   **_evaluation_rate(out_dir / "eval_before.json"))
+    earlier = clock.left()
+    beside = similar_run(out_dir, run.run_config) if run.dist.main else None
+    if beside:
+        clock.beside(**beside[1])
     if run.dist.main:
-        found = clock.left()
-        when = (f"about {_duration(found[0])} at the earlier attempt's rates{not_timed(found[1])}" if found else
-                "estimated once the first evaluation or round is timed")
-        log.info("%s; the time it takes: %s, then on every round line", plan.describe(), when)
+        log.info("%s; the time it takes: %s, then on every round line", plan.describe(),
+                 time_it_takes(clock.left(), earlier, beside[0] if beside else None))
+
+
+def time_it_takes(found: tuple[float, list[str]] | None, earlier: tuple[float, list[str]] | None,
+                  beside: Path | None) -> str:
+    """The plan line's estimate: JobClock.left() `found` with the earlier attempt's rates and those of the run
+    `beside` (`earlier`: what the earlier attempt's rates alone gave), and whose rates they are."""
+    if found is None:
+        return "estimated once the first evaluation or round is timed"
+    rates = ("the earlier attempt's rates" if found == earlier or beside is None else
+             f"the rates of {beside}, the same backbone, budget and launch on this machine" if earlier is None else
+             f"the earlier attempt's rates and those of {beside}")
+    return f"about {_duration(found[0])} at {rates}{not_timed(found[1])}"
+
+
+# what a run's rates depend on, beside the code: run_config.json's keys that two runs must share for one's rates
+# to estimate the other's time (the arm's choices and the trainer's values change a round's time far less)
+PACE_KEYS = ("backbone", "budget", "launch", "eval", "benchmark", "world_size", "sharding", "machine")
+
+
+def similar_run(out_dir: Path, config: dict[str, Any]) -> tuple[Path, dict[str, Any]] | None:
+    """The run folder beside `out_dir` (in the same parent folder: outputs/train/, a sweep's folder) that this
+    machine ran with the same PACE_KEYS and that measured something, the most recently written first, with
+    its rates (its rounds' times in metrics.jsonl, its evaluation before training); None when there is none.
+    A folder whose files cannot be read is passed over: it is another run's problem, not this one's."""
+    from seal.io import read_jsonl
+
+    pace = {k: config.get(k) for k in PACE_KEYS}
+    found = []
+    for other in out_dir.parent.iterdir() if out_dir.parent.is_dir() else ():
+        try:
+            if other == out_dir or not (other / "run_config.json").is_file():
+                continue
+            theirs = read_json_object(other / "run_config.json")
+            if {k: theirs.get(k) for k in PACE_KEYS} != pace:
+                continue
+            rounds = read_jsonl(other / "metrics.jsonl") if (other / "metrics.jsonl").exists() else []
+            rates = {"round_seconds": [round_seconds(r) for r in rounds if isinstance(r, dict)],
+                     **_evaluation_rate(other / "eval_before.json")}
+            written = max(p.stat().st_mtime for p in other.iterdir())
+        except (DamagedFile, OSError, ValueError):
+            continue
+        if rates["round_seconds"] or rates["eval_episodes"]:
+            found.append((written, other.name, rates))
+    if not found:
+        return None
+    _, name, rates = max(found)
+    return out_dir.parent / name, rates
 
 
 def checkpointed_rounds(out_dir: Path) -> tuple[list[dict[str, Any]], Path | None]:
@@ -450,7 +499,7 @@ def run_config(run: TrainingRun) -> dict[str, Any]:
         "base_checkpoint": backbone.describe(), "code_version": code_version(), "fingerprint": run.fingerprint,
         "overrides": _overrides(), "train_ids": [e.id for e in entries.train],
         "heldout_part": entries.heldout_part, "heldout_ids": [e.id for e in entries.heldout],
-        "precision": precision(backbone, run.layout),
+        "precision": precision(backbone, run.layout), "machine": machine_kind(run.dist.world),
         "world_size": run.dist.world, "sharding": run.layout,
         "training_memory_gib": {k: round(v, 2) for k, v in run.memory.table()} if run.memory else None,
         "round_plan": vars(budget.plan) | {"episodes_per_step": budget.plan.episodes_per_step},

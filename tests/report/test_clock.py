@@ -79,3 +79,78 @@ def test_a_resumed_job_estimates_from_the_earlier_attempts_rates():
     clock.earlier(eval_episodes=8, eval_seconds=16.0, round_seconds=[30.0, 50.0])
     assert clock.left() == (96.0, [])
     assert (clock.rounds_left, clock.evals_left) == (2, 8)
+
+
+def test_a_fresh_job_estimates_up_front_from_the_run_beside_it_until_it_times_its_own_work():
+    # the run beside it: 8 evaluation episodes in 24 s (3 s each), rounds of 40 s and 50 s (an untimed 0 left out:
+    # 45 s a round); this job's 16 evaluation episodes and 3 rounds: 16 x 3 + 3 x 45 = 183 s before anything ran
+    clock = JobClock(plan(), clock=lambda: 0.0, started=0.0)
+    clock.beside(eval_episodes=8, eval_seconds=24.0, round_seconds=[40.0, 0.0, 50.0])
+    assert clock.left() == (183.0, [])
+    # its own evaluation before training: 8 episodes in 40 s; its rate replaces the other run's (not averaged with
+    # it): the 8 after training at 5 s and 3 rounds at the other run's 45 s
+    clock.evaluated(8, 40.0)
+    assert clock.left() == (8 * 5.0 + 3 * 45.0, [])
+    clock.round_done(60.0)
+    assert clock.left() == (8 * 5.0 + 2 * 60.0, [])
+    # a run beside it that timed only its evaluation leaves the rounds named, as without it
+    rounds_unknown = JobClock(plan(), clock=lambda: 0.0, started=0.0)
+    rounds_unknown.beside(eval_episodes=4, eval_seconds=8.0)
+    assert rounds_unknown.left() == (32.0, ["3 rounds"])
+
+
+def test_the_run_beside_is_the_newest_like_run_that_measured_something(tmp_path):
+    import json
+    import os
+
+    from seal.tasks.train import similar_run
+
+    config = {"backbone": {"name": "tiny"}, "budget": {"rounds": 3}, "launch": {"processes": 1}, "eval": {},
+              "benchmark": {}, "world_size": 1, "sharding": None, "machine": "1 process on a CPU (2 cores)",
+              "seed": 0, "reweighting": {"name": "off"}}
+
+    def folder(name, when, config=config, rounds=(), evaluation=None, damaged=None):
+        path = tmp_path / name
+        path.mkdir()
+        (path / "run_config.json").write_text(json.dumps(config))
+        (path / "metrics.jsonl").write_text("".join(json.dumps({"round": i, "time/generation": g, "time/optimisation": o,
+                                                                "train/reward_mean": 0.5}) + "\n"
+                                                    for i, (g, o) in enumerate(rounds)))
+        if evaluation:
+            (path / "eval_before.json").write_text(json.dumps(evaluation))
+        for file, text in (damaged or {}).items():
+            (path / file).write_text(text)
+        for p in path.iterdir():
+            os.utime(p, (when, when))
+        return path
+
+    folder("older", 100, rounds=[(1.0, 2.0)])
+    newest = folder("newer", 200, rounds=[(1.0, 3.0), (2.0, 4.0)],
+                    evaluation={"num_entries": 4, "timing": {"seconds": 6.0}, "timing_release": {"seconds": 10.0}})
+    folder("other_seed", 250, config={**config, "seed": 1, "reweighting": {"name": "closed_loop"}})  # nothing measured
+    folder("other_budget", 300, config={**config, "budget": {"rounds": 30}}, rounds=[(9.0, 9.0)])
+    folder("torn", 400, rounds=[(1.0, 1.0)], damaged={"metrics.jsonl": '{"round": 0, "time/gen'})
+    folder("cut_short", 500, rounds=[(1.0, 1.0)], damaged={"run_config.json": '{"backbone": '})
+    # the newest that measured something, of the same backbone, budget, launch and machine (its arm and seed
+    # may differ): rounds of 1 + 3 and 2 + 4 s, 4 entries under 2 protocols in 6 + 10 s
+    assert similar_run(tmp_path / "mine", config) == (
+        newest, {"round_seconds": [4.0, 6.0], "eval_episodes": 8, "eval_seconds": 16.0})
+    # a like run with a different seed and arm measured later: it is the one
+    later = folder("later", 600, config={**config, "seed": 2}, rounds=[(5.0, 5.0)])
+    assert similar_run(tmp_path / "mine", config) == (later, {"round_seconds": [10.0], "eval_episodes": 0,
+                                                              "eval_seconds": 0.0})
+    assert similar_run(tmp_path / "absent" / "mine", config) is None  # a parent that is not there
+
+
+def test_the_plan_line_says_whose_rates_its_estimate_is_at(tmp_path):
+    from seal.tasks.train import time_it_takes
+
+    beside = tmp_path / "reweighting=off"
+    assert time_it_takes(None, None, None) == "estimated once the first evaluation or round is timed"
+    assert time_it_takes((90.0, []), None, beside) == (
+        f"about 1 min 30 s at the rates of {beside}, the same backbone, budget and launch on this machine")
+    # a resumed run: its own earlier attempt's rates; the run beside added only what that attempt had not timed
+    assert time_it_takes((90.0, ["2 out-of-domain evaluations"]), (90.0, ["2 out-of-domain evaluations"]), beside) == (
+        "about 1 min 30 s at the earlier attempt's rates + 2 out-of-domain evaluations (not timed yet)")
+    assert time_it_takes((150.0, []), (90.0, ["2 rounds"]), beside) == (
+        f"about 2 min 30 s at the earlier attempt's rates and those of {beside}")

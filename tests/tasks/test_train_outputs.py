@@ -34,12 +34,14 @@ def test_an_ablation_run_is_filed_under_its_arm_and_leaves_readable_outputs(tmp_
                        "benchmark.categories=[simple_python]")
     caplog.set_level(logging.INFO)
     monkeypatch.setattr(sys.stderr, "isatty", lambda: True)  # a terminal: the bars are drawn
-    run(cfg, tmp_path)
+    run_dir = tmp_path / "run"  # beside no other run: a fresh run's plan has no rates to estimate from
+    run_dir.mkdir()  # (Hydra makes it before the task runs)
+    run(cfg, run_dir)
     choices = {"env_interface": "evolving", "diagnoser": "rules", "reweighting": "off", "rendering": "project",
                "protocol": "bfcl", "budget.step_limit": "turn", "budget.max_train_tokens": None}
-    config = json.loads((tmp_path / "run_config.json").read_text())
+    config = json.loads((run_dir / "run_config.json").read_text())
     assert (config["arm"], config["arm_choices"], config["experiment_name"]) == (ARM, choices, ARM)
-    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    metrics = json.loads((run_dir / "metrics.json").read_text())
     assert (metrics["arm"], metrics["arm_choices"]) == (ARM, choices)
     # W&B: the arm is the job type, the name is short, the config is run_config.json's
     assert (seen["job_type"], seen["name"]) == (ARM, f"{ARM} | tiny-random | seed 0")
@@ -71,28 +73,44 @@ def test_an_ablation_run_is_filed_under_its_arm_and_leaves_readable_outputs(tmp_
     progress = [r.getMessage() for r in caplog.records if r.name == "seal.progress"]
     assert any(m.startswith("eval before · release: turn ") and "4 of 4 episodes done" in m for m in progress)
 
-    report = (tmp_path / "report.md").read_text()
+    report = (run_dir / "report.md").read_text()
     assert report.startswith(f"# SEAL training run: {ARM} | tiny-random | seed 0\n")
     # TRL's model card names the base model (a local weights folder would read "[None]")
-    card = (tmp_path / "checkpoints" / "README.md").read_text()
+    card = (run_dir / "checkpoints" / "README.md").read_text()
     assert "fine-tuned version of [tiny-random]" in card and "[None]" not in card
 
     # the notebook, run from the command line, saves its plot beside the run, and says only where
-    cli = subprocess.run([sys.executable, "-m", "seal.report.inspect_run", str(tmp_path)], cwd=ROOT,
+    cli = subprocess.run([sys.executable, "-m", "seal.report.inspect_run", str(run_dir)], cwd=ROOT,
                          capture_output=True, text=True, timeout=600)
-    assert (cli.returncode, cli.stdout, cli.stderr) == (0, f"{tmp_path / 'inspect_run.ipynb'}\n", "")
-    notebook = json.loads((tmp_path / "inspect_run.ipynb").read_text())
+    assert (cli.returncode, cli.stdout, cli.stderr) == (0, f"{run_dir / 'inspect_run.ipynb'}\n", "")
+    notebook = json.loads((run_dir / "inspect_run.ipynb").read_text())
     outputs = [o for c in notebook["cells"] if c["cell_type"] == "code" for o in c["outputs"]]
     assert any("image/png" in o.get("data", {}) for o in outputs)
     assert f"| {ARM} | tiny-random | 2 rounds" in "".join("".join(o.get("text", "")) for o in outputs)
     # under `jupyter execute`, which keeps no output, the terminal is told which run and where its figure went
     jupyter = subprocess.run([str(Path(sys.executable).parent / "jupyter"), "execute", "notebooks/inspect_run.ipynb"],
                              cwd=ROOT, capture_output=True, text=True, timeout=600,
-                             env={**os.environ, "SEAL_RUN_DIR": str(tmp_path)})
+                             env={**os.environ, "SEAL_RUN_DIR": str(run_dir)})
     assert jupyter.returncode == 0, jupyter.stderr
-    assert f"inspect_run: {tmp_path} (named by SEAL_RUN_DIR)\n" in jupyter.stderr
-    assert f"inspect_run: figure saved as {tmp_path / 'inspect_run.png'}\n" in jupyter.stderr
-    assert (tmp_path / "inspect_run.png").read_bytes().startswith(b"\x89PNG")
+    assert f"inspect_run: {run_dir} (named by SEAL_RUN_DIR)\n" in jupyter.stderr
+    assert f"inspect_run: figure saved as {run_dir / 'inspect_run.png'}\n" in jupyter.stderr
+    assert (run_dir / "inspect_run.png").read_bytes().startswith(b"\x89PNG")
+
+    # a fresh run beside it with the same backbone, budget and launch on this machine takes its estimate up front
+    # from this run's rates: its rounds' times (metrics.jsonl's time/ split) and its evaluation before training (4
+    # entries under 2 protocols, the plan above)
+    from seal.tasks.train import similar_run
+
+    lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    split = [{k: v for k, v in line.items() if k.startswith("time/")} for line in lines]
+    assert len(split) == 2 and all({"time/generation", "time/optimisation"} <= set(s) for s in split)
+    before = json.loads((run_dir / "eval_before.json").read_text())
+    assert similar_run(tmp_path / "next", config) == (run_dir, {
+        "round_seconds": [sum(s.values()) for s in split], "eval_episodes": 8,
+        "eval_seconds": before["timing"]["seconds"] + before["timing_release"]["seconds"]})
+    assert config["machine"].startswith("1 process on ") and similar_run(run_dir, config) is None  # not itself
+    for other in ({"backbone": {**config["backbone"], "name": "smollm2-135m"}}, {"machine": "4 x NVIDIA H100"}):
+        assert similar_run(tmp_path / "next", {**config, **other}) is None
 
 
 def test_a_model_card_names_the_hub_checkpoint_behind_the_weights():
