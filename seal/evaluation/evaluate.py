@@ -194,7 +194,7 @@ def evaluate_entries(engine: Any, entries: list[Entry], out_dir: Path | None = N
                 key = PREFIX + suffix + key.removeprefix(PREFIX)
             elif key in ("counts", "timing"):
                 key += suffix
-            elif key == "num_entries" and suffix:
+            elif key == "num_entries" and key in metrics:  # the same entries under every protocol
                 continue
             metrics[key] = value
         metrics["protocol"][name] = protocol(engine, limit, name)

@@ -122,7 +122,7 @@ class JobClock:
         """Rates another run measured on this machine (seal.tasks.train.similar_run): they stand in for a kind of
         work until this job has timed it."""
         rounds = [s for s in round_seconds if s > 0]
-        self.other_rates = {**({"evaluation episode": eval_seconds / eval_episodes} if eval_episodes else {}),
+        self.other_rates = {**({"evaluation episode": eval_seconds / eval_episodes} if eval_episodes and eval_seconds > 0 else {}),
                             **({"round": sum(rounds) / len(rounds)} if rounds else {})}
 
     def evaluated(self, episodes: int, seconds: float) -> None:

@@ -339,44 +339,64 @@ def time_it_takes(found: tuple[float, list[str]] | None, earlier: tuple[float, l
     if found is None:
         return "estimated once the first evaluation or round is timed"
     rates = ("the earlier attempt's rates" if found == earlier or beside is None else
-             f"the rates of {beside}, the same backbone, budget and launch on this machine" if earlier is None else
+             f"the rates of {beside} (the same backbone, budget, launch and evaluation on this kind of machine)" if earlier is None else
              f"the earlier attempt's rates and those of {beside}")
     return f"about {_duration(found[0])} at {rates}{not_timed(found[1])}"
 
 
 # what a run's rates depend on, beside the code: run_config.json's keys that two runs must share for one's rates
-# to estimate the other's time (the arm's choices and the trainer's values change a round's time far less)
-PACE_KEYS = ("backbone", "budget", "launch", "eval", "benchmark", "world_size", "sharding", "machine")
+# to estimate the other's time (the model, the episodes and their lengths, the launch, the machine), and of the
+# trainer's values those that change a step's work; an arm's choices and a learning rate change it far less
+PACE_KEYS = ("backbone", "budget", "launch", "eval", "benchmark", "protocol", "split", "rendering", "world_size",
+             "sharding", "machine")
+PACE_TRAINER_KEYS = ("beta", "gradient_checkpointing", "loss_type")
+
+
+def pace_of(config: dict[str, Any]) -> Any:
+    """What of a run_config.json its rates depend on (PACE_KEYS), as JSON reads it back."""
+    trainer = config.get("trainer") if isinstance(config.get("trainer"), dict) else {}
+    pace = {**{k: config.get(k) for k in PACE_KEYS}, "trainer": {k: trainer.get(k) for k in PACE_TRAINER_KEYS}}
+    return json.loads(json.dumps(pace, default=str))
 
 
 def similar_run(out_dir: Path, config: dict[str, Any]) -> tuple[Path, dict[str, Any]] | None:
-    """The run folder beside `out_dir` (in the same parent folder: outputs/train/, a sweep's folder) that this
-    machine ran with the same PACE_KEYS and that measured something, the most recently written first, with
-    its rates (its rounds' times in metrics.jsonl, its evaluation before training); None when there is none.
-    A folder whose files cannot be read is passed over: it is another run's problem, not this one's."""
-    from seal.io import read_jsonl
-
-    pace = {k: config.get(k) for k in PACE_KEYS}
+    """The run folder beside `out_dir` (in the same parent folder: outputs/train/, a sweep's folder) that a machine
+    like this one ran with the same pace (pace_of) and that timed a round or an evaluation, the most recently
+    written first, with its rates (its rounds' times in metrics.jsonl, its evaluation before training); None when
+    there is none. A folder whose files cannot be read, or hold what a run does not write, is passed over: it is
+    another run's problem, not this one's."""
+    pace = pace_of(config)
     found = []
-    for other in out_dir.parent.iterdir() if out_dir.parent.is_dir() else ():
+    try:
+        others = [p for p in out_dir.parent.iterdir() if p != out_dir and (p / "run_config.json").is_file()]
+    except OSError:
+        return None
+    for other in others:
         try:
-            if other == out_dir or not (other / "run_config.json").is_file():
+            if pace_of(read_json_object(other / "run_config.json")) != pace:
                 continue
-            theirs = read_json_object(other / "run_config.json")
-            if {k: theirs.get(k) for k in PACE_KEYS} != pace:
-                continue
-            rounds = read_jsonl(other / "metrics.jsonl") if (other / "metrics.jsonl").exists() else []
-            rates = {"round_seconds": [round_seconds(r) for r in rounds if isinstance(r, dict)],
-                     **_evaluation_rate(other / "eval_before.json")}
+            rates = _measured(other)
             written = max(p.stat().st_mtime for p in other.iterdir())
-        except (DamagedFile, OSError, ValueError):
+        except (DamagedFile, OSError, ValueError, TypeError, AttributeError):
             continue
-        if rates["round_seconds"] or rates["eval_episodes"]:
+        if rates["round_seconds"] or rates["eval_seconds"]:
             found.append((written, other.name, rates))
     if not found:
         return None
     _, name, rates = max(found)
     return out_dir.parent / name, rates
+
+
+def _measured(run_dir: Path) -> dict[str, Any]:
+    """A finished or running run's rates: its rounds' seconds (those timed) and its evaluation before training."""
+    from seal.io import read_jsonl
+
+    rounds = read_jsonl(run_dir / "metrics.jsonl") if (run_dir / "metrics.jsonl").exists() else []
+    seconds = [round_seconds({k: float(v) for k, v in r.items() if k.startswith("time/")}) for r in rounds]
+    evaluation = _evaluation_rate(run_dir / "eval_before.json")
+    if not evaluation["eval_seconds"] > 0:
+        evaluation = {"eval_episodes": 0, "eval_seconds": 0.0}
+    return {"round_seconds": [s for s in seconds if s > 0], **evaluation}
 
 
 def checkpointed_rounds(out_dir: Path) -> tuple[list[dict[str, Any]], Path | None]:

@@ -148,9 +148,45 @@ def test_the_plan_line_says_whose_rates_its_estimate_is_at(tmp_path):
     beside = tmp_path / "reweighting=off"
     assert time_it_takes(None, None, None) == "estimated once the first evaluation or round is timed"
     assert time_it_takes((90.0, []), None, beside) == (
-        f"about 1 min 30 s at the rates of {beside}, the same backbone, budget and launch on this machine")
+        f"about 1 min 30 s at the rates of {beside} (the same backbone, budget, launch and evaluation on this kind of "
+        "machine)")
     # a resumed run: its own earlier attempt's rates; the run beside added only what that attempt had not timed
     assert time_it_takes((90.0, ["2 out-of-domain evaluations"]), (90.0, ["2 out-of-domain evaluations"]), beside) == (
         "about 1 min 30 s at the earlier attempt's rates + 2 out-of-domain evaluations (not timed yet)")
     assert time_it_takes((150.0, []), (90.0, ["2 rounds"]), beside) == (
         f"about 2 min 30 s at the earlier attempt's rates and those of {beside}")
+
+
+def test_a_folder_beside_that_holds_what_no_run_writes_or_timed_nothing_is_passed_over(tmp_path):
+    import json
+    import os
+
+    from seal.tasks.train import PACE_KEYS, PACE_TRAINER_KEYS, similar_run
+
+    config = {**{k: {"name": k} for k in PACE_KEYS}, "trainer": {k: 1 for k in PACE_TRAINER_KEYS},
+              "seed": 0}
+    good = tmp_path / "good"
+    good.mkdir()
+    (good / "run_config.json").write_text(json.dumps({**config, "seed": 3, "trainer": {
+        **config["trainer"], "learning_rate": 0.5}}))  # another seed and learning rate: alike
+    (good / "metrics.jsonl").write_text(json.dumps({"round": 0, "time/generation": 2.0, "time/optimisation": 5.0}) + "\n")
+    os.utime(good / "metrics.jsonl", (100, 100))
+    os.utime(good / "run_config.json", (100, 100))
+    # newer folders of the same pace that a run would not have written, or that timed nothing
+    wrong = {"list_evaluation": {"eval_before.json": "[]"},
+             "null_seconds": {"eval_before.json": '{"num_entries": 2, "timing": {"seconds": null}}'},
+             "null_time": {"metrics.jsonl": '{"round": 0, "time/generation": null}\n'},
+             "untimed_rounds": {"metrics.jsonl": '{"round": 0, "train/reward_mean": 0.5}\n'},
+             "zero_evaluation": {"eval_before.json": '{"num_entries": 2, "timing": {"seconds": 0.0}}'}}
+    for name, files in wrong.items():
+        (tmp_path / name).mkdir()
+        for file, text in {"run_config.json": json.dumps(config), **files}.items():
+            (tmp_path / name / file).write_text(text)
+    (tmp_path / "a_file").write_text("not a run")
+    assert similar_run(tmp_path / "mine", config) == (good, {"round_seconds": [7.0], "eval_episodes": 0,
+                                                             "eval_seconds": 0.0})
+    # every key of the pace counts: a run that differs in any one of them lends nothing
+    for key in PACE_KEYS:
+        assert similar_run(tmp_path / "mine", {**config, key: {"name": "another"}}) is None, key
+    for key in PACE_TRAINER_KEYS:
+        assert similar_run(tmp_path / "mine", {**config, "trainer": {**config["trainer"], key: 2}}) is None, key

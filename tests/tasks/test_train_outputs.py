@@ -11,6 +11,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from seal.policy.progress import duration
 from seal.report import wandb_run
 from seal.tasks import run
 from tests.config_values import backbone_cfg
@@ -111,6 +114,29 @@ def test_an_ablation_run_is_filed_under_its_arm_and_leaves_readable_outputs(tmp_
     assert config["machine"].startswith("1 process on ") and similar_run(run_dir, config) is None  # not itself
     for other in ({"backbone": {**config["backbone"], "name": "smollm2-135m"}}, {"machine": "4 x NVIDIA H100"}):
         assert similar_run(tmp_path / "next", {**config, **other}) is None
+
+    # and the fresh run says so on its plan line (it is stopped once it has said it): its 16 evaluation episodes at
+    # this run's rate (8 in eval_seconds) and its 2 rounds at this run's mean round; the out-of-domain benchmark,
+    # which this run's evaluation file does not time, is named
+    from seal.tasks import train as train_task
+
+    class Said(Exception):
+        pass
+
+    def stop(run):
+        raise Said
+
+    monkeypatch.setattr(train_task, "evaluate_before", stop)
+    caplog.clear()
+    (tmp_path / "next").mkdir()
+    with pytest.raises(Said):
+        run(cfg, tmp_path / "next")
+    seconds = 16 * (before["timing"]["seconds"] + before["timing_release"]["seconds"]) / 8 + sum(map(sum, [
+        s.values() for s in split]))
+    said = [r.getMessage() for r in caplog.records if r.name == "seal.tasks.train" and "plan: " in r.getMessage()]
+    assert said[0].endswith(
+        f"; the time it takes: about {duration(seconds)} at the rates of {run_dir} (the same backbone, budget, launch "
+        "and evaluation on this kind of machine) + 2 out-of-domain evaluations (not timed yet), then on every round line")
 
 
 def test_a_model_card_names_the_hub_checkpoint_behind_the_weights():
