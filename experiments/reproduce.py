@@ -47,6 +47,7 @@ file system's rate) and plays again the rounds since that checkpoint (budget.sav
 from __future__ import annotations
 
 import argparse
+import errno
 import subprocess
 import sys
 from pathlib import Path
@@ -85,6 +86,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     root = args.root.resolve()
+    if not _root_takes(_names_fit, root):  # no file under it could even be looked for, dry run or not
+        return 2
     todo = [j for j in jobs if not finished(run_dir(root, j, extra))]
     needs = {job: needs_of(cfg, gpu_hours_bound(job, extra, gpu_tflops=args.gpu_tflops, mfu=args.mfu, cfg=cfg))
              for job, cfg in configs.items()}
@@ -129,6 +132,15 @@ def main(argv: list[str] | None = None) -> int:
     tables = subprocess.run([sys.executable, "-m", "experiments.aggregate", str(root), "--out", str(root / "tables")],
                             cwd=REPO)
     return 1 if failed or tables.returncode else 0
+
+
+def _names_fit(root: Path) -> None:
+    """Raise check_writable's error when a name in `root` is longer than its file system takes."""
+    try:
+        check_writable(root)
+    except OSError as exc:
+        if exc.errno == errno.ENAMETOOLONG:
+            raise
 
 
 def _root_takes(write: Callable[..., Any], root: Path, *args: Any) -> bool:

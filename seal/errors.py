@@ -30,8 +30,13 @@ def check_writable(folder: str | os.PathLike) -> None:
     made = path
     while not os.path.lexists(made):
         made = os.path.dirname(made)
+    if os.path.islink(made) and not os.path.exists(made):  # a link to nothing: mkdir finds its name taken
+        raise OSError(errno.EEXIST, os.strerror(errno.EEXIST), made)
     if not os.path.isdir(made):
         raise OSError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), path)
+    longest = os.pathconf(made, "PC_NAME_MAX")
+    if any(len(os.fsencode(part)) > longest for part in os.path.relpath(path, made).split(os.sep)):
+        raise OSError(errno.ENAMETOOLONG, os.strerror(errno.ENAMETOOLONG), path)
     if not os.access(made, os.W_OK | os.X_OK):
         read_only = os.statvfs(made).f_flag & os.ST_RDONLY
         code = errno.EROFS if read_only else errno.EACCES

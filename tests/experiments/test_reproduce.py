@@ -177,6 +177,20 @@ def test_a_root_that_cannot_be_written_is_one_sentence_and_nothing_submitted(tmp
     assert calls == [] and prompts == []
 
 
+def test_a_dry_run_plans_whatever_the_root(tmp_path, capsys):
+    import experiments.reproduce as reproduce
+
+    (tmp_path / "a_file").write_text("")
+    assert reproduce.main(["--root", str(tmp_path / "a_file" / "runs"), "--launcher", "basic", "--dry-run", *SMALL]) == 0
+    out = capsys.readouterr()
+    assert out.out.startswith("2 jobs, 0 finished, 2 to run") and out.err == ""
+    # a name no file system takes: no run folder under it can even be looked for
+    root = tmp_path / ("x" * 300)
+    assert reproduce.main(["--root", str(root), "--launcher", "basic", "--dry-run", *SMALL]) == 2
+    assert capsys.readouterr().err == (f"error: cannot write {root}: the name is too long; give --root a folder you "
+                                       "can write; nothing was submitted\n")
+
+
 def test_check_writable_raises_what_making_the_folder_would(tmp_path, monkeypatch):
     import errno
 
@@ -190,6 +204,17 @@ def test_check_writable_raises_what_making_the_folder_would(tmp_path, monkeypatc
         with pytest.raises(OSError) as made:
             folder.mkdir(parents=True, exist_ok=True)
         assert caught.value.errno == made.value.errno == code and caught.value.filename == str(folder)
+    # a link to nothing in the path: mkdir finds the link's name taken; a name longer than the file system takes
+    (tmp_path / "link").symlink_to(tmp_path / "nowhere")
+    too_long = tmp_path / ("x" * 300) / "runs"
+    for folder, code, named in ((tmp_path / "link" / "runs", errno.EEXIST, tmp_path / "link"),
+                                (too_long, errno.ENAMETOOLONG, too_long)):
+        with pytest.raises(OSError) as caught:
+            check_writable(folder)
+        with pytest.raises(OSError) as made:
+            folder.mkdir(parents=True, exist_ok=True)
+        assert caught.value.errno == made.value.errno == code and caught.value.filename == str(named)
+    (tmp_path / "link").unlink()
     check_writable(tmp_path / "new" / "deeper")  # a folder that can be made: nothing raised, nothing made
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file"]
     # a folder this user may not write: permission denied, or read-only where the file system is
