@@ -356,6 +356,8 @@ def pace_of(config: dict[str, Any]) -> Any:
     """What of a run_config.json its rates depend on (PACE_KEYS), as JSON reads it back."""
     trainer = config.get("trainer") if isinstance(config.get("trainer"), dict) else {}
     pace = {**{k: config.get(k) for k in PACE_KEYS}, "trainer": {k: trainer.get(k) for k in PACE_TRAINER_KEYS}}
+    if isinstance(pace["split"], dict):  # the split's seed is the run's (which scenarios validate, not how many)
+        pace["split"] = {k: v for k, v in pace["split"].items() if k != "seed"}
     return json.loads(json.dumps(pace, default=str))
 
 

@@ -167,8 +167,9 @@ def test_a_folder_beside_that_holds_what_no_run_writes_or_timed_nothing_is_passe
               "seed": 0}
     good = tmp_path / "good"
     good.mkdir()
-    (good / "run_config.json").write_text(json.dumps({**config, "seed": 3, "trainer": {
-        **config["trainer"], "learning_rate": 0.5}}))  # another seed and learning rate: alike
+    (good / "run_config.json").write_text(json.dumps({**config, "seed": 3, "split": {"name": "split", "seed": 3},
+                                                      "trainer": {**config["trainer"], "learning_rate": 0.5}}))
+    # another seed (the split's too: conf/split's seed is the run's) and learning rate: alike
     (good / "metrics.jsonl").write_text(json.dumps({"round": 0, "time/generation": 2.0, "time/optimisation": 5.0}) + "\n")
     os.utime(good / "metrics.jsonl", (100, 100))
     os.utime(good / "run_config.json", (100, 100))

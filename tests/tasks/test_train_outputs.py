@@ -32,9 +32,10 @@ def test_an_ablation_run_is_filed_under_its_arm_and_leaves_readable_outputs(tmp_
             super().__init__(**kwargs)
 
     monkeypatch.setattr(wandb_run, "WandbRun", Recording)
-    cfg = compose_with("backbone=tiny-random", "budget=tiny", "reweighting=off", "logger.mode=disabled",
-                       "budget.ood_benchmarks=[bfcl_single_turn]", "benchmark=bfcl_single_turn",
-                       "benchmark.categories=[simple_python]")
+    overrides = ("backbone=tiny-random", "budget=tiny", "reweighting=off", "logger.mode=disabled",
+                 "budget.ood_benchmarks=[bfcl_single_turn]", "benchmark=bfcl_single_turn",
+                 "benchmark.categories=[simple_python]")
+    cfg = compose_with(*overrides)
     caplog.set_level(logging.INFO)
     monkeypatch.setattr(sys.stderr, "isatty", lambda: True)  # a terminal: the bars are drawn
     run_dir = tmp_path / "run"  # beside no other run: a fresh run's plan has no rates to estimate from
@@ -115,7 +116,8 @@ def test_an_ablation_run_is_filed_under_its_arm_and_leaves_readable_outputs(tmp_
     for other in ({"backbone": {**config["backbone"], "name": "smollm2-135m"}}, {"machine": "4 x NVIDIA H100"}):
         assert similar_run(tmp_path / "next", {**config, **other}) is None
 
-    # and the fresh run says so on its plan line (it is stopped once it has said it): its 16 evaluation episodes at
+    # and a fresh run of another seed (a sweep's next job) says so on its plan line (it is stopped once it has said
+    # it): its 16 evaluation episodes at
     # this run's rate (8 in eval_seconds) and its 2 rounds at this run's mean round; the out-of-domain benchmark,
     # which this run's evaluation file does not time, is named
     from seal.tasks import train as train_task
@@ -130,7 +132,7 @@ def test_an_ablation_run_is_filed_under_its_arm_and_leaves_readable_outputs(tmp_
     caplog.clear()
     (tmp_path / "next").mkdir()
     with pytest.raises(Said):
-        run(cfg, tmp_path / "next")
+        run(compose_with(*overrides, "seed=1"), tmp_path / "next")
     seconds = 16 * (before["timing"]["seconds"] + before["timing_release"]["seconds"]) / 8 + sum(map(sum, [
         s.values() for s in split]))
     said = [r.getMessage() for r in caplog.records if r.name == "seal.tasks.train" and "plan: " in r.getMessage()]
