@@ -121,9 +121,8 @@ class JobClock:
     def beside(self, *, eval_episodes: int = 0, eval_seconds: float = 0.0, round_seconds: list[float] = ()) -> None:
         """Rates another run measured on this machine (seal.tasks.train.similar_run): they stand in for a kind of
         work until this job has timed it."""
-        rounds = [s for s in round_seconds if s > 0]
-        self.other_rates = {**({"evaluation episode": eval_seconds / eval_episodes} if eval_episodes and eval_seconds > 0 else {}),
-                            **({"round": sum(rounds) / len(rounds)} if rounds else {})}
+        self.other_rates = {what: rate for what, rate in _rates(eval_episodes, eval_seconds, round_seconds).items()
+                            if rate is not None}
 
     def evaluated(self, episodes: int, seconds: float) -> None:
         """An evaluation of `episodes` episodes (before or after training) took `seconds`."""
@@ -145,8 +144,7 @@ class JobClock:
         """(seconds the timed kinds of work still take at their measured rates, the work left of kinds not timed
         yet, e.g. ["3 rounds"]); None before anything was timed (by this job, an earlier attempt of it or the run
         beside it). Validations are inside the measured rounds; the evaluations left are the before/after ones."""
-        rates = {"evaluation episode": self.eval_seconds / self.eval_episodes if self.eval_episodes else None,
-                 "round": sum(self.round_seconds) / len(self.round_seconds) if self.round_seconds else None,
+        rates = {**_rates(self.eval_episodes, self.eval_seconds, self.round_seconds),
                  "out-of-domain evaluation": self.ood_seconds}
         rates = {what: self.other_rates.get(what) if rate is None else rate for what, rate in rates.items()}
         if rates["evaluation episode"] is None and rates["round"] is None:
@@ -170,6 +168,13 @@ class JobClock:
             return f"{duration(self.elapsed())} so far"
         seconds, untimed = found
         return f"{duration(self.elapsed())} so far, about {duration(seconds)} left{not_timed(untimed)}"
+
+
+def _rates(eval_episodes: int, eval_seconds: float, round_seconds: list[float]) -> dict[str, float | None]:
+    """Seconds per evaluation episode and per round (the mean of the rounds timed); None for a kind not timed."""
+    rounds = [s for s in round_seconds if s > 0]
+    return {"evaluation episode": eval_seconds / eval_episodes if eval_episodes and eval_seconds > 0 else None,
+            "round": sum(rounds) / len(rounds) if rounds else None}
 
 
 def not_timed(untimed: list[str]) -> str:
