@@ -211,3 +211,47 @@ def test_a_torch_built_without_distributed_has_no_group_to_leave(monkeypatch):
     monkeypatch.setitem(sys.modules, "torch.distributed", types.SimpleNamespace(is_available=lambda: False))
     monkeypatch.delitem(sys.modules, "vllm.distributed.parallel_state", raising=False)
     distributed.close()
+
+
+def test_the_machine_a_runs_rates_belong_to(monkeypatch):
+    """run_config.json's `machine`: the GPUs' name and how many the job uses, else the CPU's model (the first
+    `model name` of /proc/cpuinfo) and the cores this process may use."""
+    import builtins
+    import io
+    import os
+    import platform
+
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "NVIDIA H100 80GB HBM3")
+    assert distributed.machine_kind(4) == "4 x NVIDIA H100 80GB HBM3"
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    cpuinfo = ["processor\t: 0\nvendor_id\t: GenuineIntel\nmodel name\t: Xeon: Platinum 8488C\nflags\t: avx\n"
+               "model name\t: the second core's\n"]
+    real_open = builtins.open
+
+    def fake_open(path, *args, **kwargs):
+        if path == "/proc/cpuinfo":
+            if not cpuinfo:
+                raise FileNotFoundError(2, "No such file or directory", path)
+            return io.StringIO(cpuinfo[0])
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", fake_open)
+    # the cores this process may use (a SLURM job's share), not all the machine's
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
+    monkeypatch.setattr(os, "cpu_count", lambda: 8)
+    assert distributed.machine_kind(1) == "1 process on Xeon: Platinum 8488C (2 cores)"
+    assert distributed.machine_kind(2) == "2 processes on Xeon: Platinum 8488C (2 cores)"
+    # no model name in it (many ARM machines), or no /proc at all: the architecture, else "a CPU"
+    monkeypatch.setattr(platform, "machine", lambda: "aarch64")
+    cpuinfo[0] = "processor\t: 0\nBogoMIPS\t: 50.00\n"
+    assert distributed.machine_kind(1) == "1 process on aarch64 (2 cores)"
+    cpuinfo.clear()
+    assert distributed.machine_kind(1) == "1 process on aarch64 (2 cores)"
+    monkeypatch.setattr(platform, "machine", lambda: "")
+    # without sched_getaffinity (macOS): every core the OS counts
+    monkeypatch.delattr(os, "sched_getaffinity")
+    assert distributed.machine_kind(3) == "3 processes on a CPU (8 cores)"
