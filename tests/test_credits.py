@@ -12,7 +12,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 TEXT = [p for folder in ("conf", "docs", "seal", "tests", "experiments") for p in (REPO / folder).rglob("*")
         if p.suffix in (".py", ".yaml", ".md", ".json", ".txt") and p.name != Path(__file__).name] + [REPO / "README.md"]
-# the release's run configs: `main` has exp/SEAL.yaml; the five arms are on its seal-release-cleanup branch
+# the release's run configs: `main` has exp/SEAL.yaml; the five arms are on another branch (docs/reproducing-the-paper.md)
 RELEASE_CONFIGS = {"exp/SEAL.yaml", "exp/bfcl_seal_00_vanilla_rl.yaml", "exp/bfcl_seal_01_wo_environment_side_adaptation.yaml",
                    "exp/bfcl_seal_02_wo_diagnosis_guided_reweighting.yaml", "exp/bfcl_seal_03_wo_closed_loop_update.yaml",
                    "exp/bfcl_seal_04_full_seal.yaml"}
@@ -75,8 +75,8 @@ def test_whose_words_the_interface_texts_are():
     release_note = ("Observation note: parameters marked [required] must be provided exactly when calling "
                     "a tool; do not invent tools outside the current schema.")
     assert RELEASE_SCHEMA_NOTE == release_note
-    # the project style's note is the same two clauses without the release's label and "when calling a tool" (the
-    # paper's phrases for the note): not this project's own words
+    # the project style's note is the same two clauses without the release's label and "when calling a tool": the
+    # release's words shortened, not this project's own
     clauses = release_note.removeprefix("Observation note: ").replace(" when calling a tool", "").split("; ")
     assert [c.rstrip(".").lower() for c in SCHEMA_NOTE.split(". ")] == [c.rstrip(".").lower() for c in clauses]
     # the release words its guidelines "[Cautious-call] If no available function clearly matches the user's request,
@@ -85,7 +85,35 @@ def test_whose_words_the_interface_texts_are():
     assert not [t for t in GUIDELINE_TEXT.values() if t.startswith(release_openings) or "fabricating a tool call" in t]
     # and the module says so, each text under its source
     credits = render.__doc__.split("Whose words the learner reads:")[1]
-    release, paper, project = (credits.split("\n- ")[i] for i in (1, 2, 3))
-    assert release.startswith("the release's, quoted: RELEASE_SCHEMA_NOTE")
-    assert paper.startswith("the paper's phrases") and all(w in paper for w in ("SCHEMA_NOTE", "PLAIN_TEXT", "were missing"))
+    quoted, shortened, paraphrase, project = (credits.split("\n- ")[i] for i in (1, 2, 3, 4))
+    assert quoted.startswith("the release's, quoted: RELEASE_SCHEMA_NOTE")
+    assert shortened.startswith("the release's, shortened: SCHEMA_NOTE")
+    assert paraphrase.startswith("this project's paraphrase of the paper's") and "quoted\n  from neither" in paraphrase
+    assert all(w in paraphrase for w in ("PLAIN_TEXT", "were missing"))
     assert project.startswith("this project's words: GUIDELINE_TEXT")
+    # the release's execution-error hints (bfcl_env.py, _enrich_tool_response_text), typed from the release: the
+    # hints here open otherwise, so they are no quotation of it
+    from seal.interface.render import PLAIN_TEXT
+
+    release_hints = ("Required argument(s) {args} for `{tool}` were missing.", "`{tool}` does not accept argument `{arg}`.",
+                     "`{tool}` rejected an argument type.", "If no listed tool matches the user's request, reply in plain text.")
+    ours = [PLAIN_TEXT, *_execution_hints()]
+    assert len(ours) == 4 and "Required argument(s) dir_name of mkdir were missing." in ours[1]
+    for hint in release_hints:
+        shown = hint.format(args="dir_name", tool="mkdir", arg="mode")
+        assert not [text for text in ours if shown in text], shown
+
+
+def _execution_hints():
+    """The hints for a missing, an unknown and a mistyped argument of one BFCL tool, as the learner reads them."""
+    from seal.env import load_benchmark
+    from seal.env.executor import Backends, execute
+    from seal.interface.render import error_hint
+
+    entry = load_benchmark()["multi_turn_base_0"]
+    visible = entry.visible_function_names(0)
+    hints = []
+    for text in ("mkdir()", "mkdir(dir_name='a', mode='x')", "mkdir(dir_name=5)"):
+        record = execute(Backends(entry.involved_classes, entry.initial_config, entry.long_context), text)
+        hints.append(error_hint(record, visible, "<tool_call>...</tool_call>"))
+    return hints

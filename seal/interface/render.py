@@ -14,11 +14,13 @@ phi_schema has two annotation styles (InterfaceConfig.schema_style, set by conf/
 
 Whose words the learner reads:
 - the release's, quoted: RELEASE_SCHEMA_NOTE (bfcl_env.py, the default instruction of its observation_lite);
-- the paper's phrases (its description of the interface: Section 3.3, Appendix D.3/D.4), which the release's own
-  texts open with too: SCHEMA_NOTE (the release's note without "Observation note:" and "when calling a tool"),
-  PLAIN_TEXT, and the openings of the execution-error hints ("Required argument(s) X of T were missing", "T does
-  not accept argument(s) A", "T rejected an argument type ...; re-check the schema"); the release's hints go on
-  with sentences of their own (bfcl_env.py, _enrich_tool_response_text) that are not used here;
+- the release's, shortened: SCHEMA_NOTE (RELEASE_SCHEMA_NOTE without "Observation note:" and "when calling a tool");
+- this project's paraphrase of the paper's description of the interface (Section 3.3, Appendix D.3/D.4), quoted
+  from neither the paper nor the release: PLAIN_TEXT and the openings of the execution-error hints ("Required
+  argument(s) X of T were missing", "T does not accept argument(s) A", "T rejected an argument type ...; re-check
+  the schema"). The release words the same classes its own way ("Required argument(s) X for `T` were missing.",
+  "`T` does not accept argument `A`.", "`T` rejected an argument type.") and goes on with sentences of its own
+  (bfcl_env.py, _enrich_tool_response_text), not used here;
 - this project's words: GUIDELINE_TEXT (the paper's five guidelines, by name and what each asks; the release
   words them "[Cautious-call] If no available function clearly matches ..."), the format hint, the hints for an
   unreadable call, an unknown tool and any other error, and the ", or value" of the type hint.
@@ -44,8 +46,8 @@ from seal.interface.omega import GUIDELINES, SCHEMA_STYLES, Omega
 from seal.interface.view import PLAIN, View
 
 REQUIRED_MARK = "[required]"
-# phi_schema's system-prompt note per style, unless the config gives its own text: the note in the paper's phrases,
-# and the release's own sentence, quoted
+# phi_schema's system-prompt note per style, unless the config gives its own text: the release's sentence shortened,
+# and the release's sentence, quoted
 SCHEMA_NOTE = (
     "Parameters marked [required] must be provided exactly. "
     "Do not invent tools outside the current schema."

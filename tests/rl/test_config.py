@@ -71,8 +71,8 @@ def test_a_round_that_does_not_split_is_one_clear_error(override, world):
 
 
 def test_each_setting_reaches_its_grpo_config_field(tmp_path):
-    # values no TRL default has, so a dropped or crossed argument shows (the paper's values are mostly
-    # TRL's defaults, which hide a missing mapping)
+    # values no TRL default has, so a dropped or crossed argument shows (the paper's and the release's values are
+    # mostly TRL's defaults, which hide a missing mapping)
     cfg = compose_with(
         "budget=paper", "seed=11", "trainer.learning_rate=3e-6", "trainer.beta=0.02", "trainer.epsilon=0.3",
         "trainer.dual_clip=7.0", "trainer.weight_decay=0.05", "trainer.max_grad_norm=0.7", "trainer.loss_type=bnpo",
