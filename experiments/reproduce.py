@@ -79,9 +79,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mfu", type=float, default=0.3, help="fraction of the peak reached (default 0.3)")
     args = parser.parse_args(argv)
     try:
+        check_speed(args.gpu_tflops, args.mfu)
         extra = with_budget(tuple(args.extra))
         jobs = parse_plan(args.backbones, args.seeds, args.ablation_backbone)
         configs = {job: job_config(job, extra, args.launcher) for job in jobs}
+        needs = {job: needs_of(cfg, gpu_hours_bound(job, extra, gpu_tflops=args.gpu_tflops, mfu=args.mfu, cfg=cfg))
+                 for job, cfg in configs.items()}
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -89,8 +92,6 @@ def main(argv: list[str] | None = None) -> int:
     if not _root_takes(_names_fit, root):  # no file under it could even be looked for, dry run or not
         return 2
     todo = [j for j in jobs if not finished(run_dir(root, j, extra))]
-    needs = {job: needs_of(cfg, gpu_hours_bound(job, extra, gpu_tflops=args.gpu_tflops, mfu=args.mfu, cfg=cfg))
-             for job, cfg in configs.items()}
     launcher = launcher_settings(configs[jobs[0]]) if jobs else {}
     timeout = launcher.get("timeout_min")
     budget = next(o.split("=", 1)[1] for o in extra if o.split("=", 1)[0].lstrip("+~") == "budget")
@@ -143,6 +144,14 @@ def _names_fit(root: Path) -> None:
             raise
 
 
+def check_speed(gpu_tflops: float, mfu: float) -> None:
+    """The GPU's speed the hours are estimated from: a peak above 0 TFLOPS and a fraction of it in (0, 1]."""
+    if not gpu_tflops > 0:
+        raise UserError(f"--gpu-tflops {gpu_tflops:g}: give the GPU's peak bf16 TFLOPS, a number above 0 (A100: 312)")
+    if not 0 < mfu <= 1:
+        raise UserError(f"--mfu {mfu:g}: give the fraction of the peak reached, above 0 and at most 1 (e.g. 0.3)")
+
+
 def _root_takes(write: Callable[..., Any], root: Path, *args: Any) -> bool:
     """Whether `write(root, *args)` went through; a root it cannot write is said in one sentence (False)."""
     try:
@@ -150,7 +159,8 @@ def _root_takes(write: Callable[..., Any], root: Path, *args: Any) -> bool:
     except OSError as exc:
         if not unwritable(exc):
             raise
-        print(f"error: {cannot_write(exc, 'give --root a folder you can write; nothing was submitted')}", file=sys.stderr)
+        print(f"error: {cannot_write(exc, 'give --root a folder you can write; nothing was submitted', root)}",
+              file=sys.stderr)
         return False
     return True
 

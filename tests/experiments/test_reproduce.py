@@ -98,6 +98,13 @@ def test_the_paper_budget_brings_the_authors_launch_unless_one_is_chosen():
     (["--", "budget=huge"], "error: budget=huge: there is no conf/budget/huge.yaml; choose one of "
                             f"{', '.join(sorted(p.stem for p in (REPO / 'conf' / 'budget').glob('*.yaml')))}\n"),
     (["--seeds", "0,x"], "error: --seeds 0,x: give whole numbers separated by commas, e.g. 0,1,2\n"),
+    # the hours are divided by the GPU's speed: none, or a fraction of the peak that is not one, has no hours
+    (["--gpu-tflops", "0"], "error: --gpu-tflops 0: give the GPU's peak bf16 TFLOPS, a number above 0 (A100: 312)\n"),
+    (["--mfu", "-1"], "error: --mfu -1: give the fraction of the peak reached, above 0 and at most 1 (e.g. 0.3)\n"),
+    (["--mfu", "1.5"], "error: --mfu 1.5: give the fraction of the peak reached, above 0 and at most 1 (e.g. 0.3)\n"),
+    # a budget the jobs' plan refuses, refused before anything is printed
+    (["--", "budget.rounds=-3"], "error: budget.rounds=-3: give a number of rounds (at least 1) or null for whole "
+                                 "epochs\n"),
     (["--backbones", "qwen9"], "error: backbone qwen9: there is no conf/backbone/qwen9.yaml; the paper's are "
                                "qwen2.5-3b, qwen2.5-7b, toolace-2-8b\n"),
     # hydra-submitit-launcher declares gpus_per_node an integer: a GPU type goes in gres or additional_parameters
