@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
         except OSError as exc:
             if not unwritable(exc):
                 raise
-            print(f"error: {cannot_write(exc, 'give --out a folder you can write (the tables above were printed)')}",
+            print(f"error: {cannot_write(exc, 'give --out a folder you can write (the tables above were printed)', args.out)}",
                   file=sys.stderr)
             return 2
         if args.wandb != "disabled":

@@ -8,17 +8,24 @@ UNWRITABLE = (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT
               errno.ENAMETOOLONG)
 
 
+# what a write into an open file raises when the disk fills: the OSError carries no file name, the caller knows it
+FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
 def unwritable(exc: BaseException | None) -> bool:
     """Whether `exc` is a file a command could not make or write (not a bug in the code: a folder's problem)."""
-    return isinstance(exc, OSError) and exc.errno in UNWRITABLE and exc.filename is not None
+    return isinstance(exc, OSError) and exc.errno in UNWRITABLE and (exc.filename is not None or exc.errno in FULL)
 
 
-def cannot_write(exc: OSError, advice: str) -> str:
-    """One sentence for a file that could not be made or written: the file, why, and `advice` (the way out)."""
+def cannot_write(exc: OSError, advice: str, where: str | os.PathLike | None = None) -> str:
+    """One sentence for a file that could not be made or written: the file (the error's, else `where`: the file or
+    folder the command was writing), why, and `advice` (the way out)."""
     why = {errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk quota is used up",
            errno.EROFS: "the file system is read-only", errno.ENOTDIR: "a part of the path is a file, not a folder",
            errno.EEXIST: "a file of that name is in the way", errno.ENAMETOOLONG: "the name is too long"}
-    return f"cannot write {os.path.abspath(exc.filename)}: {why.get(exc.errno, 'permission denied')}; {advice}"
+    name = exc.filename if exc.filename is not None else where
+    what = f"cannot write {os.path.abspath(name)}" if name is not None else "cannot write"
+    return f"{what}: {why.get(exc.errno, 'permission denied')}; {advice}"
 
 
 def check_writable(folder: str | os.PathLike) -> None:

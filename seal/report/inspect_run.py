@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from seal.errors import UserError, cannot_write, unwritable
+from seal.errors import FULL, UserError, cannot_write, unwritable
 from seal.io import DamagedFile, read_json, read_jsonl
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -29,8 +29,9 @@ FIGURE = "inspect_run.png"
 
 
 def find_run(folder: str | os.PathLike | None, root: Path = ROOT) -> Path:
-    """The training run folder `folder` names (None: the newest under <root>/outputs/train/); UserError when
-    it is not one."""
+    """The training run folder `folder` names (None: the newest under <root>/outputs/train/; a relative path from the
+    working directory, else from `root`: Jupyter runs the notebook in notebooks/, and a path such as
+    outputs/train/<run> is the repository's); UserError when it is not one."""
     if folder is None:
         runs = sorted((root / "outputs" / "train").glob("**/metrics.jsonl"), key=lambda p: p.stat().st_mtime)
         if not runs:
@@ -38,8 +39,13 @@ def find_run(folder: str | os.PathLike | None, root: Path = ROOT) -> Path:
                             "a run folder (SEAL_RUN_DIR=... in Jupyter)")
         return runs[-1].parent
     path = Path(folder)
+    if not path.is_dir() and not path.is_absolute() and (root / path).is_dir():
+        path = root / path
     if not path.is_dir():
-        raise UserError(f"{folder} is not a folder; name a training run's folder, e.g. outputs/train/<run>")
+        here = Path.cwd()
+        where = ("" if path.is_absolute() else f" in {here}" if here.resolve() == root.resolve()
+                 else f" in {here} or in {root}")
+        raise UserError(f"{folder} is not a folder{where}; name a training run's folder, e.g. outputs/train/<run>")
     missing = [name for name in RUN_FILES if not (path / name).is_file()]
     if missing:
         raise UserError(f"{folder} is not a training run's folder (it has no {missing[0]}); name one that "
@@ -87,8 +93,10 @@ def save_figure(fig: Any, run: Path, chosen: bool) -> None:
     except OSError as exc:
         if not unwritable(exc):
             raise
-        print(f"inspect_run: figure not saved: {cannot_write(exc, 'the notebook shows it')}", file=sys.__stderr__,
-              flush=True)
+        if exc.errno in FULL:
+            (run / FIGURE).unlink(missing_ok=True)  # what the full disk left of it
+        print(f"inspect_run: figure not saved: {cannot_write(exc, 'the notebook shows it', run / FIGURE)}",
+              file=sys.__stderr__, flush=True)
         return
     announce(run, chosen, saved=run / FIGURE)
 
@@ -134,7 +142,15 @@ def main(argv: list[str] | None = None) -> None:
         print(f"error: {exc.evalue}", file=sys.stderr)
         sys.exit(2)
     out = run / NOTEBOOK.name
-    nbformat.write(notebook, out)
+    try:
+        nbformat.write(notebook, out)
+    except OSError as exc:
+        if not unwritable(exc):
+            raise
+        if exc.errno in FULL:
+            out.unlink(missing_ok=True)  # what the full disk left of it
+        print(f"error: {cannot_write(exc, READ_ONLY_ADVICE, out)}", file=sys.stderr)
+        sys.exit(2)
     print(out)
 
 

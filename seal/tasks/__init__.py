@@ -14,7 +14,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from seal.errors import Interrupted, UserError, cannot_write, unwritable
+from seal.errors import FULL, Interrupted, UserError, cannot_write, unwritable
 from seal.io import DamagedFile, in_multirun
 from seal.rl import distributed
 from seal.tasks import eval as eval_task
@@ -140,22 +140,28 @@ def run(cfg: DictConfig, out_dir: Path | None = None) -> None:
             log.exception("job failed; the sweep continues")
             (out_dir / "error.txt").write_text(traceback.format_exc())
             return
-        exc = _damaged(exc) or exc
+        exc = _damaged(exc, out_dir) or exc
         if isinstance(exc, UserError):
             _to_run_log(f"error: {exc}")
             print(f"error: {exc}", file=sys.stderr)
-            if fresh:
+            if fresh and not _keeps_work(out_dir):
                 command_line.remove_folder(out_dir)
             sys.exit(2)
         raise
 
 
-def _damaged(exc: BaseException) -> UserError | None:
-    """A file the run could not read back or could not write, as one sentence naming it (None otherwise)."""
+# the way on from a disk that filled during a run (what the run kept stays: seal.tasks.train.keeps_work)
+FULL_DISK_ADVICE = "make room on it and run the same command again, which goes on from what the run kept"
+
+
+def _damaged(exc: BaseException, out_dir: Path) -> UserError | None:
+    """A file the run could not read back or could not write, as one sentence naming it (the run's folder when a
+    full disk's error names no file; None otherwise)."""
     if isinstance(exc, DamagedFile):
         return UserError(f"{exc}; move it away (or restore it) and run the same command again")
     if unwritable(exc):
-        return UserError(cannot_write(exc, command_line.RUN_FOLDER_ADVICE))
+        advice = FULL_DISK_ADVICE if exc.errno in FULL else command_line.RUN_FOLDER_ADVICE
+        return UserError(cannot_write(exc, advice, out_dir))
     return None
 
 
@@ -167,6 +173,12 @@ def check_seed(seed: object) -> None:
 
 # what Hydra writes into a run directory before the task starts (its job log is named after run.py)
 HYDRA_FILES = {".hydra", "run.log"}
+
+
+def _keeps_work(out_dir: Path) -> bool:
+    from seal.tasks.train import keeps_work
+
+    return keeps_work(out_dir)
 
 
 def _holds_only_hydras_files(out_dir: Path) -> bool:

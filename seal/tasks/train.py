@@ -429,6 +429,21 @@ def _evaluation_rate(path: Path) -> dict[str, float]:
     return {"eval_episodes": entries * len(timings), "eval_seconds": sum(float(t.get("seconds", 0.0)) for t in timings)}
 
 
+# what a stopped run keeps besides its checkpoints, and the same command goes on from
+KEPT_FILES = (("eval_before.json", "the evaluation before training"),
+              ("eval_test_before.json", "the initial model's test evaluation"),
+              ("final_model", "the trained model (final_model/)"))
+
+
+def keeps_work(out_dir: Path) -> bool:
+    """Whether a run's folder holds something the same command goes on from (a complete checkpoint, an evaluation,
+    the trained model): a run that stops with an error after that keeps its folder, though the run made it."""
+    from seal.rl.checkpoint import latest_complete_checkpoint
+
+    return (latest_complete_checkpoint(out_dir / "checkpoints") is not None
+            or any((out_dir / name).exists() for name, _ in KEPT_FILES))
+
+
 def interrupted(run: TrainingRun) -> str:
     """The one sentence a stopped run ends with: what it kept (its last complete checkpoint's rounds, numbered
     as the per-round lines number them, and its evaluations) and that the same command resumes."""
@@ -440,11 +455,7 @@ def interrupted(run: TrainingRun) -> str:
     if checkpoint is not None:
         which = "round 0" if done == 1 else f"rounds 0-{done - 1}"
         kept.append(f"{which} ({done}{of}) in {checkpoint.relative_to(out_dir)}")
-    for name, what in (("eval_before.json", "the evaluation before training"),
-                       ("eval_test_before.json", "the initial model's test evaluation"),
-                       ("final_model", "the trained model (final_model/)")):
-        if (out_dir / name).exists():
-            kept.append(what)
+    kept += [what for name, what in KEPT_FILES if (out_dir / name).exists()]
     if not kept:
         return f"nothing of this run was complete yet; the same command starts it again in {out_dir}"
     go_on = f"resumes after round {done - 1}" if checkpoint is not None else "goes on from there"

@@ -4,6 +4,7 @@ aggregate on a missing folder, the notebook on a wrong run folder, a read-only o
 of an earlier attempt, a torn metrics file under the notebook."""
 
 import contextlib
+import errno
 import os
 import subprocess
 import sys
@@ -260,3 +261,131 @@ def test_a_read_only_run_under_the_notebook(tmp_path):
     assert jupyter.returncode == 0, jupyter.stderr
     assert f"inspect_run: figure not saved: cannot write {run_dir / 'inspect_run.png'}: {reason}; the notebook shows it\n" \
         in jupyter.stderr and "Traceback" not in jupyter.stderr
+
+
+def test_a_run_stopped_by_a_full_disk_keeps_its_checkpoint(tmp_path, monkeypatch, capsys):
+    """A new run's folder is removed when the run is refused, not once it holds a checkpoint the message says
+    the same command resumes from."""
+    import errno
+
+    import torch
+
+    import seal.tasks as tasks
+    from tests.rl.test_loop import TINY
+    from tests.test_configs import compose_with
+
+    out = tmp_path / "run"
+    (out / ".hydra").mkdir(parents=True)  # what Hydra makes for a new run before the task starts
+    monkeypatch.setattr(tasks, "output_dir", lambda: out)
+    real_save = torch.save
+
+    def full_disk(obj, f, *args, **kwargs):
+        if "checkpoint-2" in str(f):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))  # as a write into an open file: no file name
+        return real_save(obj, f, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "save", full_disk)
+    with pytest.raises(SystemExit) as done:
+        tasks.run(compose_with(*TINY, "budget.heldout_entries_per_category=0", "logger.mode=disabled"))
+    assert done.value.code == 2
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert line.startswith(f"error: writing {out / 'checkpoints' / 'checkpoint-2'} failed (OSError: [Errno 28] No space")
+    assert "checkpoint-1 is intact and the same command resumes from it" in line
+    assert sorted(p.name for p in (out / "checkpoints").glob("checkpoint-*")) == ["checkpoint-1"]
+
+
+@contextlib.contextmanager
+def _full_folder(tmp_path, fill=lambda folder: None):
+    """A folder on a file system with no room left, after `fill(folder)` wrote its files (a 1 MiB tmpfs filled with
+    zeros to the last page; root only, unmounted afterwards; skipped elsewhere)."""
+    folder = tmp_path / "full"
+    folder.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(folder)],
+                                           capture_output=True).returncode != 0:
+        pytest.skip("no full file system can be made here (needs root and mount)")
+    try:
+        fill(folder)
+        subprocess.run(["dd", "if=/dev/zero", f"of={folder / '.filler'}", "bs=4k"], capture_output=True)
+        with pytest.raises(OSError) as full:
+            (folder / ".probe").write_bytes(b"x")
+        assert full.value.errno == errno.ENOSPC
+        (folder / ".probe").unlink()
+        yield folder
+    finally:
+        subprocess.run(["umount", str(folder)], capture_output=True)
+
+
+def test_tables_onto_a_full_disk_are_one_sentence(tmp_path):
+    """A write into an open file on a full disk raises an OSError without a file name: the sentence names the
+    folder the tables were going to."""
+    from tests.experiments.test_aggregate import _two_arms_two_seeds
+
+    runs = tmp_path / "runs"
+    _two_arms_two_seeds(runs)
+    with _full_folder(tmp_path) as full:
+        tables = subprocess.run([sys.executable, "-m", "experiments.aggregate", str(runs), "--bootstrap", "20", "--out",
+                                 str(full / "tables")], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert tables.returncode == 2 and tables.stdout.startswith("# BFCL V3 multi-turn accuracy")
+    assert tables.stderr == (f"error: cannot write {full / 'tables'}: the disk is full; give --out a folder you can "
+                             "write (the tables above were printed)\n")
+
+
+def test_the_notebook_on_a_full_disk_says_what_it_could_not_save(tmp_path):
+    """The figure and then the executed notebook cannot be written: a line for the figure, one sentence for the
+    notebook, and neither left half-written in the run."""
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    with _full_folder(tmp_path, fill=_two_round_run) as run_dir:
+        proc = subprocess.run([sys.executable, "-m", "seal.report.inspect_run", str(run_dir)], cwd=cwd,
+                              capture_output=True, text=True, timeout=600, env={**os.environ, "PYTHONPATH": str(ROOT)})
+        left = sorted(p.name for p in run_dir.iterdir())
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.splitlines() == [
+        f"inspect_run: figure not saved: cannot write {run_dir / 'inspect_run.png'}: the disk is full; the notebook "
+        "shows it",
+        f"error: cannot write {run_dir / 'inspect_run.ipynb'}: the disk is full; copy the run to a folder you can "
+        "write and name the copy, or open notebooks/inspect_run.ipynb in Jupyter with SEAL_RUN_DIR=<run> (it shows "
+        "the run, and says that its figure was not saved)"]
+    assert left == [".filler", "interface", "metrics.jsonl", "run_config.json"]
+
+
+def test_a_disk_that_fills_during_a_run_is_named_with_the_runs_folder(tmp_path):
+    from seal.tasks import _damaged
+
+    # a write into an open file: no file name in the error, so the run's folder is named
+    error = _damaged(OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)), tmp_path)
+    assert str(error) == (f"cannot write {tmp_path}: the disk is full; make room on it and run the same command "
+                          "again, which goes on from what the run kept")
+    # a file that could not be made names itself, and the way out is another folder
+    error = _damaged(OSError(errno.EROFS, os.strerror(errno.EROFS), str(tmp_path / "run.log")), tmp_path)
+    assert str(error).startswith(f"cannot write {tmp_path / 'run.log'}: the file system is read-only; run from a folder")
+    # anything else is no folder's problem: the traceback stays
+    assert _damaged(OSError(errno.EIO, os.strerror(errno.EIO)), tmp_path) is None
+
+
+def test_a_relative_run_folder_is_read_from_the_working_directory_then_the_repository(tmp_path, monkeypatch):
+    """Jupyter runs the notebook in notebooks/: SEAL_RUN_DIR=outputs/train/<run>, typed at the repository's root,
+    is found there."""
+    from seal.errors import UserError
+    from seal.report.inspect_run import find_run
+
+    repo, notebooks = tmp_path / "repo", tmp_path / "repo" / "notebooks"
+    run_dir = repo / "outputs" / "train" / "a"
+    run_dir.mkdir(parents=True)
+    for name in ("run_config.json", "metrics.jsonl"):
+        (run_dir / name).write_text("{}\n")
+    notebooks.mkdir()
+    monkeypatch.chdir(notebooks)
+    assert find_run("outputs/train/a", repo) == repo / "outputs" / "train" / "a"
+    (notebooks / "a").mkdir()  # the working directory comes first
+    for name in ("run_config.json", "metrics.jsonl"):
+        (notebooks / "a" / name).write_text("{}\n")
+    assert find_run("a", repo) == Path("a")
+    with pytest.raises(UserError) as error:
+        find_run("outputs/train/b", repo)
+    assert str(error.value) == (f"outputs/train/b is not a folder in {notebooks} or in {repo}; name a training run's "
+                                "folder, e.g. outputs/train/<run>")
+    monkeypatch.chdir(repo)
+    with pytest.raises(UserError) as error:
+        find_run("outputs/train/b", repo)
+    assert str(error.value).startswith(f"outputs/train/b is not a folder in {repo}; name")
