@@ -165,7 +165,8 @@ def test_the_train_step_needs_what_the_paper_run_leaves(tmp_path):
     run = tmp_path / "train"
     run.mkdir()
     plan = {"weights": 1.5, "total": 4.25}
-    (run / "run_config.json").write_text(json.dumps({"training_memory_gib": plan}))
+    config = {"training_memory_gib": plan, "budget": {"ood_benchmarks": ["bfcl_v4_memory"]}}
+    (run / "run_config.json").write_text(json.dumps(config))
     # SIGKILL (the OOM killer's) leaves no line in the log that says why
     with pytest.raises(Failure, match=r"^step train failed with exit code -9: killed by SIGKILL \(log: "):
         runs.check_train(-9, run, log)
@@ -195,6 +196,15 @@ def test_the_train_step_needs_what_the_paper_run_leaves(tmp_path):
     assert runs.check_train(0, run, log, 2) == (
         plan, "2 rounds on 2 rank(s) (per round: generation 4 s, optimisation 35 s); best model of round 1 on 4 "
               "validation entries; bfcl_v4_memory before and after")
+    # a run given no out-of-domain benchmark (-- budget.ood_benchmarks=[], docs/development.md's borrowed GPU
+    # machine) writes none, and is not failed for it
+    (run / "run_config.json").write_text(json.dumps(config | {"budget": {"ood_benchmarks": []}}))
+    (run / "metrics.json").write_text(json.dumps(metrics | {"ood_before": None, "ood_after": None}))
+    assert runs.check_train(0, run, log, 2)[1].endswith(
+        "best model of round 1 on 4 validation entries; no out-of-domain benchmark (budget.ood_benchmarks=[])")
+    (run / "metrics.json").write_text(json.dumps(metrics | {"test_final": None}))
+    with pytest.raises(Failure, match=r"wrote no test_final"):
+        runs.check_train(0, run, log, 2)
 
 
 def test_a_checkpoint_counts_once_complete_with_every_round_in_its_shardings_layout(tmp_path):
