@@ -20,7 +20,7 @@ PIP := $(PY) -m pip install -q --disable-pip-version-check
 ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help install test test-slow test-slurm run bench docs mutate clean
+.PHONY: help install test test-slow test-slurm run bench gpu-kit docs mutate clean
 
 help: ## show this list
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -62,6 +62,9 @@ run: install ## run the main job: full SEAL on the embedded SmolLM2-135M, smoke 
 
 bench: install ## print throughput, speed-up and memory figures (ARGS="throughput --backbone tiny-random": a section, a backbone)
 	$(PY) -m experiments.bench $(ARGS)
+
+gpu-kit: install ## build .gpu-kit/, what a borrowed GPU machine needs beside the checkout for the preflight (docs/development.md)
+	$(PY) -m tests.tools.gpu_kit $(ARGS)
 
 docs: install ## rewrite the blocks of docs/ that a command prints (memory plans, the paper's numbers, the paper's jobs)
 	$(PY) -m tests.tools.docs

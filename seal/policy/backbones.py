@@ -373,7 +373,12 @@ def embedded_model_dir() -> Path:
     gguf = _package_dir(EMBEDDED_PACKAGE) / EMBEDDED_GGUF
     if not gguf.exists():
         raise UserError(f"{gguf} is missing: reinstall {EMBEDDED_PACKAGE.replace('_', '-')} (make install)")
-    return _convert_gguf(gguf.parent, gguf.name, cache_root() / "models" / f"smollm2-135m-{_file_hash(gguf)}")
+    return _convert_gguf(gguf.parent, gguf.name, embedded_cache_dir(gguf))
+
+
+def embedded_cache_dir(gguf: Path) -> Path:
+    """Where the embedded GGUF `gguf` is kept converted: named by its content, so another file is converted anew."""
+    return cache_root() / "models" / f"smollm2-135m-{_file_hash(gguf)}"
 
 
 def embedded_tokenizer():
