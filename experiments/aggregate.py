@@ -83,8 +83,8 @@ def main(argv: list[str] | None = None) -> int:
         except OSError as exc:
             if not unwritable(exc):
                 raise
-            print(f"error: {cannot_write(exc, 'give --out a folder you can write (the tables above were printed)', args.out)}",
-                  file=sys.stderr)
+            advice = "give --out a folder you can write (the tables above were printed)"
+            print(f"error: {cannot_write(exc, advice, args.out)}", file=sys.stderr)
             return 2
         if args.wandb != "disabled":
             from seal.report.wandb_run import log_files_as_artifact
