@@ -1,6 +1,7 @@
 """`python -m experiments.gpu_check`, the GPU preflight, on this CPU: tiny shapes, the real run.py."""
 
 import json
+import math
 import struct
 import subprocess
 import sys
@@ -205,6 +206,57 @@ def test_the_train_step_needs_what_the_paper_run_leaves(tmp_path):
     (run / "metrics.json").write_text(json.dumps(metrics | {"test_final": None}))
     with pytest.raises(Failure, match=r"wrote no test_final"):
         runs.check_train(0, run, log, 2)
+
+
+def logprob_run(folder, logged_kl, ref_dtype=None, logps_dtype=None):
+    """A train run of one round of two optimizer steps (one micro-batch each) whose saved log-probs give, by hand,
+    k3 = exp(r) - r - 1 of r = ln 2 and 0 on step 1's two trained tokens and of r = -0.5 on step 2's one."""
+    import torch
+
+    folder.mkdir()
+    (folder / "metrics.jsonl").write_text(json.dumps({"round": 0, "train/kl": logged_kl}) + "\n")
+    (folder / "logprobs").mkdir()
+    steps = (([[-1.1, -2.3, -0.9]], [[math.log(2), 0.0, 5.0]], [[1, 1, 0]]), ([[-0.7]], [[-0.5]], [[1]]))
+    for step, (logps, shift, mask) in enumerate(steps, start=1):
+        logps = torch.tensor(logps)
+        ref = logps + torch.tensor(shift)
+        record = {"logps": logps.to(logps_dtype or torch.float32), "old_logps": logps.clone(),
+                  "ref_logps": ref.to(ref_dtype).float() if ref_dtype else ref, "mask": torch.tensor(mask)}
+        torch.save(record, folder / "logprobs" / f"step{step:05d}_rank0_000.pt")
+    return folder
+
+
+# step 1: ((2 - ln 2 - 1) + 0) / 2 tokens; step 2: e^-0.5 + 0.5 - 1; the round: the mean of its two steps
+HAND_KL = ((1 - math.log(2)) / 2 + (math.exp(-0.5) - 0.5)) / 2
+
+
+def test_the_train_steps_log_probs_are_float32_and_give_its_logged_kl(tmp_path):
+    import torch
+
+    log = tmp_path / "train.log"
+    assert HAND_KL == pytest.approx(0.1299785, abs=1e-7)
+    good = runs.check_logprobs("train", logprob_run(tmp_path / "good", HAND_KL), log, [HAND_KL])
+    assert good["recomputed_kl_fp64"] == pytest.approx([HAND_KL], rel=1e-6) and good["train_kl"] == [HAND_KL]
+    assert (good["files"], good["tokens"], good["tokens_with_zero_kl"]) == (2, 3, 1)
+    # a logged KL off by 1e-4 relative, log-probs rounded to bf16 before the loss, or a bf16 tensor: each fails
+    with pytest.raises(Failure, match="logged train/kl .* is not the KL of its saved log-probs"):
+        runs.check_logprobs("train", logprob_run(tmp_path / "off", HAND_KL), log, [HAND_KL * (1 + 1e-4)])
+    with pytest.raises(Failure, match="ref_logps holds bf16 values only"):
+        runs.check_logprobs("train", logprob_run(tmp_path / "rounded", HAND_KL, ref_dtype=torch.bfloat16), log,
+                           [HAND_KL])
+    with pytest.raises(Failure, match="logps reached the loss as torch.bfloat16"):
+        runs.check_logprobs("train", logprob_run(tmp_path / "bf16", HAND_KL, logps_dtype=torch.bfloat16), log,
+                           [HAND_KL])
+    (tmp_path / "none").mkdir()
+    with pytest.raises(Failure, match="step sanity saved no log-probs"):
+        runs.check_logprobs("sanity", tmp_path / "none", log, [0.0])
+    # two rounds logged for two optimizer steps: one step a round, whose KLs are not the one-round mean
+    with pytest.raises(Failure, match=r"over 2 optimizer steps, \[0\.15.*, 0\.10.*\] recomputed"):
+        runs.check_logprobs("train", tmp_path / "good", log, [HAND_KL, HAND_KL])
+    # what each run logged: the train run's metrics.jsonl, the sanity run's history
+    assert runs.logged_kl("train", tmp_path / "good") == [HAND_KL]
+    (tmp_path / "none" / "sanity.json").write_text(json.dumps({"history": [{"train/kl": 0.0}, {"train/kl": 2e-7}]}))
+    assert runs.logged_kl("sanity", tmp_path / "none") == [0.0, 2e-7]
 
 
 def test_a_checkpoint_counts_once_complete_with_every_round_in_its_shardings_layout(tmp_path):

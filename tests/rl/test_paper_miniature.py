@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from experiments.measure.preflight.runs import recomputed_kl
 from tests.rl.test_loop import ROOT, rounds
 
 PAPER = ["run.py", "experiment=seal", "budget=paper_miniature", "backbone=tiny-random", "backbone.dtype=bfloat16",
@@ -47,29 +48,6 @@ def launch(out: Path, *extra: str) -> subprocess.Popen:
     log = (out.parent / f"{out.name}.log").open("w")
     return subprocess.Popen([sys.executable, *PAPER, *extra, f"hydra.run.dir={out}"],
                             cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-
-
-def recomputed_kl(out: Path) -> list[float]:
-    """Each round's train/kl from the log-probs the run saved (step<k>_rank<r>_<i>.pt), in float64 and without
-    seal's code: per micro-batch the masked k3 = exp(r) - r - 1 (r = ref - policy) summed over both ranks over
-    their masked tokens, averaged over a step's micro-batches, then over a round's STEPS steps."""
-    steps: dict[int, dict[int, list]] = {}
-    for path in sorted((out / "logprobs").glob("step*_rank*_*.pt")):
-        step, _, index = path.stem.split("_")
-        steps.setdefault(int(step[4:]), {}).setdefault(int(index), []).append(torch.load(path))
-    means = []
-    for step in sorted(steps):
-        per_micro_batch = []
-        for records in steps[step].values():
-            num = den = 0.0
-            for rec in records:
-                r = rec["ref_logps"].double() - rec["logps"].double()
-                mask = rec["mask"].double()
-                num += float(((torch.exp(r) - r - 1.0) * mask).sum())
-                den += float(mask.sum())
-            per_micro_batch.append(num / den)
-        means.append(sum(per_micro_batch) / len(per_micro_batch))
-    return [sum(means[i:i + STEPS]) / STEPS for i in range(0, len(means), STEPS)]
 
 
 def finish(proc: subprocess.Popen, out: Path, timeout: int = 1500) -> None:
@@ -115,7 +93,7 @@ def test_the_miniature_paper_run_trains_selects_and_evaluates_on_two_fsdp2_ranks
             values = record[key][trained]
             assert (values.to(torch.bfloat16).float() != values).any(), f"{key} holds bf16 values only"
     # the logged KL is the saved log-probs' KL, computed in float64 by hand
-    assert [r["train/kl"] for r in rounds(out)] == pytest.approx(recomputed_kl(out), rel=1e-6)
+    assert [r["train/kl"] for r in rounds(out)] == pytest.approx(recomputed_kl(out, STEPS), rel=1e-6)
     assert rounds(out)[-1]["train/kl"] > 0
     assert config["protocol"]["answers"] == "release" and config["trainer"]["beta"] > 0
     # 4 train entries at 2 prompts per round, one epoch: 2 rounds, each validated
@@ -173,7 +151,7 @@ def test_the_miniature_paper_run_killed_after_a_round_resumes_to_the_unbroken_ru
     assert rounds(killed) == rounds(unbroken) or all(
         a == pytest.approx(b, rel=1e-6, abs=1e-9) for a, b in zip(rounds(killed), rounds(unbroken), strict=True))
     # the resumed run's KL is still the one its saved log-probs give
-    assert [r["train/kl"] for r in rounds(killed)] == pytest.approx(recomputed_kl(killed), rel=1e-6)
+    assert [r["train/kl"] for r in rounds(killed)] == pytest.approx(recomputed_kl(killed, STEPS), rel=1e-6)
     a, b = written(unbroken / "final_model"), written(killed / "final_model")
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     assert json.loads((killed / "best.json").read_text()) == json.loads((unbroken / "best.json").read_text())

@@ -10,16 +10,22 @@ PYTHON=${PYTHON:-python3}
 WORK=${WORK:-/tmp/seal-gpu-check}
 OUT=${OUT:-$WORK/out}
 mkdir -p "$WORK/site" "$WORK/cache" "$OUT"
-"$PYTHON" -m pip install -q --no-index --no-deps --no-compile --disable-pip-version-check --target "$WORK/site" \
+collect() {
+  # what comes back (at most 8 files): the preflight's console and report, and in runs.tar.gz the steps' logs and
+  # peaks and the train run's records and saved log-probs (to recompute its figures even when the preflight was
+  # stopped before its report); called again by the device command after a timeout (`bash .gpu-kit/run.sh --collect`)
+  cp "$WORK/gpu_check.txt" "$WORK/gc/gpu_check.json" "$OUT/" 2>/dev/null
+  (cd "$WORK" && tar -czf "$OUT/runs.tar.gz" --ignore-failed-read gc/logs gc/sanity/sanity.json gc/train/run.log \
+    gc/train/run_config.json gc/train/metrics.jsonl gc/train/metrics.json gc/train/best.json gc/train/logprobs \
+    2>/dev/null)
+  nvidia-smi >"$OUT/nvidia-smi.txt" 2>&1 || true
+}
+if [ "${1:-}" = "--collect" ]; then collect; exit 0; fi
+"$PYTHON" -m pip install -q --upgrade --no-index --no-deps --no-compile --disable-pip-version-check --target "$WORK/site" \
   "$KIT"/wheels/*.whl || { echo "gpu kit: the wheels did not install for $("$PYTHON" -V)"; exit 1; }
 cp -r "$KIT/cache/." "$WORK/cache/"
 export PYTHONPATH="$WORK/site:$KIT/site" SEAL_CACHE="$WORK/cache" HF_HUB_OFFLINE=1 WANDB_MODE=disabled \
   PYTHONUNBUFFERED=1
 cd "$KIT/.."
-collect() {
-  # what comes back (at most 8 files): the preflight's console, its report and the two runs' logs and peaks
-  cp "$WORK/gpu_check.txt" "$OUT/" 2>/dev/null
-  for f in "$WORK"/gc/*.json "$WORK"/gc/*.md "$WORK"/gc/logs/*; do [ -f "$f" ] && cp "$f" "$OUT/"; done
-}
 trap collect EXIT
 "$PYTHON" -m experiments.gpu_check --out "$WORK/gc" "$@" 2>&1 | tee "$WORK/gpu_check.txt"

@@ -12,9 +12,10 @@ from typing import Any
 
 from experiments.measure.preflight.disk import check_disk, disk_plan
 from experiments.measure.preflight.model import build_in_a_child, embedding_note, published_backbone, throughput_step
-from experiments.measure.preflight.runs import (Launch, check_checkpoint, check_sanity, check_train, run_step,
-                                                size_gib, visible_gpus)
-from experiments.measure.preflight.steps import COMMON, MARKER, OWN_KEYS, GiB, Step, train_overrides
+from experiments.measure.preflight.runs import (Launch, check_checkpoint, check_logprobs, check_sanity, check_train,
+                                                logged_kl, run_step, size_gib, visible_gpus)
+from experiments.measure.preflight.steps import (COMMON, MARKER, OWN_KEYS, SAVE_LOGPROBS, GiB, Step,
+                                                 train_overrides)
 from seal.errors import UserError
 from seal.rl.distributed import cuda_devices
 
@@ -61,14 +62,17 @@ def preflight(backbone: str, out: Path, *, tiny: bool | None = None, overrides: 
     model_args = [f"backbone={backbone}", f"backbone.local_path={model['path']}", f"backbone.name={backbone}-random",
                   f"backbone.params_b={model['parameters'] / 1e9:.6f}"]
 
-    rc, sanity, log = run_step("sanity", ["task=sanity", *model_args, *COMMON, *overrides], out, step_timeout, launch,
-                               bb["dtype"])
+    sanity_args = ["task=sanity", *model_args, *COMMON, *SAVE_LOGPROBS, *overrides]
+    rc, sanity, log = run_step("sanity", sanity_args, out, step_timeout, launch, bb["dtype"])
     sanity.note = check_sanity(rc, out / "sanity", log, mechanics_only=tiny)
-    rc, train, log = run_step("train", [*train_overrides(launch.processes, overrides), *model_args, *COMMON, *overrides],
-                              out, step_timeout, launch,
-                              bb["dtype"])
+    logprobs = {"sanity": check_logprobs("sanity", out / "sanity", log, logged_kl("sanity", out / "sanity"))}
+    sanity.note += f"; {logprobs_note(logprobs['sanity'])}"
+    train_args = [*train_overrides(launch.processes, overrides), *model_args, *COMMON, *SAVE_LOGPROBS, *overrides]
+    rc, train, log = run_step("train", train_args, out, step_timeout, launch, bb["dtype"])
     plan, train.note = check_train(rc, out / "train", log, launch.processes)
     train.plan_gib = plan["total"]
+    logprobs["train"] = check_logprobs("train", out / "train", log, logged_kl("train", out / "train"))
+    train.note += f"; {logprobs_note(logprobs['train'])}"
     checkpoint = check_checkpoint(out / "train", launch.sharding)
     size = size_gib(checkpoint)
     layout = "sharded model and optimizer" if launch.sharding == "fsdp2" else "weights"
@@ -82,6 +86,7 @@ def preflight(backbone: str, out: Path, *, tiny: bool | None = None, overrides: 
     summary = {
         "backbone": backbone, "tiny": tiny, "cuda": cuda, "dtype": bb["dtype"], "model": model,
         "vocab_size": model["vocab_size"], "published_vocab_size": bb["arch"]["vocab_size"], "plan_gib": plan,
+        "logprobs": logprobs,
         "launch": vars(launch), "checkpoint": str(checkpoint), "checkpoint_gib": size, "kept": keep,
         "disk_plan_gib": disk.total / GiB, "step_timeout_s": step_timeout,
         "steps": [vars(s) for s in steps], "seconds": time.perf_counter() - started,
@@ -92,6 +97,13 @@ def preflight(backbone: str, out: Path, *, tiny: bool | None = None, overrides: 
     print(f"gpu_check: passed in {summary['seconds'] / 60:.1f} min{goal}; figures in {out / 'gpu_check.json'}",
           flush=True)
     return summary
+
+
+def logprobs_note(found: dict[str, Any]) -> str:
+    """check_logprobs's figures in a few words."""
+    kl = ", ".join(f"{k:.3g}" for k in found["train_kl"])
+    return (f"log-probs reached the loss in float32 ({found['tokens']} tokens, {found['tokens_with_zero_kl']} with a "
+            f"KL of exactly 0); train/kl per round {kl} = its float64 recomputation")
 
 
 def check_launch(launch: Launch, overrides: list[str]) -> None:

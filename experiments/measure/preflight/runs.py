@@ -203,6 +203,70 @@ def check_train(rc: int, run_dir: Path, log: Path, processes: int = 1) -> tuple[
                      "(budget.ood_benchmarks=[])"))
 
 
+def recomputed_kl(run_dir: Path, steps_per_round: int) -> list[float]:
+    """Each round's train/kl from the log-probs the run saved as they reached the loss (trainer.save_logprobs:
+    logprobs/step<k>_rank<r>_<i>.pt), in float64 and without seal's code: per micro-batch the masked mean of
+    k3 = exp(r) - r - 1 (r = reference - policy) over every rank's tokens, averaged over a step's micro-batches,
+    then over a round's steps_per_round steps."""
+    import torch
+
+    sums: dict[int, dict[int, list[float]]] = {}
+    for path in sorted((run_dir / "logprobs").glob("step*_rank*_*.pt")):
+        step, _, index = path.stem.split("_")
+        record = torch.load(path)
+        r = record["ref_logps"].double() - record["logps"].double()
+        mask = record["mask"].double()
+        total = sums.setdefault(int(step[4:]), {}).setdefault(int(index), [0.0, 0.0])
+        total[0] += float(((torch.exp(r) - r - 1.0) * mask).sum())
+        total[1] += float(mask.sum())
+    means = [sum(n / max(d, 1.0) for n, d in batches.values()) / len(batches)
+             for _, batches in sorted(sums.items())]
+    return [sum(means[i:i + steps_per_round]) / steps_per_round for i in range(0, len(means), steps_per_round)]
+
+
+def check_logprobs(step: str, run_dir: Path, log: Path, logged: list[float | None]) -> dict[str, Any]:
+    """What reached a step's loss, from the log-probs its run saved (trainer.save_logprobs): the policy's, the old
+    policy's and the reference's in float32 and not bf16 values only (a bf16 output cast would leave nearby
+    policies' KL at 0), and each round's `logged` train/kl equal to recomputed_kl within 1e-6 relative."""
+    import torch
+
+    saved = sorted((run_dir / "logprobs").glob("step*_rank*_*.pt"))
+    if not saved:
+        raise Failure(f"step {step} saved no log-probs in {run_dir / 'logprobs'} (trainer.save_logprobs; log: {log})")
+    tokens = zero = 0
+    for path in saved:
+        record = torch.load(path)
+        trained = record["mask"].bool()
+        for key in ("logps", "old_logps", "ref_logps"):
+            values = record.get(key)
+            if values is None:  # no old policy's on-policy, none of the reference's without a KL term
+                continue
+            if values.dtype != torch.float32:
+                raise Failure(f"step {step}: {key} reached the loss as {values.dtype}, not torch.float32 ({path})")
+            if trained.any() and bool((values[trained].to(torch.bfloat16).float() == values[trained]).all()):
+                raise Failure(f"step {step}: {key} holds bf16 values only, rounded before the loss ({path})")
+        r = (record["ref_logps"].double() - record["logps"].double())[trained]
+        tokens += int(trained.sum())
+        zero += int((torch.exp(r) - r - 1.0 == 0).sum())
+    steps = len({path.stem.split("_")[0] for path in saved})
+    recomputed = recomputed_kl(run_dir, steps // len(logged)) if logged and steps % len(logged) == 0 else []
+    if None in logged or len(logged) != len(recomputed) or any(
+            abs(a - b) > 1e-6 * abs(b) + 1e-12 for a, b in zip(logged, recomputed)):
+        raise Failure(f"step {step}: its logged train/kl {logged} is not the KL of its saved log-probs over {steps} "
+                      f"optimizer steps, {recomputed} recomputed in float64 ({run_dir / 'logprobs'})")
+    return {"files": len(saved), "tokens": tokens, "tokens_with_zero_kl": zero, "train_kl": logged,
+            "recomputed_kl_fp64": recomputed}
+
+
+def logged_kl(step: str, run_dir: Path) -> list[float | None]:
+    """Each round's train/kl as the run logged it: sanity.json's history, or the train run's metrics.jsonl."""
+    if step == "sanity":
+        rows = json.loads((run_dir / "sanity.json").read_text())["history"]
+    else:
+        rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [row.get("train/kl") for row in rows]
+
+
 def check_checkpoint(run_dir: Path, sharding: str = "ddp") -> Path:
     """The last round's checkpoint, complete (seal_state.json, written last, holding every round), with the
     model in the sharding's layout: safetensors under ddp, accelerate's sharded folder under fsdp2."""

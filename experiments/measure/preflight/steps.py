@@ -20,6 +20,9 @@ COMMON = ["logger.mode=disabled"]
 # the paper arm at the paper budget with only its sizes shrunk (conf/budget/paper_miniature.yaml): its rounds,
 # validation, out-of-domain and test evaluations, a checkpoint after every round (the last one kept)
 TRAIN = ["task=train", "experiment=seal", "budget=paper_miniature"]
+# both runs: every micro-batch's log-probs saved as they reach the loss (runs.check_logprobs); the sanity run's
+# policy moves from its first step, so its KL is the one that tests the precision
+SAVE_LOGPROBS = ["trainer.save_logprobs=true"]
 
 
 def train_overrides(processes: int, overrides: list[str]) -> list[str]:
