@@ -15,7 +15,7 @@ collect() {
   # peaks and the train run's records and saved log-probs (to recompute its figures even when the preflight was
   # stopped before its report); called again by the device command after a timeout (`bash .gpu-kit/run.sh --collect`)
   cp "$WORK/gpu_check.txt" "$WORK/gc/gpu_check.json" "$OUT/" 2>/dev/null
-  (cd "$WORK" && tar -czf "$OUT/runs.tar.gz" --ignore-failed-read gc/logs gc/sanity/sanity.json gc/train/run.log \
+  (cd "$WORK" && tar -czf "$OUT/runs.tar.gz" --ignore-failed-read gc/logs gc/sanity/sanity.json gc/sanity/logprobs gc/train/run.log \
     gc/train/run_config.json gc/train/metrics.jsonl gc/train/metrics.json gc/train/best.json gc/train/logprobs \
     2>/dev/null)
   nvidia-smi >"$OUT/nvidia-smi.txt" 2>&1 || true
