@@ -208,7 +208,7 @@ def test_the_train_step_needs_what_the_paper_run_leaves(tmp_path):
         runs.check_train(0, run, log, 2)
 
 
-def logprob_run(folder, logged_kl, ref_dtype=None, logps_dtype=None):
+def logprob_run(folder, logged_kl, ref_dtype=None, logps_dtype=None, reference=True):
     """A train run of one round of two optimizer steps (one micro-batch each) whose saved log-probs give, by hand,
     k3 = exp(r) - r - 1 of r = ln 2 and 0 on step 1's two trained tokens and of r = -0.5 on step 2's one."""
     import torch
@@ -222,6 +222,8 @@ def logprob_run(folder, logged_kl, ref_dtype=None, logps_dtype=None):
         ref = logps + torch.tensor(shift)
         record = {"logps": logps.to(logps_dtype or torch.float32), "old_logps": logps.clone(),
                   "ref_logps": ref.to(ref_dtype).float() if ref_dtype else ref, "mask": torch.tensor(mask)}
+        if not reference:  # trainer.beta=0: TRL scores no reference
+            del record["ref_logps"]
         torch.save(record, folder / "logprobs" / f"step{step:05d}_rank0_000.pt")
     return folder
 
@@ -253,6 +255,14 @@ def test_the_train_steps_log_probs_are_float32_and_give_its_logged_kl(tmp_path):
     # two rounds logged for two optimizer steps: one step a round, whose KLs are not the one-round mean
     with pytest.raises(Failure, match=r"over 2 optimizer steps, \[0\.15.*, 0\.10.*\] recomputed"):
         runs.check_logprobs("train", tmp_path / "good", log, [HAND_KL, HAND_KL])
+    # without a KL term (trainer.beta=0) the dtypes are checked and there is no KL to recompute, unless one was logged
+    no_kl = runs.check_logprobs("train", logprob_run(tmp_path / "beta0", None, reference=False), log, [None])
+    assert (no_kl["train_kl"], no_kl["recomputed_kl_fp64"], no_kl["tokens"]) == (None, None, 3)
+    assert node.logprobs_note(no_kl) == "log-probs reached the loss in float32 (3 tokens); no KL term (trainer.beta=0)"
+    assert node.logprobs_note(good) == ("log-probs reached the loss in float32 (3 tokens, 1 with a KL of exactly 0); "
+                                        "train/kl per round 0.13 = its float64 recomputation")
+    with pytest.raises(Failure, match="2 of its 2 saved micro-batches hold no reference log-probs"):
+        runs.check_logprobs("train", tmp_path / "beta0", log, [HAND_KL])
     # what each run logged: the train run's metrics.jsonl, the sanity run's history
     assert runs.logged_kl("train", tmp_path / "good") == [HAND_KL]
     (tmp_path / "none" / "sanity.json").write_text(json.dumps({"history": [{"train/kl": 0.0}, {"train/kl": 2e-7}]}))
@@ -454,6 +464,12 @@ def test_the_tiny_preflight_runs_end_to_end_and_reports_the_runs_own_figures(tmp
     assert len(sanity["rewards"]) == 2 and sanity["learning_rate"] == 1e-6
     assert f"reward {sanity['first_rounds_mean']:.2f} -> {sanity['last_rounds_mean']:.2f} over 2 rounds" in \
         summary["steps"][1]["note"]
+    # both runs saved their log-probs and were checked: sanity's 2 rounds of one step, each step's 2 x 2 replies
+    # one micro-batch (sanity.micro_batch_size 4), its logged KL the one sanity.json holds
+    assert summary["logprobs"]["sanity"]["files"] == 2 == len(list((out / "sanity" / "logprobs").glob("*.pt")))
+    assert summary["logprobs"]["sanity"]["train_kl"] == [h["train/kl"] for h in sanity["history"]]
+    assert summary["logprobs"]["train"]["files"] == len(list((out / "train" / "logprobs").glob("*.pt"))) > 0
+    assert "log-probs reached the loss in float32" in summary["steps"][2]["note"]
     # the checkpoint is the train run's last complete one, with its round in seal_state.json
     checkpoint = latest_complete_checkpoint(out / "train" / "checkpoints")
     assert summary["checkpoint"] == str(checkpoint)

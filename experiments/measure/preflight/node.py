@@ -101,6 +101,8 @@ def preflight(backbone: str, out: Path, *, tiny: bool | None = None, overrides: 
 
 def logprobs_note(found: dict[str, Any]) -> str:
     """check_logprobs's figures in a few words."""
+    if found["train_kl"] is None:
+        return f"log-probs reached the loss in float32 ({found['tokens']} tokens); no KL term (trainer.beta=0)"
     kl = ", ".join(f"{k:.3g}" for k in found["train_kl"])
     return (f"log-probs reached the loss in float32 ({found['tokens']} tokens, {found['tokens_with_zero_kl']} with a "
             f"KL of exactly 0); train/kl per round {kl} = its float64 recomputation")

@@ -233,7 +233,7 @@ def check_logprobs(step: str, run_dir: Path, log: Path, logged: list[float | Non
     saved = sorted((run_dir / "logprobs").glob("step*_rank*_*.pt"))
     if not saved:
         raise Failure(f"step {step} saved no log-probs in {run_dir / 'logprobs'} (trainer.save_logprobs; log: {log})")
-    tokens = zero = 0
+    tokens = zero = references = 0
     for path in saved:
         record = torch.load(path)
         trained = record["mask"].bool()
@@ -245,17 +245,25 @@ def check_logprobs(step: str, run_dir: Path, log: Path, logged: list[float | Non
                 raise Failure(f"step {step}: {key} reached the loss as {values.dtype}, not torch.float32 ({path})")
             if trained.any() and bool((values[trained].to(torch.bfloat16).float() == values[trained]).all()):
                 raise Failure(f"step {step}: {key} holds bf16 values only, rounded before the loss ({path})")
-        r = (record["ref_logps"].double() - record["logps"].double())[trained]
         tokens += int(trained.sum())
-        zero += int((torch.exp(r) - r - 1.0 == 0).sum())
+        if "ref_logps" in record:
+            references += 1
+            r = (record["ref_logps"].double() - record["logps"].double())[trained]
+            zero += int((torch.exp(r) - r - 1.0 == 0).sum())
+    figures = {"files": len(saved), "tokens": tokens, "tokens_with_zero_kl": zero, "train_kl": logged,
+               "recomputed_kl_fp64": None}
+    if references == 0 and all(k is None for k in logged):  # no KL term (trainer.beta=0): nothing to recompute
+        return figures | {"train_kl": None}
+    if references != len(saved):
+        raise Failure(f"step {step}: {len(saved) - references} of its {len(saved)} saved micro-batches hold no "
+                      f"reference log-probs, so its logged train/kl {logged} cannot be recomputed ({run_dir / 'logprobs'})")
     steps = len({path.stem.split("_")[0] for path in saved})
     recomputed = recomputed_kl(run_dir, steps // len(logged)) if logged and steps % len(logged) == 0 else []
     if None in logged or len(logged) != len(recomputed) or any(
             abs(a - b) > 1e-6 * abs(b) + 1e-12 for a, b in zip(logged, recomputed)):
         raise Failure(f"step {step}: its logged train/kl {logged} is not the KL of its saved log-probs over {steps} "
                       f"optimizer steps, {recomputed} recomputed in float64 ({run_dir / 'logprobs'})")
-    return {"files": len(saved), "tokens": tokens, "tokens_with_zero_kl": zero, "train_kl": logged,
-            "recomputed_kl_fp64": recomputed}
+    return figures | {"recomputed_kl_fp64": recomputed}
 
 
 def logged_kl(step: str, run_dir: Path) -> list[float | None]:
