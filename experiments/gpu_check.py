@@ -23,6 +23,11 @@ Steps, each timed:
               round, validation after every round with the best model kept, the out-of-domain benchmark
               before and after, the initial, final and best models on test), on --processes ranks with
               --sharding and --engine (an accelerate launch with the sharding's config when there are several)
+  log-probs   both runs save every micro-batch's log-probs as they reach the loss (trainer.save_logprobs): the
+              policy's, the old policy's and the reference's must be float32 and not bf16 values only, and each
+              round's train/kl must equal a float64 recomputation from them (1e-6 relative); the sanity run's
+              KL is the telling one (its policy leaves the reference at once; a random model earns the train
+              run no reward)
   checkpoint  the last round's checkpoint is complete (seal_state.json in it) in the sharding's layout:
               model.safetensors under ddp, accelerate's sharded pytorch_model_fsdp_0/ under fsdp2
   throughput  `make bench`'s rollout measurement (experiments.measure.rollout.throughput_rows) on the built
