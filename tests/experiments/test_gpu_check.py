@@ -208,7 +208,11 @@ def test_the_train_step_needs_what_the_paper_run_leaves(tmp_path):
         runs.check_train(0, run, log, 2)
 
 
-def logprob_run(folder, logged_kl, ref_dtype=None, logps_dtype=None, reference=True):
+# step 1: r = ln 2 and 0 on two trained tokens (a third masked out); step 2: r = -0.5 on one
+HAND_STEPS = (([[-1.1, -2.3, -0.9]], [[math.log(2), 0.0, 5.0]], [[1, 1, 0]]), ([[-0.7]], [[-0.5]], [[1]]))
+
+
+def logprob_run(folder, logged_kl, ref_dtype=None, logps_dtype=None, reference=True, steps=HAND_STEPS):
     """A train run of one round of two optimizer steps (one micro-batch each) whose saved log-probs give, by hand,
     k3 = exp(r) - r - 1 of r = ln 2 and 0 on step 1's two trained tokens and of r = -0.5 on step 2's one."""
     import torch
@@ -216,7 +220,6 @@ def logprob_run(folder, logged_kl, ref_dtype=None, logps_dtype=None, reference=T
     folder.mkdir()
     (folder / "metrics.jsonl").write_text(json.dumps({"round": 0, "train/kl": logged_kl}) + "\n")
     (folder / "logprobs").mkdir()
-    steps = (([[-1.1, -2.3, -0.9]], [[math.log(2), 0.0, 5.0]], [[1, 1, 0]]), ([[-0.7]], [[-0.5]], [[1]]))
     for step, (logps, shift, mask) in enumerate(steps, start=1):
         logps = torch.tensor(logps)
         ref = logps + torch.tensor(shift)
@@ -263,6 +266,20 @@ def test_the_train_steps_log_probs_are_float32_and_give_its_logged_kl(tmp_path):
                                         "train/kl per round 0.13 = its float64 recomputation")
     with pytest.raises(Failure, match="2 of its 2 saved micro-batches hold no reference log-probs"):
         runs.check_logprobs("train", tmp_path / "beta0", log, [HAND_KL])
+    # the release's bounds: a policy far above its reference (r = -15: exp(-15) + 15 - 1 = 14.0000003) counts 10
+    far = (([[-0.7]], [[-15.0]], [[1]]),)
+    assert runs.check_logprobs("train", logprob_run(tmp_path / "far", 10.0, steps=far), log, [10.0])["recomputed_kl_fp64"] \
+        == pytest.approx([10.0], rel=1e-12)
+    with pytest.raises(Failure, match="is not the KL of its saved log-probs"):
+        runs.check_logprobs("train", tmp_path / "far", log, [math.exp(-15) + 14])
+    # nothing logged, or steps that do not split into the rounds logged: said as such
+    with pytest.raises(Failure, match="logged no train/kl for any round"):
+        runs.check_logprobs("train", tmp_path / "good", log, [])
+    with pytest.raises(Failure, match="logged no train/kl for a round"):
+        runs.check_logprobs("train", tmp_path / "good", log, [None])
+    three = (*HAND_STEPS, ([[-0.7]], [[-0.5]], [[1]]))
+    with pytest.raises(Failure, match="saved over 3 optimizer steps, which do not split into the 2 rounds it logged"):
+        runs.check_logprobs("train", logprob_run(tmp_path / "three", HAND_KL, steps=three), log, [HAND_KL, HAND_KL])
     # what each run logged: the train run's metrics.jsonl, the sanity run's history
     assert runs.logged_kl("train", tmp_path / "good") == [HAND_KL]
     (tmp_path / "none" / "sanity.json").write_text(json.dumps({"history": [{"train/kl": 0.0}, {"train/kl": 2e-7}]}))
@@ -392,6 +409,8 @@ def test_out_is_claimed_and_only_its_step_folders_are_cleared(tmp_path):
     for name in ("sanity", "train", "logs", "models"):
         (out / name).mkdir()
         (out / name / "f").write_text("")
+    # the earlier preflight's report goes too: a preflight stopped before its own leaves none to be misread
+    (out / "gpu_check.json").write_text("{}")
     node.prepare_out(out)
     assert sorted(p.name for p in out.iterdir()) == [".gpu_check", "models"]
 

@@ -20,14 +20,16 @@ from seal.errors import UserError
 from seal.rl.distributed import cuda_devices
 
 def prepare_out(out: Path) -> None:
-    """Claim --out, and clear the step folders a previous preflight left there (a train run would resume
-    from its checkpoint instead of training); built models stay, to be reused."""
+    """Claim --out, and clear the step folders and the report a previous preflight left there (a train run would
+    resume from its checkpoint instead of training); built models stay, to be reused."""
     if out.exists() and any(out.iterdir()) and not (out / MARKER).exists():
         raise UserError(f"--out {out} holds files this preflight did not write; choose a new or empty directory")
     out.mkdir(parents=True, exist_ok=True)
     (out / MARKER).write_text("written by python -m experiments.gpu_check, which clears its step folders here\n")
     for name in ("sanity", "train", "logs"):
         shutil.rmtree(out / name, ignore_errors=True)
+    # an earlier preflight's report, which a preflight stopped before its own would leave to be read as this one's
+    (out / "gpu_check.json").unlink(missing_ok=True)
 
 
 def preflight(backbone: str, out: Path, *, tiny: bool | None = None, overrides: list[str] | None = None,

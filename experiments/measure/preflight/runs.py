@@ -203,21 +203,29 @@ def check_train(rc: int, run_dir: Path, log: Path, processes: int = 1) -> tuple[
                      "(budget.ood_benchmarks=[])"))
 
 
+def k3(ref_logps: Any, logps: Any) -> Any:
+    """The KL term's per-token k3 = exp(r) - r - 1, r = reference - policy, in float64 with the bounds the release's
+    `low_var_kl` sets (r within [-20, 20], the term within [-10, 10]), written out here rather than imported, so
+    that a wrong line in the trainer's shows."""
+    import torch
+
+    r = (ref_logps.double() - logps.double()).clamp(-20.0, 20.0)
+    return (torch.exp(r) - r - 1.0).clamp(-10.0, 10.0)
+
+
 def recomputed_kl(run_dir: Path, steps_per_round: int) -> list[float]:
     """Each round's train/kl from the log-probs the run saved as they reached the loss (trainer.save_logprobs:
-    logprobs/step<k>_rank<r>_<i>.pt), in float64 and without seal's code: per micro-batch the masked mean of
-    k3 = exp(r) - r - 1 (r = reference - policy) over every rank's tokens, averaged over a step's micro-batches,
-    then over a round's steps_per_round steps."""
+    logprobs/step<k>_rank<r>_<i>.pt), in float64 and without seal's code: per micro-batch the masked mean of k3
+    over every rank's tokens, averaged over a step's micro-batches, then over a round's steps_per_round steps."""
     import torch
 
     sums: dict[int, dict[int, list[float]]] = {}
     for path in sorted((run_dir / "logprobs").glob("step*_rank*_*.pt")):
         step, _, index = path.stem.split("_")
         record = torch.load(path)
-        r = record["ref_logps"].double() - record["logps"].double()
         mask = record["mask"].double()
         total = sums.setdefault(int(step[4:]), {}).setdefault(int(index), [0.0, 0.0])
-        total[0] += float(((torch.exp(r) - r - 1.0) * mask).sum())
+        total[0] += float((k3(record["ref_logps"], record["logps"]) * mask).sum())
         total[1] += float(mask.sum())
     means = [sum(n / max(d, 1.0) for n, d in batches.values()) / len(batches)
              for _, batches in sorted(sums.items())]
@@ -248,8 +256,7 @@ def check_logprobs(step: str, run_dir: Path, log: Path, logged: list[float | Non
         tokens += int(trained.sum())
         if "ref_logps" in record:
             references += 1
-            r = (record["ref_logps"].double() - record["logps"].double())[trained]
-            zero += int((torch.exp(r) - r - 1.0 == 0).sum())
+            zero += int((k3(record["ref_logps"], record["logps"])[trained] == 0).sum())
     figures = {"files": len(saved), "tokens": tokens, "tokens_with_zero_kl": zero, "train_kl": logged,
                "recomputed_kl_fp64": None}
     if references == 0 and all(k is None for k in logged):  # no KL term (trainer.beta=0): nothing to recompute
@@ -258,9 +265,14 @@ def check_logprobs(step: str, run_dir: Path, log: Path, logged: list[float | Non
         raise Failure(f"step {step}: {len(saved) - references} of its {len(saved)} saved micro-batches hold no "
                       f"reference log-probs, so its logged train/kl {logged} cannot be recomputed ({run_dir / 'logprobs'})")
     steps = len({path.stem.split("_")[0] for path in saved})
-    recomputed = recomputed_kl(run_dir, steps // len(logged)) if logged and steps % len(logged) == 0 else []
-    if None in logged or len(logged) != len(recomputed) or any(
-            abs(a - b) > 1e-6 * abs(b) + 1e-12 for a, b in zip(logged, recomputed)):
+    if not logged or None in logged:
+        raise Failure(f"step {step}: its saved log-probs hold the reference's, but it logged no train/kl for "
+                      f"{'a round' if logged else 'any round'} ({run_dir})")
+    if steps % len(logged):
+        raise Failure(f"step {step}: its log-probs were saved over {steps} optimizer steps, which do not split "
+                      f"into the {len(logged)} rounds it logged ({run_dir / 'logprobs'})")
+    recomputed = recomputed_kl(run_dir, steps // len(logged))
+    if any(abs(a - b) > 1e-6 * abs(b) + 1e-12 for a, b in zip(logged, recomputed, strict=True)):
         raise Failure(f"step {step}: its logged train/kl {logged} is not the KL of its saved log-probs over {steps} "
                       f"optimizer steps, {recomputed} recomputed in float64 ({run_dir / 'logprobs'})")
     return figures | {"recomputed_kl_fp64": recomputed}
