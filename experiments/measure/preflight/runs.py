@@ -213,18 +213,27 @@ def k3(ref_logps: Any, logps: Any) -> Any:
     return (torch.exp(r) - r - 1.0).clamp(-10.0, 10.0)
 
 
-def recomputed_kl(run_dir: Path, steps_per_round: int) -> list[float]:
-    """Each round's train/kl from the log-probs the run saved as they reached the loss (trainer.save_logprobs:
-    logprobs/step<k>_rank<r>_<i>.pt), in float64 and without seal's code: per micro-batch the masked mean of k3
-    over every rank's tokens, averaged over a step's micro-batches, then over a round's steps_per_round steps."""
+def saved_logprobs(run_dir: Path) -> list[tuple[int, int, dict[str, Any]]]:
+    """The log-probs a run saved as they reached the loss (trainer.save_logprobs): (optimizer step, micro-batch
+    index, record) for each logprobs/step<k>_rank<r>_<i>.pt, every rank's, in file-name order."""
     import torch
 
-    sums: dict[int, dict[int, list[float]]] = {}
+    saved = []
     for path in sorted((run_dir / "logprobs").glob("step*_rank*_*.pt")):
         step, _, index = path.stem.split("_")
-        record = torch.load(path)
+        saved.append((int(step[4:]), int(index), torch.load(path)))
+    return saved
+
+
+def recomputed_kl(run_dir: Path, steps_per_round: int,
+                  saved: list[tuple[int, int, dict[str, Any]]] | None = None) -> list[float]:
+    """Each round's train/kl from the log-probs the run saved (saved_logprobs, read again unless given), in float64
+    and without seal's code: per micro-batch the masked mean of k3 over every rank's tokens, averaged over a
+    step's micro-batches, then over a round's steps_per_round steps."""
+    sums: dict[int, dict[int, list[float]]] = {}
+    for step, index, record in saved_logprobs(run_dir) if saved is None else saved:
         mask = record["mask"].double()
-        total = sums.setdefault(int(step[4:]), {}).setdefault(int(index), [0.0, 0.0])
+        total = sums.setdefault(step, {}).setdefault(index, [0.0, 0.0])
         total[0] += float((k3(record["ref_logps"], record["logps"]) * mask).sum())
         total[1] += float(mask.sum())
     means = [sum(n / max(d, 1.0) for n, d in batches.values()) / len(batches)
@@ -238,21 +247,22 @@ def check_logprobs(step: str, run_dir: Path, log: Path, logged: list[float | Non
     policies' KL at 0), and each round's `logged` train/kl equal to recomputed_kl within 1e-6 relative."""
     import torch
 
-    saved = sorted((run_dir / "logprobs").glob("step*_rank*_*.pt"))
+    saved = saved_logprobs(run_dir)
+    folder = run_dir / "logprobs"
     if not saved:
-        raise Failure(f"step {step} saved no log-probs in {run_dir / 'logprobs'} (trainer.save_logprobs; log: {log})")
+        raise Failure(f"step {step} saved no log-probs in {folder} (trainer.save_logprobs; log: {log})")
     tokens = zero = references = 0
-    for path in saved:
-        record = torch.load(path)
+    for optimizer_step, index, record in saved:
         trained = record["mask"].bool()
         for key in ("logps", "old_logps", "ref_logps"):
             values = record.get(key)
             if values is None:  # no old policy's on-policy, none of the reference's without a KL term
                 continue
+            where = f"{folder}, step {optimizer_step}, micro-batch {index}"
             if values.dtype != torch.float32:
-                raise Failure(f"step {step}: {key} reached the loss as {values.dtype}, not torch.float32 ({path})")
+                raise Failure(f"step {step}: {key} reached the loss as {values.dtype}, not torch.float32 ({where})")
             if trained.any() and bool((values[trained].to(torch.bfloat16).float() == values[trained]).all()):
-                raise Failure(f"step {step}: {key} holds bf16 values only, rounded before the loss ({path})")
+                raise Failure(f"step {step}: {key} holds bf16 values only, rounded before the loss ({where})")
         tokens += int(trained.sum())
         if "ref_logps" in record:
             references += 1
@@ -263,18 +273,18 @@ def check_logprobs(step: str, run_dir: Path, log: Path, logged: list[float | Non
         return figures | {"train_kl": None}
     if references != len(saved):
         raise Failure(f"step {step}: {len(saved) - references} of its {len(saved)} saved micro-batches hold no "
-                      f"reference log-probs, so its logged train/kl {logged} cannot be recomputed ({run_dir / 'logprobs'})")
-    steps = len({path.stem.split("_")[0] for path in saved})
+                      f"reference log-probs, so its logged train/kl {logged} cannot be recomputed ({folder})")
+    steps = len({optimizer_step for optimizer_step, _, _ in saved})
     if not logged or None in logged:
         raise Failure(f"step {step}: its saved log-probs hold the reference's, but it logged no train/kl for "
                       f"{'a round' if logged else 'any round'} ({run_dir})")
     if steps % len(logged):
         raise Failure(f"step {step}: its log-probs were saved over {steps} optimizer steps, which do not split "
-                      f"into the {len(logged)} rounds it logged ({run_dir / 'logprobs'})")
-    recomputed = recomputed_kl(run_dir, steps // len(logged))
+                      f"into the {len(logged)} rounds it logged ({folder})")
+    recomputed = recomputed_kl(run_dir, steps // len(logged), saved)
     if any(abs(a - b) > 1e-6 * abs(b) + 1e-12 for a, b in zip(logged, recomputed, strict=True)):
         raise Failure(f"step {step}: its logged train/kl {logged} is not the KL of its saved log-probs over {steps} "
-                      f"optimizer steps, {recomputed} recomputed in float64 ({run_dir / 'logprobs'})")
+                      f"optimizer steps, {recomputed} recomputed in float64 ({folder})")
     return figures | {"recomputed_kl_fp64": recomputed}
 
 
