@@ -6,7 +6,9 @@ benchmarks before and after training. `JobClock` times the work as it is done an
 the rates measured so far: seconds per evaluation episode, seconds per round, seconds per out-of-domain
 evaluation. A kind of work not timed yet is not guessed from another (a round's optimisation is most of it
 and no evaluation shows it): the estimate covers what was timed and names what is still to be timed, e.g.
-"about 40 s left + 3 rounds (not timed yet)". A kind the job has not timed yet may take its rate from another
+"about 40 s left + 3 rounds (not timed yet)". The writes after the last round (its checkpoint and the final model)
+count at the time the run's own earlier writes of that kind took (a periodic checkpoint, a model kept on validation),
+and are named once no round is left if none was timed. A kind the job has not timed yet may take its rate from another
 run that this machine measured with the same backbone, budget and launch (`JobClock.beside`, found by
 seal.tasks.train.similar_run): a fresh run beside a finished one gives its estimate up front.
 """
@@ -50,6 +52,9 @@ class JobPlan:
     after: tuple[Evaluation, ...] = ()
     ood: tuple[str, ...] = ()
     first_round: int = 0
+    # what is written after the last round, in order: "checkpoint" (periodic checkpoints are on: the trainer
+    # saves at its last step too) and "model" (the final model)
+    saves_after: tuple[str, ...] = ()
 
     @property
     def evaluation_episodes(self) -> int:
@@ -100,16 +105,21 @@ class JobClock:
     # seconds per evaluation episode and per round another run measured (JobClock.beside): used until this job
     # times that kind of work itself
     other_rates: dict[str, float] = field(default_factory=dict)
-    # what is still to do: evaluation episodes, rounds (from first_round on), out-of-domain evaluations
+    # seconds the latest write of each kind took ("checkpoint", "model"; JobClock.saved)
+    save_seconds: dict[str, float] = field(default_factory=dict)
+    # what is still to do: evaluation episodes, rounds (from first_round on), out-of-domain evaluations, the
+    # writes after the last round
     evals_left: int = 0
     rounds_left: int = 0
     ood_left: int = 0
+    saves_left: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.started = self.started or self.clock()
         self.evals_left = sum(e.episodes for e in (*self.plan.before, *self.plan.after))
         self.rounds_left = self.plan.rounds
         self.ood_left = 2 * len(self.plan.ood)
+        self.saves_left = list(self.plan.saves_after)
 
     def earlier(self, *, eval_episodes: int = 0, eval_seconds: float = 0.0, round_seconds: list[float] = ()) -> None:
         """Rates an earlier attempt of the run measured (a resumed run): they count in the estimate, not in
@@ -140,6 +150,14 @@ class JobClock:
         self.ood_seconds = seconds
         self.ood_left = max(self.ood_left - 1, 0)
 
+    def saved(self, kind: str, seconds: float) -> None:
+        """A write of `kind` ("checkpoint" or "model") took `seconds`: during the rounds it times the writes after
+        the last one (the rounds' own writes are in their measured time); once no round is left, it is one of
+        those."""
+        self.save_seconds[kind] = seconds
+        if not self.rounds_left and kind in self.saves_left:
+            self.saves_left.remove(kind)
+
     def left(self) -> tuple[float, list[str]] | None:
         """(seconds the timed kinds of work still take at their measured rates, the work left of kinds not timed
         yet, e.g. ["3 rounds"]); None before anything was timed (by this job, an earlier attempt of it or the run
@@ -156,6 +174,11 @@ class JobClock:
                 untimed.append(f"{n} {what}" + ("" if n == 1 else "s"))
             elif n:
                 seconds += n * rates[what]
+        for kind in self.saves_left:
+            if kind in self.save_seconds:
+                seconds += self.save_seconds[kind]
+            elif not self.rounds_left:
+                untimed.append(SAVES[kind])
         return seconds, untimed
 
     def elapsed(self) -> float:
@@ -164,7 +187,7 @@ class JobClock:
     def estimate(self) -> str:
         """What the console says: the time so far and, once something was timed, about how long is left."""
         found = self.left()
-        if found is None or not (self.evals_left or self.rounds_left or self.ood_left):
+        if found is None or not (self.evals_left or self.rounds_left or self.ood_left or self.saves_left):
             return f"{duration(self.elapsed())} so far"
         seconds, untimed = found
         return f"{duration(self.elapsed())} so far, about {duration(seconds)} left{not_timed(untimed)}"
@@ -177,11 +200,27 @@ def _rates(eval_episodes: int, eval_seconds: float, round_seconds: list[float]) 
             "round": sum(rounds) / len(rounds) if rounds else None}
 
 
+# the writes after the last round, as an estimate names them before they were timed
+SAVES = {"checkpoint": "the last checkpoint", "model": "the final model"}
+
+
+def saves_after(rounds: int, periodic_checkpoints: bool) -> tuple[str, ...]:
+    """The writes after a job's last round (JobPlan.saves_after), for `rounds` rounds still to train: with
+    periodic checkpoints the trainer saves at its last step too (none when no round is left to train); the final
+    model always."""
+    return ("checkpoint", "model") if rounds and periodic_checkpoints else ("model",)
+
+
 def not_timed(untimed: list[str]) -> str:
-    """What an estimate leaves out, as its tail: "" or " + 3 rounds (not timed yet)"."""
-    return f" + {' and '.join(untimed)} (not timed yet)" if untimed else ""
+    """What an estimate leaves out, as its tail: "" or " + 3 rounds (not timed yet)", " + 8 evaluation episodes,
+    the last checkpoint and the final model (not timed yet)"."""
+    if not untimed:
+        return ""
+    listed = untimed[0] if len(untimed) == 1 else f"{', '.join(untimed[:-1])} and {untimed[-1]}"
+    return f" + {listed} (not timed yet)"
 
 
 def round_seconds(metrics: dict[str, float]) -> float:
-    """A round's wall time: the sum of its `time/*` split (generation, optimisation, bookkeeping, validation)."""
+    """A round's wall time: the sum of its `time/*` split (generation, optimisation, bookkeeping, validation and the
+    models it kept; its checkpoint is written after the round is recorded)."""
     return sum(v for k, v in metrics.items() if k.startswith("time/"))

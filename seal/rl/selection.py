@@ -13,6 +13,7 @@ test scores is reported in a column marked test-selected, never used for a claim
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,8 @@ class ModelSelection:
         self.dtype = dtype
         self.best_path = out_dir / "best.json"
         self.best = json.loads(self.best_path.read_text()) if self.best_path.exists() else None
+        # seconds the latest model write took (None: none yet)
+        self.model_save_seconds: float | None = None
 
     @property
     def active(self) -> bool:
@@ -53,22 +56,35 @@ class ModelSelection:
         """Validate after every `every`-th round and the last; keep the model when it is the best so far."""
         if not self.active or not validated_after(record.round, self.every, self.rounds):
             return
+        started = time.perf_counter()
         metrics, _ = self.evaluate(self.val_entries, self.out_dir / "val" / f"round_{record.round:04d}")
+        # the round's split (seal.report.clock.round_seconds) counts its validation and the models it keeps
+        record.metrics["time/validation"] = time.perf_counter() - started
         key = AVG if AVG in metrics else RELEASE_AVG
         score = metrics[key]
         record.metrics["val" + key.removeprefix("eval")] = score
-        # every rank holds the same gathered metrics, so every rank takes the same decision: saving gathers a
-        # sharded model collectively, and the main rank alone writes
-        write = self.dist.main
+        saves = []
         # ties keep the earlier model: a later one has to be better, not equal
         if self.best is None or score > self.best["score"]:
             self.best = {"round": record.round, "global_step": record.global_step, "score": score,
                          "metric": f"val {key}", "entries": len(self.val_entries)}
-            save_final_model(model, self.out_dir / "best_model", self.dtype, write=write)
-            if write:
+            saves.append(self._keep(model, self.out_dir / "best_model"))
+            if self.dist.main:
                 self.best_path.write_text(json.dumps(self.best, indent=2))
         if self.keep_all:
-            save_final_model(model, self.out_dir / "validated" / f"round_{record.round:04d}", self.dtype, write=write)
+            saves.append(self._keep(model, self.out_dir / "validated" / f"round_{record.round:04d}"))
+        if saves:
+            record.metrics["time/model_save"] = sum(saves)
+
+    def _keep(self, model: Any, folder: Path) -> float:
+        """Write the model to `folder` in the backbone's dtype; the seconds it took (also kept as
+        `model_save_seconds`: the job's clock times the final model's write by it). Every rank holds the same
+        gathered metrics, so every rank takes the same decision: saving gathers a sharded model collectively, and
+        the main rank alone writes."""
+        started = time.perf_counter()
+        save_final_model(model, folder, self.dtype, write=self.dist.main)
+        self.model_save_seconds = time.perf_counter() - started
+        return self.model_save_seconds
 
     def test_initial(self, test_entries: list[Any]) -> dict[str, Any]:
         """The initial model on test (the tables' base-model row: the before-evaluation is on the validation

@@ -22,8 +22,9 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
+import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 import torch.nn.functional as F
@@ -114,6 +115,8 @@ class SealGRPOTrainer(GRPOTrainer):
         self.optimisation: OptimisationProgress | None = None
         # where every micro-batch's log-probs are written (trainer.save_logprobs; None: nowhere)
         self.logprob_dir = logprob_dir
+        # told the seconds each checkpoint took to write (the job's clock; None: no one)
+        self.on_checkpoint: Callable[[float], None] | None = None
         self._logprob_step: int | None = None
         self._micro_batches = 0
         # the epsilon under a group's reward std (TRL's is fixed at 1e-4; the release uses 1e-6)
@@ -144,7 +147,10 @@ class SealGRPOTrainer(GRPOTrainer):
 
         from seal.rl.checkpoint import write_checkpoint
 
+        started = time.perf_counter()
         write_checkpoint(self, partial(super()._save_checkpoint, model, trial))
+        if self.on_checkpoint is not None:
+            self.on_checkpoint(time.perf_counter() - started)
 
     def _prepare_inputs(self, generation_batch: Any) -> Any:
         seed = None if not self.shuffle_minibatches else minibatch_seed(

@@ -18,6 +18,7 @@ import json
 import logging
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -297,7 +298,7 @@ def announce(run: TrainingRun) -> None:
     """Say what the job will do (the evaluations with their episodes under each protocol, the rounds left,
     the validations, the out-of-domain benchmarks), and start its clock (seal.report.clock)."""
     from seal.budget import validated_after
-    from seal.report.clock import Evaluation, JobClock, JobPlan
+    from seal.report.clock import Evaluation, JobClock, JobPlan, saves_after
 
     entries, selection, protocols, out_dir = run.entries, run.selection, tuple(run.eval_protocols), run.out_dir
     planned = run.budget.rounds_for(len(entries.train))
@@ -318,7 +319,8 @@ def announce(run: TrainingRun) -> None:
                    episodes_per_round=run.budget.episodes, prompts=run.budget.prompts_per_round,
                    rollouts=run.budget.rollouts_per_prompt, steps_per_round=run.budget.steps_per_round,
                    validated=validated, validation=Evaluation("validation", len(selection.val_entries), protocols),
-                   after=tuple(after), ood=tuple(b.name for b in run.ood_benchmarks), first_round=first)
+                   after=tuple(after), ood=tuple(b.name for b in run.ood_benchmarks), first_round=first,
+                   saves_after=saves_after(max(planned - first, 0), bool(run.cfg.trainer.save_every)))
     run.clock = clock = JobClock(plan, clock=time.perf_counter, started=run.started)
     # a resumed run starts from the earlier attempt's rates: its rounds' times and its evaluation's
     clock.earlier(round_seconds=[round_seconds(r.get("metrics", {})) for r in history],
@@ -601,6 +603,9 @@ def start_logging(run: TrainingRun) -> None:
         if not dist.main:
             return
         write_metrics_log(out_dir / "metrics.jsonl", coevolution.history)
+        if selection.model_save_seconds is not None:
+            # a kept model's write times the final model's (told before the round is done: not the final one)
+            run.clock.saved("model", selection.model_save_seconds)
         now = time.perf_counter()
         run.clock.round_done(now - run.round_started)
         run.round_started = now
@@ -659,8 +664,10 @@ def fit(run: TrainingRun) -> None:
     checkpoint = latest_complete_checkpoint(Path(trainer.args.output_dir))
     if checkpoint is not None:
         resume(run, checkpoint)
+    trainer.on_checkpoint = partial(run.clock.saved, "checkpoint")
     run.round_started = time.perf_counter()
     trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+    started = time.perf_counter()
     if copy is not None:
         # one full state dict in the backbone's dtype, gathered from the shards on every rank
         if backbone.generation == "transformers":
@@ -674,6 +681,7 @@ def fit(run: TrainingRun) -> None:
         if run.dist.main:
             save_final_model(trainer, out_dir / "final_model", backbone.dtype)
         engine.model = trainer.model
+    run.clock.saved("model", time.perf_counter() - started)
     # the optimizer state, gradients and reference model are not needed to evaluate: free them
     # before the after-evaluation allocates its caches (it keeps the main job under 8 GB)
     trainer.accelerator.free_memory()

@@ -72,6 +72,65 @@ def test_an_out_of_domain_benchmark_not_timed_yet_is_named():
     assert clock.left() == (30.0, [])
 
 
+def test_the_writes_after_the_last_round_count_once_timed_and_are_named_once_no_round_is_left():
+    # the one-GPU preflight's train run (2026-12-04, H200, docs/results.md) in round figures: 16 episodes before
+    # training in 20 s (1.25 s each), the 24 after it (validation part, then the final and the best model on test)
+    # at that rate take 30 s. Its last round line said "about 30 s left" while 1 min 43 s were: the last
+    # checkpoint (68 s) and the final model were not counted
+    both = ("bfcl", "release")
+    clock = JobClock(plan(before=(Evaluation("evaluate (val part)", 4, both), Evaluation("test", 4, both)), rounds=2,
+                          planned_rounds=2, after=(Evaluation("evaluate (val part)", 4, both), Evaluation("final", 4, both),
+                                                   Evaluation("best", 4, both)),
+                          saves_after=("checkpoint", "model")), clock=lambda: 0.0, started=0.0)
+    clock.evaluated(16, 20.0)
+    # while a round is left, a write not timed yet is not named (the rounds are not timed either)
+    assert clock.left() == (30.0, ["2 rounds"])
+    # round 0 kept the model best on validation, a 12 s write, told before the round is done: it times the final
+    # model's write and is not that write
+    clock.saved("model", 12.0)
+    clock.round_done(27.0)
+    assert clock.saves_left == ["checkpoint", "model"]
+    assert clock.left() == (30.0 + 27.0 + 12.0, [])
+    # the last round done: its checkpoint, never timed, is named
+    clock.round_done(9.0)
+    assert clock.left() == (42.0, ["the last checkpoint"])
+    assert clock.estimate() == "0 s so far, about 42 s left + the last checkpoint (not timed yet)"
+    clock.saved("checkpoint", 68.0)
+    assert (clock.saves_left, clock.left()) == (["model"], (42.0, []))
+    clock.saved("model", 15.0)
+    assert (clock.saves_left, clock.left()) == ([], (30.0, []))
+    # with a checkpoint every round the first one times the last (5 s, counted while rounds are left); nothing
+    # else left but the final model, whose write is still said
+    every = JobClock(plan(before=(), after=(), rounds=2, saves_after=("checkpoint", "model")), clock=lambda: 0.0,
+                     started=0.0)
+    every.round_done(10.0)
+    every.saved("checkpoint", 5.0)
+    assert every.left() == (10.0 + 5.0, [])
+    every.round_done(11.0)
+    assert every.estimate() == "0 s so far, about 5 s left + the final model (not timed yet)"
+    every.saved("checkpoint", 6.0)
+    every.saved("model", 1.0)
+    assert every.estimate() == "0 s so far"
+
+
+def test_the_last_checkpoint_is_written_when_checkpoints_are_on_and_a_round_is_left():
+    from seal.report.clock import saves_after
+
+    assert saves_after(2, True) == ("checkpoint", "model")
+    # a resumed job whose rounds are all done writes only the final model; so does one without checkpoints
+    assert saves_after(0, True) == saves_after(2, False) == ("model",)
+
+
+def test_what_an_estimate_leaves_out_is_listed_as_a_sentence_lists():
+    from seal.report.clock import not_timed
+
+    assert not_timed([]) == ""
+    assert not_timed(["3 rounds"]) == " + 3 rounds (not timed yet)"
+    assert not_timed(["3 rounds", "2 out-of-domain evaluations"]) == " + 3 rounds and 2 out-of-domain evaluations (not timed yet)"
+    assert not_timed(["8 evaluation episodes", "the last checkpoint", "the final model"]) == (
+        " + 8 evaluation episodes, the last checkpoint and the final model (not timed yet)")
+
+
 def test_a_resumed_job_estimates_from_the_earlier_attempts_rates():
     # the first attempt: 8 evaluation episodes in 16 s, rounds of 30 s and 50 s; left: 2 rounds and the 8
     # episodes after training: 2 x 40 + 8 x 2 = 96 s, measured before anything of this attempt ran

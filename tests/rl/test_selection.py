@@ -76,6 +76,50 @@ def test_the_model_is_validated_every_val_every_rounds_and_after_the_last(tmp_pa
     assert seen == validated
 
 
+def test_a_validated_round_counts_its_validation_and_the_models_it_kept_in_its_time(tmp_path, monkeypatch):
+    # the one-GPU preflight's round lines said 5.6 s for a round that took 27 s: its validation and the best
+    # model's 5.7 GiB write were not in the round's time split (seal.report.clock.round_seconds)
+    import seal.rl.selection as selection_module
+    from seal.report.clock import round_seconds
+
+    now = [0.0]
+    monkeypatch.setattr(selection_module, "time", SimpleNamespace(perf_counter=lambda: now[0]))
+    writes = {"best_model": 3.0, "round_0001": 2.0, "round_0003": 2.5}
+
+    def save(model, folder, dtype, write=True):
+        now[0] += writes[folder.name]
+
+    def evaluate(entries, folder):
+        now[0] += 7.0
+        return {AVG: {"round_0001": 0.2, "round_0003": 0.2}[folder.name]}, []
+
+    monkeypatch.setattr(selection_module, "save_final_model", save)
+    selection = ModelSelection(every=2, val_entries="val", out_dir=tmp_path, dist=Dist(), evaluate=evaluate,
+                               keep_all=True, rounds=4)
+    split = {"time/generation": 4.0, "time/optimisation": 1.6}
+    records = [SimpleNamespace(round=r, global_step=r + 1, metrics=dict(split)) for r in range(4)]
+    assert selection.model_save_seconds is None
+    for record in records:
+        selection.after_round(record, None)
+    # round 0 not validated; round 1 validated (7 s), the best so far (3 s) and kept with every validated one (2 s)
+    assert records[0].metrics == split
+    assert {k: records[1].metrics[k] for k in ("time/validation", "time/model_save")} == {
+        "time/validation": 7.0, "time/model_save": 5.0}
+    assert round_seconds(records[1].metrics) == 4.0 + 1.6 + 7.0 + 5.0
+    # round 3 ties (not the best: only the validated copy, 2.5 s); the latest single write times the final model's
+    assert records[3].metrics["time/model_save"] == 2.5 and selection.model_save_seconds == 2.5
+    # without keep_all a round that keeps nothing has no write in its split
+    (tmp_path / "plain").mkdir()
+    plain = ModelSelection(every=1, val_entries="val", out_dir=tmp_path / "plain", dist=Dist(), rounds=2,
+                           evaluate=lambda entries, folder: ({AVG: 0.2}, []))
+    writes["best_model"] = 3.0
+    first, second = (SimpleNamespace(round=r, global_step=r + 1, metrics={}) for r in range(2))
+    plain.after_round(first, None)
+    plain.after_round(second, None)
+    assert first.metrics["time/model_save"] == 3.0 and "time/model_save" not in second.metrics
+    assert second.metrics["time/validation"] == 0.0 and plain.model_save_seconds == 3.0
+
+
 def test_the_test_selected_score_is_stored_under_the_protocol_that_produced_it(tmp_path, monkeypatch):
     import seal.rl.selection as selection_module
     from seal.rl.selection import RELEASE_AVG
@@ -159,7 +203,11 @@ def test_each_validation_and_test_evaluation_reads_and_writes_its_own_folder(tmp
     for record in records:
         selection.after_round(record, "model")
     assert calls == [("val", tmp_path / "val" / "round_0001"), ("val", tmp_path / "val" / "round_0003")]
-    assert [r.metrics for r in records] == [{}, {"val/bfcl_v3/avg": 0.2}, {}, {"val/bfcl_v3/avg": 0.4}]
+    assert [{k: v for k, v in r.metrics.items() if not k.startswith("time/")} for r in records] == [
+        {}, {"val/bfcl_v3/avg": 0.2}, {}, {"val/bfcl_v3/avg": 0.4}]
+    # the validated rounds' time split counts the validation and the writes (every rank times its part)
+    assert [sorted(k for k in r.metrics if k.startswith("time/")) for r in records] == [
+        [], ["time/model_save", "time/validation"], [], ["time/model_save", "time/validation"]]
     best = {"round": 3, "global_step": 4, "score": 0.4, "metric": "val eval/bfcl_v3/avg", "entries": 3}
     # every rank saves (a sharded model is gathered by all of them); only the main one writes
     write = rank == 0

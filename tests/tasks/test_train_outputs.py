@@ -64,6 +64,9 @@ def test_an_ablation_run_is_filed_under_its_arm_and_leaves_readable_outputs(tmp_
     # every round line ends with the job's clock
     rounds = [line for line in out.out.splitlines() if line.startswith(("[1/2] round 0 |", "[2/2] round 1 |"))]
     assert len(rounds) == 2 and all(" so far" in line.rsplit(" | ", 1)[1] for line in rounds)
+    # after the last round the writes still to come are counted: its checkpoint at the time round 0's took (a
+    # checkpoint every round), the final model named (no model was kept on validation to time it)
+    assert "not timed" not in rounds[0] and rounds[1].endswith(" left + the final model (not timed yet)")
     # a bar per protocol for the held-out evaluations (turns, episodes, tokens), a bar per category of an
     # out-of-domain benchmark, and each round's rollouts and optimisation
     err = out.err.replace("\r", "\n")
