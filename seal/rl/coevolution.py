@@ -84,6 +84,7 @@ class CoEvolution:
         self._played: list[Any] | None = None
         self._timing: dict[str, float] = {}  # pragma: no mutate (set by play_round before it is read)
         self._closed_at = 0.0  # pragma: no mutate (set by close_round before it is read)
+        self._played_at = 0.0  # pragma: no mutate (set by play_round before it is read)
 
     # -- TRL's rollout_func ------------------------------------------------------------------------
     def play_round(self, prompts: list[str], trainer: Any = None) -> dict[str, list]:
@@ -99,7 +100,8 @@ class CoEvolution:
         rollouts = self.engine.play(entries, view, temperature=self.temperature, seeds=seeds, **shown)
         parts = {k: sum(r.timings[k] for r in rollouts) for k in ("generation", "execution", "verification")}
         # whatever else the rollout took (prompt rendering, bookkeeping)
-        parts["rollout_other"] = max(time.perf_counter() - t0 - sum(parts.values()), 0.0)
+        self._played_at = time.perf_counter()
+        parts["rollout_other"] = max(self._played_at - t0 - sum(parts.values()), 0.0)
         self._played, self._timing = rollouts, parts
         eot = self.engine.eot_ids[:1]
         cut = slice(self.max_train_tokens)
@@ -121,6 +123,9 @@ class CoEvolution:
             raise RuntimeError("close_round() without a played round")
         local, self._played = self._played, None
         t0 = time.perf_counter()
+        # TRL's part between the rollouts and this hook: the batch padded, the old policy's and the reference's
+        # log-probs computed, the advantages
+        self._timing["scoring"] = t0 - self._played_at
         # the whole round on every rank, in global order (rank 0's episodes first)
         played = self.dist.gather([(r.entry.id, r.verdict, r.episode.steps, _episode_summary(r)) for r in local])
         timing = {k: max(v) for k, v in zip(self._timing, zip(*self.dist.gather([tuple(self._timing.values())])))}

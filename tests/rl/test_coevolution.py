@@ -3,6 +3,7 @@ default), the interface from the causes, both profiles in the round's metrics an
 
 import json
 import time
+from types import SimpleNamespace
 
 import pytest
 
@@ -252,6 +253,25 @@ def test_a_round_metrics_by_hand():
     assert m["time/rollout_other"] == 0.0
     for part in ("diagnosis", "weighting", "interface"):
         assert 0.0 <= m[f"time/{part}"] <= elapsed, part
+
+
+def test_trls_scoring_between_the_rollouts_and_the_advantage_hook_is_timed(monkeypatch):
+    # the round's split held its rollouts, diagnosis and optimisation, but not what TRL does in between (the old
+    # policy's and the reference's log-probs: a forward pass of each over the batch); here it takes 40 s
+    import seal.rl.coevolution as coevolution_module
+
+    now = [100.0]
+    monkeypatch.setattr(coevolution_module, "time", SimpleNamespace(perf_counter=lambda: now[0]))
+    entries = get_entries(["multi_turn_base_3"])
+    cfg = InterfaceConfig(cap="evolve", min_evidence=1)
+    co = CoEvolution(engine=ScriptedEngine(100), entries={e.id: e for e in entries}, omega=initial_interface(cfg),
+                     interface_cfg=cfg, diagnoser=Recorder([[S, S], [S, S]]), reweighting=Reweighting(rho0=RHO0),
+                     temperature=1.0, seed=0)
+    co.play_round(["multi_turn_base_3"] * 2)
+    now[0] += 40.0
+    co.close_round(0)
+    m = co.history[-1].metrics
+    assert m["time/scoring"] == 40.0 and m["time/diagnosis"] == 0.0 and m["time/rollout_other"] == 0.0
 
 
 def test_a_round_record_by_hand():

@@ -59,7 +59,8 @@ def test_the_main_job_leaves_its_outputs(tmp_path):
         assert (tmp_path / name).is_file(), name
     assert set(metrics["eval_after"]) >= {"eval/bfcl_v3/avg", "eval/bfcl_v3/base", "counts"}
     assert sorted(metrics["round_time_split"]) == sorted(
-        ["generation", "execution", "verification", "rollout_other", "diagnosis", "weighting", "interface", "optimisation"])
+        ["generation", "execution", "verification", "rollout_other", "scoring", "diagnosis", "weighting", "interface",
+         "optimisation"])
     report = (tmp_path / "report.md").read_text()
     assert "## Rounds" in report and "## Held-out evaluation" in report
     first = rounds(tmp_path)[0]
