@@ -376,6 +376,17 @@ class ShardedPrecision(TrainerCallback):
                                "installed transformers passes accelerator_config on differently (requirements.txt pins it)")
 
 
+class Prepared(TrainerCallback):
+    """Calls `call()` once the trainer has prepared the model, its optimizer and any checkpoint it resumes, just
+    before the first step (the job's clock starts round 0 there: that one-off preparation is no round's time)."""
+
+    def __init__(self, call: Callable[[], None]):
+        self.call = call
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.call()
+
+
 class StepLogCallback(TrainerCallback):
     """Each optimizer step's logged values, as one record of the `trainer.steps` logger (run.log only)."""
 

@@ -638,7 +638,7 @@ def fit(run: TrainingRun) -> None:
     """TRL's trainer over the co-evolution loop, resumed from the run directory's last complete round;
     leaves the final model in `final_model/` and in the engine, and frees the trainer."""
     from seal.rl.checkpoint import latest_complete_checkpoint, save_final_model
-    from seal.rl.trainer import make_trainer
+    from seal.rl.trainer import Prepared, make_trainer
 
     cfg, backbone, engine, policy, out_dir = run.cfg, run.backbone, run.engine, run.policy, run.out_dir
     trainer = make_trainer(
@@ -665,7 +665,13 @@ def fit(run: TrainingRun) -> None:
     if checkpoint is not None:
         resume(run, checkpoint)
     trainer.on_checkpoint = partial(run.clock.saved, "checkpoint")
-    run.round_started = time.perf_counter()
+
+    def rounds_begin() -> None:
+        # round 0's time starts once the trainer has sharded, moved and resumed the model and built its
+        # optimizer: a one-off (minutes for a sharded 7B) that would otherwise count in every round's rate
+        run.round_started = time.perf_counter()
+
+    trainer.add_callback(Prepared(rounds_begin))
     trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
     started = time.perf_counter()
     if copy is not None:

@@ -9,7 +9,9 @@ import logging
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -20,6 +22,12 @@ from tests.config_values import backbone_cfg
 from tests.test_configs import compose_with
 
 ARM = "seal_evolving+reweighting=off"
+
+
+def shown_seconds(shown: str) -> float:
+    """A duration as seal.policy.progress.duration shows it ("45 s", "3 min 20 s", "2 h 05 min"), in seconds."""
+    words = shown.split()
+    return sum(float(n) * {"s": 1, "min": 60, "h": 3600}[unit] for n, unit in zip(words[::2], words[1::2]))
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -38,6 +46,19 @@ def test_an_ablation_run_is_filed_under_its_arm_and_leaves_readable_outputs(tmp_
     cfg = compose_with(*overrides)
     caplog.set_level(logging.INFO)
     monkeypatch.setattr(sys.stderr, "isatty", lambda: True)  # a terminal: the bars are drawn
+    # the trainer's preparation (sharding, moving, resuming the model; minutes for a sharded 7B) made to take
+    # 1000 s on the job's clock
+    from seal.rl.trainer import SealGRPOTrainer
+    from seal.tasks import train as train_task
+
+    offset, prepare = [0.0], SealGRPOTrainer._prepare_for_training
+
+    def slow_preparation(self, *args, **kwargs):
+        offset[0] += 1000.0
+        return prepare(self, *args, **kwargs)
+
+    monkeypatch.setattr(train_task, "time", SimpleNamespace(perf_counter=lambda: time.perf_counter() + offset[0]))
+    monkeypatch.setattr(SealGRPOTrainer, "_prepare_for_training", slow_preparation)
     run_dir = tmp_path / "run"  # beside no other run: a fresh run's plan has no rates to estimate from
     run_dir.mkdir()  # (Hydra makes it before the task runs)
     run(cfg, run_dir)
@@ -67,6 +88,9 @@ def test_an_ablation_run_is_filed_under_its_arm_and_leaves_readable_outputs(tmp_
     # after the last round the writes still to come are counted: its checkpoint at the time round 0's took (a
     # checkpoint every round), the final model named (no model was kept on validation to time it)
     assert "not timed" not in rounds[0] and rounds[1].endswith(" left + the final model (not timed yet)")
+    # the preparation is in the time so far, and in no round's rate: round 0's line does not expect another 1000 s
+    so_far, left = rounds[0].rsplit(" | ", 1)[1].removesuffix(" left").split(" so far, about ")
+    assert shown_seconds(so_far) >= 1000 > shown_seconds(left)
     # a bar per protocol for the held-out evaluations (turns, episodes, tokens), a bar per category of an
     # out-of-domain benchmark, and each round's rollouts and optimisation
     err = out.err.replace("\r", "\n")
