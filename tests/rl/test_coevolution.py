@@ -255,6 +255,17 @@ def test_a_round_metrics_by_hand():
         assert 0.0 <= m[f"time/{part}"] <= elapsed, part
 
 
+def one_entry_round(diagnoser):
+    """A played round of multi_turn_base_3 twice, under a `diagnoser` class labelling both episodes' two turns."""
+    entries = get_entries(["multi_turn_base_3"])
+    cfg = InterfaceConfig(cap="evolve", min_evidence=1)
+    co = CoEvolution(engine=ScriptedEngine(100), entries={e.id: e for e in entries}, omega=initial_interface(cfg),
+                     interface_cfg=cfg, diagnoser=diagnoser([[S, S], [S, S]]), reweighting=Reweighting(rho0=RHO0),
+                     temperature=1.0, seed=0)
+    co.play_round(["multi_turn_base_3"] * 2)
+    return co
+
+
 def test_trls_scoring_between_the_rollouts_and_the_advantage_hook_is_timed(monkeypatch):
     # the round's split held its rollouts, diagnosis and optimisation, but not what TRL does in between (the old
     # policy's and the reference's log-probs: a forward pass of each over the batch); here it takes 40 s
@@ -262,12 +273,7 @@ def test_trls_scoring_between_the_rollouts_and_the_advantage_hook_is_timed(monke
 
     now = [100.0]
     monkeypatch.setattr(coevolution_module, "time", SimpleNamespace(perf_counter=lambda: now[0]))
-    entries = get_entries(["multi_turn_base_3"])
-    cfg = InterfaceConfig(cap="evolve", min_evidence=1)
-    co = CoEvolution(engine=ScriptedEngine(100), entries={e.id: e for e in entries}, omega=initial_interface(cfg),
-                     interface_cfg=cfg, diagnoser=Recorder([[S, S], [S, S]]), reweighting=Reweighting(rho0=RHO0),
-                     temperature=1.0, seed=0)
-    co.play_round(["multi_turn_base_3"] * 2)
+    co = one_entry_round(Recorder)
     now[0] += 40.0
     co.close_round(0)
     m = co.history[-1].metrics
@@ -307,12 +313,7 @@ def test_no_weights_unless_labels_and_an_active_mode():
     class Unlabelled(Recorder):
         provides_labels = False
 
-    entries = get_entries(["multi_turn_base_3"])
-    cfg = InterfaceConfig(cap="evolve", min_evidence=1)
-    co = CoEvolution(engine=ScriptedEngine(100), entries={e.id: e for e in entries}, omega=initial_interface(cfg),
-                     interface_cfg=cfg, diagnoser=Unlabelled([[S, S], [S, S]]), reweighting=Reweighting(rho0=RHO0),
-                     temperature=1.0, seed=0)
-    co.play_round(["multi_turn_base_3"] * 2)
+    co = one_entry_round(Unlabelled)
     assert co.close_round(0) is None
     # without labels the interface does not move either
     assert co.history[-1].interface["version"] == 0 and co.history[-1].interface_diff == ""
