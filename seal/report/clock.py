@@ -126,9 +126,9 @@ class JobClock:
         what is left."""
         self.eval_episodes += eval_episodes
         self.eval_seconds += eval_seconds
-        self.round_seconds += [s for s in round_seconds if s > 0]
+        self.round_seconds += round_seconds
 
-    def beside(self, *, eval_episodes: int = 0, eval_seconds: float = 0.0, round_seconds: list[float] = ()) -> None:
+    def beside(self, *, eval_episodes: int, eval_seconds: float, round_seconds: list[float] = ()) -> None:
         """Rates another run measured on this machine (seal.tasks.train.similar_run): they stand in for a kind of
         work until this job has timed it."""
         self.other_rates = {what: rate for what, rate in _rates(eval_episodes, eval_seconds, round_seconds).items()

@@ -250,3 +250,74 @@ def test_a_folder_beside_that_holds_what_no_run_writes_or_timed_nothing_is_passe
         assert similar_run(tmp_path / "mine", {**config, key: {"name": "another"}}) is None, key
     for key in PACE_TRAINER_KEYS:
         assert similar_run(tmp_path / "mine", {**config, "trainer": {**config["trainer"], key: 2}}) is None, key
+
+
+def test_one_round_several_validations_and_several_benchmarks_are_each_said_as_such():
+    one_round = plan(before=(), after=(), rounds=1, first_round=2, validated=(0, 2),
+                     validation=Evaluation("validation", 3, ("bfcl", "release")),
+                     ood=("bfcl_v4_memory", "bfcl_v4_web_search"))
+    # validation: 2 validations x 3 entries x 2 protocols = 12 evaluation episodes; 1 round of 2 training episodes
+    assert one_round.describe() == (
+        "plan: train round 2 (1 of 3), each 2 episodes (1 prompt x 2 rollouts) and 1 optimizer step; validate after "
+        "rounds 0, 2 on 3 entries (6 episodes each); out of domain: bfcl_v4_memory, bfcl_v4_web_search, before and "
+        "after training; 12 evaluation and 2 training episodes in all")
+    # a validation set but no round validated (train() always passes the validation's size): nothing said of it
+    none_validated = plan(validation=Evaluation("validation", 3, ("bfcl",)))
+    assert "validat" not in none_validated.describe()
+    assert none_validated.evaluation_episodes == 16
+
+
+def test_the_clock_starts_when_the_job_does_unless_told_when_it_started():
+    now = [50.0]
+    clock = JobClock(plan(), clock=lambda: now[0])
+    now[0] = 80.0
+    assert clock.elapsed() == 30.0
+    assert JobClock(plan(), clock=lambda: now[0], started=20.0).elapsed() == 60.0
+
+
+def test_every_evaluation_and_earlier_attempt_adds_to_the_rates():
+    clock = JobClock(plan(), clock=lambda: 0.0, started=0.0)
+    # two earlier attempts: 4 episodes in 20 s and 4 in 10 s (30 s / 8 = 3.75 s an episode), rounds of 0.5 s and
+    # 1.5 s (short rounds count; only an untimed 0 is left out): 16 episodes and 3 rounds at 1 s
+    clock.earlier(eval_episodes=4, eval_seconds=20.0, round_seconds=[0.5, 0.0])
+    clock.earlier(eval_episodes=4, eval_seconds=10.0, round_seconds=[1.5])
+    assert clock.left() == (16 * 3.75 + 3 * 1.0, [])
+    # an earlier attempt that timed only rounds adds no evaluation: this job's 8 episodes in 40 s are 5 s each
+    rounds_only = JobClock(plan(), clock=lambda: 0.0, started=0.0)
+    rounds_only.earlier(round_seconds=[10.0])
+    rounds_only.evaluated(8, 40.0)
+    assert rounds_only.left() == (8 * 5.0 + 3 * 10.0, [])
+    # two evaluations: 8 episodes in 40 s, then 8 in 20 s: 60 s / 16 = 3.75 s for each of the 8 left
+    twice = JobClock(plan(before=(), after=(Evaluation("test", 4, ("bfcl", "release")),) * 3), clock=lambda: 0.0,
+                     started=0.0)
+    twice.evaluated(8, 40.0)
+    twice.evaluated(8, 20.0)
+    assert twice.left() == (8 * 3.75, ["3 rounds"])
+
+
+def test_an_evaluation_that_took_no_measurable_time_or_played_nothing_times_nothing():
+    for episodes, seconds in ((8, 0.0), (0, 0.2)):
+        clock = JobClock(plan(), clock=lambda: 0.0, started=0.0)
+        clock.evaluated(episodes, seconds)
+        assert clock.left() is None, (episodes, seconds)
+    # a fast one does: 8 episodes in 0.8 s, the 8 left at 0.1 s each
+    fast = JobClock(plan(), clock=lambda: 0.0, started=0.0)
+    fast.evaluated(8, 0.8)
+    left, untimed = fast.left()
+    assert (round(left, 12), untimed) == (0.8, ["3 rounds"])
+
+
+def test_the_estimate_lasts_while_any_one_kind_of_work_is_left():
+    both = ("bfcl", "release")
+    # only the out-of-domain evaluations left: the first took 30 s, so the second should too; then nothing
+    ood_only = JobClock(plan(before=(), after=(), rounds=0, ood=("bfcl_v4_memory",)), clock=lambda: 0.0, started=0.0)
+    ood_only.earlier(eval_episodes=8, eval_seconds=8.0)
+    ood_only.ood_done(30.0)
+    assert ood_only.estimate() == "0 s so far, about 30 s left"
+    ood_only.ood_done(20.0)
+    assert (ood_only.ood_left, ood_only.estimate()) == (0, "0 s so far")
+    # only evaluation episodes left: 4 entries under 2 protocols at 5 s an episode
+    evals_only = JobClock(plan(before=(), after=(Evaluation("test", 4, both),), rounds=0), clock=lambda: 0.0,
+                          started=0.0)
+    evals_only.earlier(eval_episodes=2, eval_seconds=10.0)
+    assert evals_only.estimate() == "0 s so far, about 40 s left"
