@@ -26,6 +26,12 @@ WRONG = [
     (r"qwen_xml`? \(the paper's", "qwen_xml is what the release's code runs; Table 4 prints the tool format llama3_json"),
     (r"val_subset_of_test_used_by_release|release validated on a subset", "the release validates on all 400 test entries"),
     (r"release uses the llama3_json", "the release's BFCL environment prompts and parses every model as bfcl_qwen_fc / xml_json"),
+    (r"release uses them for different|different sides of training, as in the (authors' )?release",
+     "the release labels turns with Table 6's outcomes only and chooses both the weights and its guidelines from them "
+     "(bfcl_env.py, _DEFAULT_GUIDELINES keyed by outcome tags); the cause layer driving the interface is this project's"),
+    (r"earlier version of the authors|earlier per-category random split of the authors|authors' older per-category",
+     "the per-category split is the release's current data/bfcl_400_split.json (both branches), unused by its arms"),
+    (r"(?<!budget=)paper's 66 rounds", "the paper gives no round count: 66 is budget=paper's (6 epochs of 11), the release trains 72"),
 ]
 
 
@@ -84,13 +90,22 @@ def test_whose_words_the_interface_texts_are():
     release_openings = ("[Cautious-call]", "[Active-respond]", "[State-aware]", "[Scope]", "[Format]")
     assert not [t for t in GUIDELINE_TEXT.values() if t.startswith(release_openings) or "fabricating a tool call" in t]
     # and the module says so, each text under its source
-    credits = render.__doc__.split("Whose words the learner reads:")[1]
-    quoted, shortened, paraphrase, project = (credits.split("\n- ")[i] for i in (1, 2, 3, 4))
-    assert quoted.startswith("the release's, quoted: RELEASE_SCHEMA_NOTE")
-    assert shortened.startswith("the release's, shortened: SCHEMA_NOTE")
-    assert paraphrase.startswith("this project's paraphrase of the paper's") and "quoted\n  from neither" in paraphrase
+    # the paper's Appendix D prints the release's texts word for word (typed from the paper): D.2's instruction is
+    # the release's note, D.4's first guideline the release's; so a text quoted from one is quoted from both
+    appendix_d2 = ("Observation note: parameters marked [required] must be provided exactly when calling a tool; do not "
+                   "invent tools outside the current schema.")
+    appendix_d4 = ("[Cautious-call] If no available function clearly matches the user's request, respond in plain text "
+                   "rather than fabricating a tool call.")
+    assert appendix_d2 == release_note and appendix_d4.startswith(release_openings[0])
+    credits = render.__doc__.split("Whose words the learner reads")[1]
+    assert all(f"{part} its" in " ".join(credits.split()) for part in ("D.2", "D.3", "D.4"))
+    quoted, shortened, paraphrase, project = (" ".join(credits.split("\n- ")[i].split()) for i in (1, 2, 3, 4))
+    assert quoted.startswith("the release's and Appendix D.2's, quoted: RELEASE_SCHEMA_NOTE")
+    assert shortened.startswith("the same, shortened: SCHEMA_NOTE")
+    assert paraphrase.startswith("this project's paraphrase of the paper's") and "quoted from neither" in paraphrase
     assert all(w in paraphrase for w in ("PLAIN_TEXT", "were missing"))
-    assert project.startswith("this project's words: GUIDELINE_TEXT")
+    assert project.startswith("this project's words: GUIDELINE_TEXT") and "release and Appendix D.4" in project
+    assert "release and Appendix D.3" in paraphrase
     # the release's execution-error hints (bfcl_env.py, _enrich_tool_response_text), typed from the release: the
     # hints here open otherwise, so they are no quotation of it
     from seal.interface.render import PLAIN_TEXT

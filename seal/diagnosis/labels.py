@@ -1,6 +1,9 @@
 """Two label layers per turn: the outcome (what the checker saw) and the cause (why it failed).
 
-The paper names two label sets, and its authors' release uses them for different things.
+The paper names two label sets (Table 5's causes, Table 6's outcomes). Its authors' release labels turns with the
+outcomes only and chooses both the trajectory weights and the interface's guidelines from them; this project keeps
+both layers, the weights reading the outcomes as the release does, the interface reading the causes as the paper's
+Section 3.3 describes it.
 
 **Outcome** (paper Table 6, the vocabulary rho is defined on). The release tags every turn of every
 rollout with one outcome by replaying the model's and the gold calls and running the official

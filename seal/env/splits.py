@@ -2,8 +2,9 @@
 
 The four categories are perturbations of one set of 200 scenarios (the id's number), so a split is
 leak-free only when every scenario sits on one side for all four categories. Every split built here
-is scenario-disjoint; `leakage_report` measures any split, including the per-category random split
-an earlier version of the authors' code used (173 of 200 scenarios on both sides).
+is scenario-disjoint; `leakage_report` measures any split, including the per-category random split in the authors'
+release's data/bfcl_400_split.json (seed 0; 173 of 200 scenarios on both sides), which its environment service
+lists tasks from but none of its five arms trains on (they load the parquet files whose ids are the release split).
 """
 
 from __future__ import annotations
@@ -156,6 +157,6 @@ def all_entries() -> Split:
 
 
 def old_per_category_split() -> dict[str, list[str]]:
-    """The earlier per-category random split of the authors' repository (kept to measure leakage)."""
+    """The per-category random split of the release's data/bfcl_400_split.json (kept to measure leakage)."""
     data = json.loads(files("seal.env").joinpath("data/bfcl_v3_seal_json_split.json").read_text())
     return {"train": data["train"], "test": data["test"]}

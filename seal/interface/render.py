@@ -12,18 +12,20 @@ phi_schema has two annotation styles (InterfaceConfig.schema_style, set by conf/
   values only from an explicit `enum` key (no BFCL V3 multi-turn parameter has one), and tools
   delivered later shown as they are: what the authors' release did.
 
-Whose words the learner reads:
-- the release's, quoted: RELEASE_SCHEMA_NOTE (bfcl_env.py, the default instruction of its observation_lite);
-- the release's, shortened: SCHEMA_NOTE (RELEASE_SCHEMA_NOTE without "Observation note:" and "when calling a tool");
-- this project's paraphrase of the paper's description of the interface (Section 3.3, Appendix D.3/D.4), quoted
-  from neither the paper nor the release: PLAIN_TEXT and the openings of the execution-error hints ("Required
-  argument(s) X of T were missing", "T does not accept argument(s) A", "T rejected an argument type ...; re-check
-  the schema"). The release words the same classes its own way ("Required argument(s) X for `T` were missing.",
-  "`T` does not accept argument `A`.", "`T` rejected an argument type.") and goes on with sentences of its own
-  (bfcl_env.py, _enrich_tool_response_text), not used here;
-- this project's words: GUIDELINE_TEXT (the paper's five guidelines, by name and what each asks; the release
-  words them "[Cautious-call] If no available function clearly matches ..."), the format hint, the hints for an
-  unreadable call, an unknown tool and any other error, and the ", or value" of the type hint.
+Whose words the learner reads (the paper's Appendix D prints the release's templates word for word: D.2 its
+observation_lite instruction, D.3 its parse and tool-error hints, D.4 its five guidelines):
+- the release's and Appendix D.2's, quoted: RELEASE_SCHEMA_NOTE (bfcl_env.py, the default instruction of its
+  observation_lite; D.2's "Observation-Lite Instruction");
+- the same, shortened: SCHEMA_NOTE (RELEASE_SCHEMA_NOTE without "Observation note:" and "when calling a tool");
+- this project's paraphrase of the paper's description of the interface (Section 3.3), quoted from neither the
+  paper nor the release: PLAIN_TEXT and the openings of the execution-error hints ("Required argument(s) X of T were
+  missing", "T does not accept argument(s) A", "T rejected an argument type ...; re-check the schema"). The release
+  and Appendix D.3 word the same classes "[ToolHint] Required argument(s) X for `T` were missing.", "`T` does not
+  accept argument `A`.", "`T` rejected an argument type." and go on with sentences of their own (bfcl_env.py,
+  _enrich_tool_response_text), not used here;
+- this project's words: GUIDELINE_TEXT (the paper's five guidelines, by name and what each asks; the release and
+  Appendix D.4 word them "[Cautious-call] If no available function clearly matches ..."), the format hint, the
+  hints for an unreadable call, an unknown tool and any other error, and the ", or value" of the type hint.
 """
 
 from __future__ import annotations
