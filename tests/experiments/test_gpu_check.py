@@ -415,6 +415,21 @@ def test_out_is_claimed_and_only_its_step_folders_are_cleared(tmp_path):
     assert sorted(p.name for p in out.iterdir()) == [".gpu_check", "models"]
 
 
+def test_more_processes_than_the_nodes_gpus_are_refused_before_the_model_is_built(tmp_path, monkeypatch, capsys):
+    # the paper's node preflight on a node that shows 2 GPUs: refused before the 7B model (about 14 GiB, minutes)
+    # is built or anything written; as many processes as GPUs, or none (gloo ranks on the CPU) pass this check
+    monkeypatch.setattr(node, "cuda_devices", lambda: 2)
+    monkeypatch.setattr(node, "build_in_a_child", lambda *a: pytest.fail("built despite the refusal"))
+    out = tmp_path / "out"
+    assert gpu_check.main(["--backbone", "qwen2.5-7b", "--processes", "4", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == ("error: --processes 4 but this node shows 2 GPU(s) (CUDA_VISIBLE_DEVICES included): give "
+                   "--processes 2 or less, or run on a node with 4 GPUs")
+    assert not out.exists()
+    for gpus, processes in ((2, 2), (4, 1), (0, 2)):
+        node.check_launch(runs.Launch(processes=processes), [], gpus)
+
+
 @pytest.mark.parametrize("args, message", [
     (["--backbone", "tiny-random"], "--backbone tiny-random: choose a backbone with a published architecture"),
     (["--processes", "0"], "--processes 0: give a number of processes"),

@@ -40,7 +40,8 @@ def preflight(backbone: str, out: Path, *, tiny: bool | None = None, overrides: 
 
     started = time.perf_counter()
     overrides = list(overrides or [])
-    check_launch(launch, overrides)
+    gpus = cuda_devices()
+    check_launch(launch, overrides, gpus)
     cuda = torch.cuda.is_available()
     tiny = (not cuda) if tiny is None else tiny
     bb = published_backbone(backbone, overrides)
@@ -51,7 +52,6 @@ def preflight(backbone: str, out: Path, *, tiny: bool | None = None, overrides: 
     disk_line = check_disk(disk, out)
     if step_timeout is None:
         step_timeout = disk.step_timeout(engine_starts=launch.engine == "vllm", cuda=cuda)
-    gpus = cuda_devices()
     visible = visible_gpus(gpus, launch.processes, dict(os.environ))
     print(f"gpu_check: {backbone} ({bb['arch']['model_type']}), {'a tiny shape' if tiny else 'its published shape'}, "
           f"randomly initialised, {bb['dtype']}, on {'CUDA' if cuda else 'no CUDA device: the CPU'}, "
@@ -110,14 +110,18 @@ def logprobs_note(found: dict[str, Any]) -> str:
             f"KL of exactly 0); train/kl per round {kl} = its float64 recomputation")
 
 
-def check_launch(launch: Launch, overrides: list[str]) -> None:
-    """One sentence for a launch the preflight cannot run, or an override it sets itself."""
+def check_launch(launch: Launch, overrides: list[str], gpus: int) -> None:
+    """One sentence for a launch the preflight cannot run (more processes than the node's `gpus`, when it has any:
+    without, the processes are gloo ranks on the CPU), or an override it sets itself; before anything is built."""
     taken = [o for o in overrides if o.lstrip("+~").startswith(OWN_KEYS)]
     if taken:
         raise UserError(f"the preflight sets {' '.join(taken)} itself: name the backbone with --backbone, the folder "
                         "with --out, the launch with --processes, --sharding and --engine")
     if launch.processes < 1:
         raise UserError(f"--processes {launch.processes}: give a number of processes (one per GPU), at least 1")
+    if gpus and launch.processes > gpus:
+        raise UserError(f"--processes {launch.processes} but this node shows {gpus} GPU(s) (CUDA_VISIBLE_DEVICES "
+                        f"included): give --processes {gpus} or less, or run on a node with {launch.processes} GPUs")
 
 
 def build_step(bb: dict[str, Any], tiny: bool, out: Path) -> tuple[dict[str, Any], Step]:
