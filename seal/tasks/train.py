@@ -479,7 +479,10 @@ def generate_with_the_loaded_model(run: TrainingRun) -> Any:
     weights, which do not change before the first optimizer step (version 0). Under fsdp2 the loaded model is
     in host memory, so the transformers engine generates with an unsharded copy in the compute dtype on this
     rank's device (returned: training refreshes it from the shards); a vLLM engine takes the loaded weights
-    whenever a sleep discarded its own, instead of reading the checkpoint from disk again."""
+    whenever a sleep discarded its own, instead of reading the checkpoint from disk again. The copy a vLLM run
+    gathers after training (the final model the engine syncs from, evaluates and writes) is built in host memory:
+    the engine reads host tensors as it reads the loaded model's before training, and beside the woken engine's
+    share of the GPU it would hold a whole model in the compute dtype that the memory plan does not count."""
     from seal.rl.sharding import RolloutCopy
 
     engine, policy, generation = run.engine, run.policy, run.backbone.generation
@@ -488,7 +491,8 @@ def generate_with_the_loaded_model(run: TrainingRun) -> Any:
         engine.generator.version = lambda: 0
     if run.layout != "fsdp2":
         return None
-    copy = RolloutCopy(policy.model, dtype=policy.compute_dtype, device=policy.device, version=lambda: 0)
+    device = "cpu" if generation == "vllm" else policy.device
+    copy = RolloutCopy(policy.model, dtype=policy.compute_dtype, device=device, version=lambda: 0)
     if generation == "transformers":
         engine.generator.refresh = copy.refresh
     return copy

@@ -300,6 +300,26 @@ def test_before_training_the_transformers_engine_generates_with_a_compute_dtype_
     assert generate_with_the_loaded_model(run) is None and generator.refresh is None
 
 
+def test_a_vllm_run_gathers_its_final_model_into_host_memory_and_the_transformers_engine_onto_the_device():
+    """Under fsdp2 the copy gathered after training is, for a vLLM run, only what the engine syncs from, evaluates
+    and writes: it goes to host memory (the engine reads host tensors, as the loaded model's before training), not
+    beside the woken engine's share of the GPU, where the plan counts no such copy. The transformers engine
+    generates with its copy, on the rank's device. The rank's device stands in for a GPU."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from seal.tasks.train import generate_with_the_loaded_model
+
+    for generation, device in (("vllm", torch.device("cpu")), ("transformers", "cuda:3")):
+        engine = SimpleNamespace(generator=SimpleNamespace(refresh=None))
+        run = SimpleNamespace(engine=engine, backbone=SimpleNamespace(generation=generation), layout="fsdp2",
+                              policy=SimpleNamespace(model=object(), device="cuda:3", compute_dtype=torch.bfloat16))
+        copy = generate_with_the_loaded_model(run)
+        assert torch.device(copy.device) == torch.device(device) and copy.model is None, generation
+        assert copy.dtype == torch.bfloat16
+
+
 def test_a_prepared_model_whose_fsdp2_policy_is_not_seals_stops_the_run():
     """What accelerate or transformers hand FSDP2 is read back from the prepared model's root: another policy
     (here accelerate's own for a bf16 launch: bf16 reduction and outputs) is an error, not a quiet run."""
