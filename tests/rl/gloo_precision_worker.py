@@ -9,6 +9,8 @@ prepares it (accelerate's FSDP2 path through seal.rl.sharding, or DDP), in bf16 
 - accelerate: accelerate's own policy for the same bf16 launch (bf16 reduction and outputs) with its no_sync
   accumulation, what seal trained with before.
 
+Then seal's fsdp2 and ddp again with the loss through TRL's fused LM head (GRPO's path to the head).
+
 Writes <out>/rank<r>.json: each set-up's gradients against ddp's (relative to ddp's largest), the dtype of the
 log-probs TRL's fused LM head hands the loss, the bytes of the residual stream the decoder layers pass on (what
 gradient checkpointing keeps), the FSDP2 root's policy, and the same for the reference model as
@@ -100,7 +102,18 @@ def unsharded_gradient_bytes(model) -> int:
     return held
 
 
-def window(setup: str, rank: int, plugin_args: dict | None, sync_each_batch: bool) -> tuple[dict, dict]:
+def micro_batch_loss(model, ids: torch.Tensor, head: str) -> torch.Tensor:
+    """A micro-batch's share of the window's loss, the mean negative log-likelihood of its next tokens, through the
+    model's logits (`logits`) or through TRL's fused LM head (`fused`: the path of GRPO's loss, which reads the head's
+    weight itself, so that FSDP2's unit of the final norm and the head runs its forward only in part)."""
+    if head == "fused":
+        return -model(input_ids=ids, labels=ids, fused_lm_head=True).log_probs.mean() / MICRO_BATCHES
+    logits = model(input_ids=ids).logits
+    return torch.nn.functional.cross_entropy(logits.float()[0, :-1], ids[0, 1:]) / MICRO_BATCHES
+
+
+def window(setup: str, rank: int, plugin_args: dict | None, sync_each_batch: bool,
+           head: str = "logits") -> tuple[dict, dict]:
     """One accumulation window; (name -> whole fp32 gradient, facts)."""
     accelerator = accelerator_for(setup, plugin_args, sync_each_batch)
     model = tiny()
@@ -112,8 +125,7 @@ def window(setup: str, rank: int, plugin_args: dict | None, sync_each_batch: boo
         sync = accelerator.gradient_state.plugin_kwargs.get("sync_each_batch", False) or last
         with contextlib.nullcontext() if sync else accelerator.no_sync(model):
             with accelerator.autocast():
-                logits = model(input_ids=ids).logits
-            loss = torch.nn.functional.cross_entropy(logits.float()[0, :-1], ids[0, 1:]) / MICRO_BATCHES
+                loss = micro_batch_loss(model, ids, head)
             accelerator.backward(loss)
         if i == 0 and plugin_args is not None:
             facts["held_between_micro_batches"] = unsharded_gradient_bytes(model)
@@ -147,7 +159,7 @@ def scored_reference(setup: str, plugin_args: dict, rank: int) -> dict:
     return {"policy": policy_of(model)} | what_the_loss_receives(accelerator, model, batches(rank)[0])
 
 
-def exact(world: int) -> dict:
+def exact(world: int, head: str = "logits") -> dict:
     """The window's gradient computed here, without any collective: the model's parameters in bf16 (what FSDP2's
     bf16 param_dtype gathers), each micro-batch of every rank under the same autocast, its logits in fp32, each
     bf16 gradient summed in float64, then averaged over the ranks (what the reduction divides by)."""
@@ -160,8 +172,7 @@ def exact(world: int) -> dict:
         for ids in batches(rank):
             model.zero_grad()
             with torch.autocast("cpu", dtype=torch.bfloat16):
-                logits = model(input_ids=ids).logits
-            loss = torch.nn.functional.cross_entropy(logits.float()[0, :-1], ids[0, 1:]) / MICRO_BATCHES
+                loss = micro_batch_loss(model, ids, head)
             loss.backward()
             for name, p in model.named_parameters():
                 total[name] += p.grad.double()
@@ -190,6 +201,18 @@ def main(out: Path) -> None:
         facts["diff_to_exact"] = max((grads[k] - reference[k]).abs().max().item() for k in ddp) / scale
         facts["reference"] = scored_reference(setup, plugin, dist.rank)
         report[setup] = facts
+    # GRPO's loss reaches the head through TRL's fused head: the same comparisons on that path, seal's set-up
+    fused_ddp, _ = window("ddp", dist.rank, None, False, "fused")
+    fused_exact = exact(dist.world, "fused")
+    fused, _ = window("fsdp2", dist.rank, seal_plugin, sync, "fused")
+    fused_scale = max(g.abs().max().item() for g in fused_ddp.values())
+    report["fsdp2_fused_head"] = {
+        "diff_to_ddp": max((fused[k] - fused_ddp[k]).abs().max().item() for k in fused_ddp) / fused_scale,
+        "diff_to_exact": max((fused[k] - fused_exact[k]).abs().max().item() for k in fused_ddp) / fused_scale,
+        # the fused path's gradients against the logits path's, both exact: the same loss through another kernel
+        "exact_to_logits_path": max((fused_exact[k] - reference[k]).abs().max().item() for k in fused_ddp) / scale,
+        "head_gradient_norm": fused["lm_head.weight"].norm().item(),
+    }
     (out / f"rank{dist.rank}.json").write_text(json.dumps(report))
 
 

@@ -97,6 +97,13 @@ def test_fsdp2_in_bf16_reduces_in_fp32_and_hands_the_loss_fp32_as_the_authors_ra
         assert seal["held_between_micro_batches"] == 0
         assert 4 * n / 2 <= seal["sharded_gradient_bytes"] <= 4 * n / 2 + 4 * 64 * 10
         assert accelerate["held_between_micro_batches"] >= 2 * n
+        # GRPO's loss reaches the head through TRL's fused head, which reads the head's weight without calling the
+        # head (FSDP2's unit of the final norm and the head runs its forward in part): its gradients too are the
+        # bf16 model's, within bf16's resolution of DDP's, and the loss's through the logits to bf16 roundings
+        fused = report["fsdp2_fused_head"]
+        assert fused["diff_to_exact"] < 1e-6 and fused["diff_to_ddp"] < 2 * 2**-7
+        # (0 on the CPU, where TRL's head computes without Triton kernels)
+        assert fused["exact_to_logits_path"] < 2 * 2**-7 and fused["head_gradient_norm"] > 0
 
 
 ARGS = ["run.py", "backbone=tiny-random", "budget.prompts_per_round=2", "budget.rollouts_per_prompt=2",
