@@ -79,6 +79,10 @@ def test_validate_diagnoser_task_writes_its_files_and_meets_the_goal(tmp_path):
         assert result[layer]["macro_f1"] == 1.0 and result[layer]["min_recall"] == 1.0, layer
     assert result["goal_met"]
     assert set(result["recipes"]) >= set(RECIPES)
+    # the README's first-hour table and docs/method.md give the count this run wrote (they said 31 of its 30)
+    kinds = len(result["recipes"])
+    assert f"against {kinds} kinds of injected failure" in (REPO / "README.md").read_text()
+    assert f"({kinds} recipes, each confirmed" in (REPO / "docs" / "method.md").read_text()
     report = (tmp_path / "report.md").read_text()
     assert report.count("Confusion matrix") == 2 and "ambiguous" in report and "inherited_state" in report
     assert "| pass |" in proc.stdout and "| inherited_state |" in proc.stdout
