@@ -15,6 +15,11 @@ from experiments.measure.preflight.disk import DISK_GIB_PER_S
 GiB = 2**30
 # host memory a rank takes beyond the model it loads (docs/gpus-and-slurm.md, Host memory: a guess)
 RANK_ALLOWANCE_GIB = 8
+# a CPU-sized job's process beyond its training state: the libraries (0.5 GiB measured on this project's CPU) and
+# a margin; the main job's 4.17 GiB peak is its plan's 3.71 GiB and 0.46 GiB more (docs/results.md)
+CPU_RANK_ALLOWANCE_GIB = 1
+# a CPU job's episodes' KV cache when budget.rollout_memory_gb leaves it elastic
+CPU_KV_GIB = 1.0
 # bytes a parameter of a saved model takes, by the backbone's dtype
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 # conf/local/example.yaml's SLURM settings for a paper job (the docs' figures are planned against them)
@@ -43,6 +48,17 @@ def host_memory_gib(params: float, ranks: int, *, lora: bool, reference_beside: 
     trainer shards it, seal.policy.memory.TrainingMemory.host), plus RANK_ALLOWANCE_GIB a rank
     (docs/gpus-and-slurm.md, Host memory)."""
     return ranks * params * ((2 if lora else 4) + reference_beside) / GiB + ranks * RANK_ALLOWANCE_GIB
+
+
+def cpu_host_memory_gib(params: float, ranks: int, *, lora: bool, dtype_bytes: int, reference: bool,
+                        kv_gib: float) -> float:
+    """What a CPU-sized job (budget.allow_cpu) asks of its node's memory: on a CPU all of its training is in host
+    memory, per rank the fp32 weights, gradients and AdamW's two moments (16 bytes a parameter; under LoRA the
+    frozen base in the backbone's dtype), the reference model in the backbone's dtype (with a KL term, not under
+    LoRA), its episodes' KV cache (`kv_gib`) and CPU_RANK_ALLOWANCE_GIB. Not a GPU process's allowance: the
+    SmolLM2-135M main job comes to 4.5 GiB against its measured 4.17 GiB peak."""
+    per_param = dtype_bytes if lora else 16 + (dtype_bytes if reference else 0)
+    return ranks * (params * per_param / GiB + kv_gib + CPU_RANK_ALLOWANCE_GIB)
 
 
 @dataclass(frozen=True)
@@ -121,7 +137,12 @@ def needs_of(cfg: Any, gpu_hours: float) -> Needs:
     # under fsdp2 with a KL term, TRL loads the whole reference while the policy is still in host memory
     beside = DTYPE_BYTES.get(str(cfg.backbone.dtype), 4) if (
         cfg.launch.get("sharding") == "fsdp2" and not lora and cfg.trainer.get("beta", 0) != 0) else 0
-    host = host_memory_gib(params, ranks, lora=lora, reference_beside=beside)
+    if budget.allow_cpu:
+        host = cpu_host_memory_gib(params, ranks, lora=lora, dtype_bytes=DTYPE_BYTES.get(str(cfg.backbone.dtype), 4),
+                                   reference=cfg.trainer.get("beta", 0) != 0,
+                                   kv_gib=budget.rollout_memory_gb if budget.rollout_memory_gb is not None else CPU_KV_GIB)
+    else:
+        host = host_memory_gib(params, ranks, lora=lora, reference_beside=beside)
     return Needs(gpus=0 if budget.allow_cpu else ranks, ranks=ranks, host_gib=host,
                  disk_gib=(checkpoint * at_once + model * models) / GiB, gpu_hours=gpu_hours, rounds=rounds,
                  save_every=int(save_every) if save_every else None, reload_gib=(checkpoint + model) / GiB)
@@ -227,12 +248,13 @@ def gpu_lines(needs: list[Needs], launcher: Mapping[str, Any]) -> list[str]:
 
 
 def memory_lines(needs: list[Needs], launcher: Mapping[str, Any]) -> list[str]:
-    """A warning when the host memory a GPU job asks SLURM for is below what it peaks at (the allowance a rank
-    takes beyond its model is a GPU process's: a CPU-sized job is not held to it)."""
+    """A warning when the host memory a job asks SLURM for (submitit's mem_gb: GB) is below what it peaks at: a GPU
+    job while its ranks load the model, a CPU-sized one while it trains (cpu_host_memory_gib)."""
     mem = launcher.get("mem_gb")
-    most = max((n.host_gib for n in needs if n.gpus), default=0.0)
-    if mem and float(mem) < most:
-        return [f"warning: hydra.launcher.mem_gb={mem} is below the {most:.1f} GiB a job peaks at while its ranks load "
-                "the model: raise it (docs/gpus-and-slurm.md, Host memory)"]
+    most = max((n.host_gib for n in needs), default=0.0)
+    if mem and float(mem) * 1e9 < most * GiB:
+        when = "while its ranks load the model" if any(n.gpus for n in needs) else "while it trains on the CPU"
+        return [f"warning: hydra.launcher.mem_gb={mem} is below the {most:.1f} GiB a job peaks at {when}: raise it "
+                "(docs/gpus-and-slurm.md, Host memory)"]
     return []
 
