@@ -124,6 +124,17 @@ class Progress:
         log.info("%s", self.line(final=True))
 
 
+def end_bars() -> None:
+    """Close every bar still drawn, so that the next line starts a line of its own: a step that Ctrl-C or an error
+    stopped never closed its own (its last redraw leaves the cursor after the bar)."""
+    try:
+        from tqdm import tqdm
+    except ImportError:  # pragma: no cover
+        return
+    for bar in list(getattr(tqdm, "_instances", ())):
+        bar.close()
+
+
 def _bar(label: str, total: int, unit: str, leave: bool) -> Any:  # pragma: no mutate block (a display)
     try:
         from tqdm import tqdm

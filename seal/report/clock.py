@@ -70,6 +70,8 @@ class JobPlan:
             parts.append(f"train {which} ({self.rounds} of {self.planned_rounds}), each {self.episodes_per_round} "
                          f"episodes ({_count(self.prompts, 'prompt')} x {_count(self.rollouts, 'rollout')}) and "
                          f"{_count(self.steps_per_round, 'optimizer step')}")
+        elif self.planned_rounds:
+            parts.append(f"no round left to train ({self.planned_rounds} of {self.planned_rounds} done)")
         if self.validated and self.validation:
             rounds = ", ".join(map(str, self.validated))
             parts.append(f"validate after round{'s' if len(self.validated) > 1 else ''} {rounds} on "

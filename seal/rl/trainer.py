@@ -104,6 +104,16 @@ def trim_bounds(attention_mask: torch.Tensor, completion_width: int) -> tuple[in
     return left, right
 
 
+def loaded_through_a_tie(model: Any, missing: list[str]) -> set[str]:
+    """The `missing` keys of a loaded state dict whose parameter is the same tensor as one that was loaded (a tied LM
+    head, saved once as the embedding): loading the other loaded it."""
+    names: dict[int, list[str]] = {}
+    for name, param in model.named_parameters(remove_duplicate=False):
+        names.setdefault(id(param), []).append(name)
+    absent = set(missing)
+    return {name for group in names.values() if any(n not in absent for n in group) for name in group if name in absent}
+
+
 class SealGRPOTrainer(GRPOTrainer):
     def __init__(self, *args: Any, coevolution: Any, std_epsilon: float = TRL_STD_EPSILON,
                  tis_cap: float | None = None, shuffle_minibatches: bool = True,
@@ -151,6 +161,12 @@ class SealGRPOTrainer(GRPOTrainer):
         write_checkpoint(self, partial(super()._save_checkpoint, model, trial))
         if self.on_checkpoint is not None:
             self.on_checkpoint(time.perf_counter() - started)
+
+    def _issue_warnings_after_load(self, load_result: Any) -> None:
+        """transformers' warnings on a resumed checkpoint, without the keys loaded through a tie (a tied head is
+        saved once, as the embedding: its absence is no loss)."""
+        missing = [k for k in load_result.missing_keys if k not in loaded_through_a_tie(self.model, load_result.missing_keys)]
+        super()._issue_warnings_after_load(load_result._replace(missing_keys=missing))
 
     def _prepare_inputs(self, generation_batch: Any) -> Any:
         seed = None if not self.shuffle_minibatches else minibatch_seed(

@@ -16,6 +16,7 @@ from omegaconf import DictConfig
 
 from seal.errors import FULL, Interrupted, UserError, cannot_write, unwritable
 from seal.io import DamagedFile, in_multirun
+from seal.policy.progress import end_bars
 from seal.rl import distributed
 from seal.tasks import eval as eval_task
 from seal.tasks import command_line, replay, sanity, score, show_prompt, train, validate_diagnoser
@@ -130,6 +131,7 @@ def run(cfg: DictConfig, out_dir: Path | None = None) -> None:
             f"nothing of this task={cfg.task} run was kept; the same command starts it again")
         if sentence:
             _to_run_log(f"interrupted: {sentence}")
+            end_bars()
             print(f"interrupted: {sentence}", file=sys.stderr)
         # a folder the task already wrote into (a checkpoint, an evaluation) is what was kept
         if fresh and _holds_only_hydras_files(out_dir):
@@ -143,6 +145,7 @@ def run(cfg: DictConfig, out_dir: Path | None = None) -> None:
         exc = _damaged(exc, out_dir) or exc
         if isinstance(exc, UserError):
             _to_run_log(f"error: {exc}")
+            end_bars()
             print(f"error: {exc}", file=sys.stderr)
             if fresh and not _keeps_work(out_dir):
                 command_line.remove_folder(out_dir)

@@ -330,8 +330,9 @@ def announce(run: TrainingRun) -> None:
     if beside:
         clock.beside(**beside[1])
     if run.dist.main:
-        log.info("%s; the time it takes: %s, then on every round line", plan.describe(),
-                 time_it_takes(clock.left(), earlier, beside[0] if beside else None))
+        log.info("%s; the time it takes: %s%s", plan.describe(),
+                 time_it_takes(clock.left(), earlier, beside[0] if beside else None),
+                 ", then on every round line" if plan.rounds else "")
 
 
 def time_it_takes(found: tuple[float, list[str]] | None, earlier: tuple[float, list[str]] | None,
@@ -710,8 +711,9 @@ def resume(run: TrainingRun, checkpoint: Path) -> None:
     if run.dist.main:
         write_metrics_log(run.out_dir / "metrics.jsonl", run.coevolution.history)
     done, planned = len(run.coevolution.history), run.budget.rounds_for(len(run.entries.train))
-    log.info("resuming from %s: %s done ([%d/%d]); next: round %d", checkpoint,
-             "round 0" if done == 1 else f"rounds 0-{done - 1}", done, planned, done)
+    after = f"round {done}" if done < planned else "no round left to train: the evaluations after training"
+    log.info("resuming from %s: %s done ([%d/%d]); next: %s", checkpoint,
+             "round 0" if done == 1 else f"rounds 0-{done - 1}", done, planned, after)
 
 
 def evaluate_after(run: TrainingRun) -> None:
@@ -753,8 +755,18 @@ def report(run: TrainingRun) -> None:
                      for m, v in metrics.items() if m.startswith("eval/")})
     wandb.save_files([out_dir / "report.md", out_dir / "curves.png", out_dir / "metrics.json"])
     wandb.finish()
-    log.info("done: %d round%s in %s; report in %s", len(history), "" if len(history) == 1 else "s",
-             _duration(time.perf_counter() - run.started), out_dir / "report.md")
+    log.info("done: %s; report in %s", done_line(len(history), run.clock.plan.first_round,
+                                                  time.perf_counter() - run.started), out_dir / "report.md")
+
+
+def done_line(rounds: int, resumed: int, seconds: float) -> str:
+    """The run's last line: its rounds and how long this attempt took (`resumed`: the rounds an earlier attempt
+    had trained, which this attempt did not)."""
+    total = f"{rounds} round{'' if rounds == 1 else 's'}"
+    if not resumed:
+        return f"{total} in {_duration(seconds)}"
+    here = rounds - resumed
+    return f"{total}, {'none' if here == 0 else here} of them in this attempt, which took {_duration(seconds)}"
 
 
 def report_header(run: TrainingRun) -> dict[str, Any]:

@@ -267,6 +267,24 @@ def test_one_round_several_validations_and_several_benchmarks_are_each_said_as_s
     assert none_validated.evaluation_episodes == 16
 
 
+def test_a_resumed_job_with_no_round_left_says_so():
+    done = plan(before=(), rounds=0, first_round=3)
+    assert done.describe() == (
+        "plan: no round left to train (3 of 3 done); evaluate (test part) after training on 4 entries under 2 "
+        "protocols (bfcl, release): 8 episodes; 8 evaluation and 0 training episodes in all")
+    # a job planned without rounds (nothing to train) says nothing of them
+    assert "round" not in plan(rounds=0, planned_rounds=0).describe()
+
+
+def test_the_run_says_at_its_end_how_many_rounds_this_attempt_trained():
+    from seal.tasks.train import done_line
+
+    assert done_line(3, 0, 450.0) == "3 rounds in 7 min 30 s"
+    assert done_line(1, 0, 5.0) == "1 round in 5 s"
+    assert done_line(3, 1, 300.0) == "3 rounds, 2 of them in this attempt, which took 5 min 00 s"
+    assert done_line(2, 2, 11.0) == "2 rounds, none of them in this attempt, which took 11 s"
+
+
 def test_the_clock_starts_when_the_job_does_unless_told_when_it_started():
     now = [50.0]
     clock = JobClock(plan(), clock=lambda: now[0])

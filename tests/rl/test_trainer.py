@@ -699,3 +699,37 @@ def test_on_a_cpu_the_fused_head_scores_the_labelled_positions_only_each_from_it
     score_labelled_positions_only()
     assert [fused._use_triton(torch.device("cuda", i)) for i in (1, 0)] == [True, False]
     assert fused._use_triton(torch.device("cpu")) and asked == [torch.device("cuda", 1), torch.device("cuda", 0)]
+
+
+def test_a_resume_warns_of_missing_keys_but_not_of_a_tied_head_saved_as_the_embedding(caplog):
+    """SmolLM2 ties its head to its embedding: a checkpoint holds the tensor once, and transformers 5.17 warned on
+    every resume that lm_head.weight was missing. A key loaded through its tie is no loss; any other still warns."""
+    import logging
+
+    from torch.nn.modules.module import _IncompatibleKeys
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from seal.rl.trainer import SealGRPOTrainer, loaded_through_a_tie
+
+    shape = dict(vocab_size=96, hidden_size=32, num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2,
+                 intermediate_size=64)
+    tied = LlamaForCausalLM(LlamaConfig(**shape, tie_word_embeddings=True))
+    untied = LlamaForCausalLM(LlamaConfig(**shape, tie_word_embeddings=False))
+    assert loaded_through_a_tie(tied, ["lm_head.weight"]) == {"lm_head.weight"}
+    # the embedding missing too: nothing loaded the pair
+    assert loaded_through_a_tie(tied, ["lm_head.weight", "model.embed_tokens.weight"]) == set()
+    assert loaded_through_a_tie(untied, ["lm_head.weight"]) == set()
+
+    def warnings_after_load(model, missing):
+        trainer = object.__new__(SealGRPOTrainer)  # the method reads only the model
+        trainer.model = model
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="transformers.trainer"):
+            trainer._issue_warnings_after_load(_IncompatibleKeys(missing, []))
+        return [r.getMessage() for r in caplog.records]
+
+    assert warnings_after_load(tied, ["lm_head.weight"]) == []
+    assert warnings_after_load(untied, ["lm_head.weight"]) == [
+        "There were missing keys in the checkpoint model loaded: ['lm_head.weight']."]
+    assert warnings_after_load(tied, ["lm_head.weight", "model.norm.weight"]) == [
+        "There were missing keys in the checkpoint model loaded: ['model.norm.weight']."]

@@ -294,6 +294,37 @@ def test_a_run_stopped_by_a_full_disk_keeps_its_checkpoint(tmp_path, monkeypatch
     assert sorted(p.name for p in (out / "checkpoints").glob("checkpoint-*")) == ["checkpoint-1"]
 
 
+@pytest.mark.parametrize("stop, code, opening", [(KeyboardInterrupt(), 130, "interrupted: nothing of this task=replay"),
+                                                  ("refused", 2, "error: refused")])
+def test_the_last_sentence_starts_its_own_line_below_a_bar_the_stop_left_drawn(tmp_path, monkeypatch, capsys, stop,
+                                                                                code, opening):
+    """Ctrl-C or an error in the middle of a step leaves its bar drawn with the cursor after it (a bar ends in a
+    carriage return, not a newline): the sentence goes below it, not glued to its end."""
+    from tqdm import tqdm
+
+    import seal.tasks as tasks
+    from seal.errors import UserError
+    from tests.test_configs import compose_with
+
+    out = tmp_path / "run"
+    (out / ".hydra").mkdir(parents=True)
+    monkeypatch.setattr(tasks, "output_dir", lambda: out)
+
+    def task(cfg, out_dir):
+        bar = tqdm(total=4, desc="round 0 · optimisation", unit="micro-batch", disable=False)  # as on a terminal
+        bar.update(1)
+        raise stop if isinstance(stop, BaseException) else UserError(stop)
+
+    monkeypatch.setattr(tasks, "resolve", lambda name: task)
+    with pytest.raises(SystemExit) as done:
+        tasks.run(compose_with("task=replay"))
+    assert done.value.code == code
+    err = capsys.readouterr().err
+    before, sentence = err.rsplit(opening, 1)
+    assert "round 0 · optimisation:  25%" in before and before.endswith("\n"), repr(err[-300:])
+    assert not tqdm._instances
+
+
 @contextlib.contextmanager
 def _full_folder(tmp_path, fill=lambda folder: None):
     """A folder on a file system with no room left, after `fill(folder)` wrote its files (a 1 MiB tmpfs filled with

@@ -81,7 +81,12 @@ def test_ctrl_c_says_what_was_kept_and_the_same_command_resumes(tmp_path):
             "written?); kept as metrics.json.damaged, and the run resumes from checkpoints/checkpoint-2 (2 round(s) "
             "done) to write it again") in fourth.stdout + fourth.stderr
     assert (run_dir / "metrics.json.damaged").read_bytes() == cut
-    assert f"resuming from {checkpoint.parent}/checkpoint-2: rounds 0-1 done ([2/2]); next: round 2" in fourth.stdout
+    assert (f"resuming from {checkpoint.parent}/checkpoint-2: rounds 0-1 done ([2/2]); next: no round left to train: "
+            "the evaluations after training") in fourth.stdout
+    # its plan says so, with no round line to come, and its last line that this attempt trained none
+    plan = next(line for line in fourth.stdout.splitlines() if "plan: " in line)
+    assert "plan: no round left to train (2 of 2 done); " in plan and "round line" not in plan, plan
+    assert re.search(r"done: 2 rounds, none of them in this attempt, which took \d+ s; report in ", fourth.stdout)
     again_whole = json.loads(metrics.read_text())
     assert {k: v for k, v in again_whole.items() if k != "wall_seconds"} == {
         k: v for k, v in whole.items() if k != "wall_seconds"}
