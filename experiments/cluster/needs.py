@@ -248,13 +248,14 @@ def gpu_lines(needs: list[Needs], launcher: Mapping[str, Any]) -> list[str]:
 
 
 def memory_lines(needs: list[Needs], launcher: Mapping[str, Any]) -> list[str]:
-    """A warning when the host memory a job asks SLURM for (submitit's mem_gb: GB) is below what it peaks at: a GPU
-    job while its ranks load the model, a CPU-sized one while it trains (cpu_host_memory_gib)."""
+    """A warning when the host memory a job asks SLURM for is below what it peaks at: a GPU job while its ranks
+    load the model, a CPU-sized one while it trains (cpu_host_memory_gib). submitit asks for `--mem=<mem_gb>GB`,
+    which SLURM reads in binary units: mem_gb is GiB."""
     mem = launcher.get("mem_gb")
-    most = max((n.host_gib for n in needs), default=0.0)
-    if mem and float(mem) * 1e9 < most * GiB:
-        when = "while its ranks load the model" if any(n.gpus for n in needs) else "while it trains on the CPU"
-        return [f"warning: hydra.launcher.mem_gb={mem} is below the {most:.1f} GiB a job peaks at {when}: raise it "
-                "(docs/gpus-and-slurm.md, Host memory)"]
+    largest = max(needs, key=lambda n: n.host_gib, default=None)
+    if mem and largest is not None and float(mem) < largest.host_gib:
+        when = "while its ranks load the model" if largest.gpus else "while it trains on the CPU"
+        return [f"warning: hydra.launcher.mem_gb={mem} is below the {largest.host_gib:.1f} GiB a job peaks at {when}: "
+                "raise it (docs/gpus-and-slurm.md, Host memory)"]
     return []
 

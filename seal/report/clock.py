@@ -71,7 +71,7 @@ class JobPlan:
                          f"episodes ({_count(self.prompts, 'prompt')} x {_count(self.rollouts, 'rollout')}) and "
                          f"{_count(self.steps_per_round, 'optimizer step')}")
         elif self.planned_rounds:
-            parts.append(f"no round left to train ({self.planned_rounds} of {self.planned_rounds} done)")
+            parts.append(f"no round left to train ({self.first_round} of {self.planned_rounds} done)")
         if self.validated and self.validation:
             rounds = ", ".join(map(str, self.validated))
             parts.append(f"validate after round{'s' if len(self.validated) > 1 else ''} {rounds} on "

@@ -282,10 +282,11 @@ def require_plain(model: Any, what: str) -> None:
 
 
 class RolloutCopy:
-    """An unsharded copy of a sharded policy in the compute dtype, for the transformers rollout engine.
+    """An unsharded copy of a sharded policy in the compute dtype: the transformers rollout engine generates with it
+    (on the rank's device); a vLLM run gathers its final model into one (in host memory, seal.tasks.train).
 
     `refresh()` (called at the start of every play, on every rank at once) gathers the current weights
-    from the shards into it; the copy is built on the first refresh, on this rank's device. `version`
+    from the shards into it; the copy is built on the first refresh, on its `device`. `version`
     (e.g. the trainer's optimizer step, the same on every rank) skips the gather when the weights have
     not changed since the last one: an evaluation of many plays gathers once."""
 

@@ -165,7 +165,8 @@ class SealGRPOTrainer(GRPOTrainer):
     def _issue_warnings_after_load(self, load_result: Any) -> None:
         """transformers' warnings on a resumed checkpoint, without the keys loaded through a tie (a tied head is
         saved once, as the embedding: its absence is no loss)."""
-        missing = [k for k in load_result.missing_keys if k not in loaded_through_a_tie(self.model, load_result.missing_keys)]
+        tied = loaded_through_a_tie(self.model, load_result.missing_keys)
+        missing = [k for k in load_result.missing_keys if k not in tied]
         super()._issue_warnings_after_load(load_result._replace(missing_keys=missing))
 
     def _prepare_inputs(self, generation_batch: Any) -> Any:

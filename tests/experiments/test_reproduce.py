@@ -406,7 +406,7 @@ def test_host_memory_is_the_docs_table():
 
 def test_a_cpu_jobs_host_memory_is_its_training_state_not_a_gpu_processs_allowance():
     from experiments.cluster.jobs import job_config
-    from experiments.cluster.needs import cpu_host_memory_gib, memory_lines, needs_of
+    from experiments.cluster.needs import Needs, cpu_host_memory_gib, memory_lines, needs_of
 
     # the main job (SmolLM2-135M, float32, a KL term): 135M x (16 + 4) bytes = 2.51 GiB, 1 GiB of KV cache and 1 GiB
     # for the process: 4.51 GiB, above the 4.17 GiB it peaked at (docs/results.md), far under the 8 GiB a GPU
@@ -418,7 +418,8 @@ def test_a_cpu_jobs_host_memory_is_its_training_state_not_a_gpu_processs_allowan
     assert cpu_host_memory_gib(0.135e9, 1, lora=True, dtype_bytes=2, reference=True, kv_gib=1.0) == \
         0.135e9 * 2 / 2**30 + 2
     # the docs' CPU-sized sweep (tiny-random, budget=tiny: 4M parameters, float32): 2.07 GiB a job, which the
-    # documented hydra.launcher.mem_gb=4 holds; SmolLM2's main job at 4 GB would not (4.51 GiB = 4.84 GB)
+    # documented hydra.launcher.mem_gb=4 holds; SmolLM2's main job at 4 would not (submitit asks for --mem=4GB, which
+    # SLURM reads as 4 GiB), 4.6 GiB would
     tiny = needs_of(job_config(Job("tiny-random", "seal", 0), ("budget=tiny",)), 0.0)
     assert (tiny.gpus, round(tiny.host_gib, 2)) == (0, round(0.004e9 * 20 / 2**30 + 2, 2)) == (0, 2.07)
     assert memory_lines([tiny], {"mem_gb": 4}) == []
@@ -427,7 +428,15 @@ def test_a_cpu_jobs_host_memory_is_its_training_state_not_a_gpu_processs_allowan
     assert memory_lines([main], {"mem_gb": 4}) == [
         "warning: hydra.launcher.mem_gb=4 is below the 4.5 GiB a job peaks at while it trains on the CPU: raise it "
         "(docs/gpus-and-slurm.md, Host memory)"]
-    assert memory_lines([main], {"mem_gb": 5}) == []
+    assert memory_lines([main], {"mem_gb": 4.6}) == memory_lines([main], {"mem_gb": 5}) == []
+    # the sentence names the phase of the job that peaks highest: a GPU job's load beside a CPU job's 4.5 GiB
+    gpu = needs_of(job_config(Job("qwen2.5-3b", "seal", 0), with_budget(("launch.processes=1",))), 1.0)
+    assert memory_lines([main, gpu], {"mem_gb": 10}) == [
+        f"warning: hydra.launcher.mem_gb=10 is below the {gpu.host_gib:.1f} GiB a job peaks at while its ranks load the "
+        "model: raise it (docs/gpus-and-slurm.md, Host memory)"]
+    low_gpu = Needs(gpus=1, ranks=1, host_gib=1.0, disk_gib=0, gpu_hours=0, rounds=1, save_every=None, reload_gib=0)
+    assert memory_lines([low_gpu, main], {"mem_gb": 4})[0].endswith("4.5 GiB a job peaks at while it trains on the "
+                                                                     "CPU: raise it (docs/gpus-and-slurm.md, Host memory)")
 
 
 def test_a_paper_jobs_disk_is_the_runs_own_preflight_figure():
@@ -485,8 +494,8 @@ def test_the_examples_host_memory_is_the_planners_and_its_mem_gb_holds_it():
     planned = [needs_of(job_config(Job(b, "seal", 0), with_budget(EXAMPLE_LAUNCHER)), 0.0).host_gib
                for b in ("qwen2.5-7b", "toolace-2-8b")]
     assert [float(stated[2]), float(stated[3])] == [round(g, 1) for g in planned]
-    # submitit's mem_gb is in GB: 256 GB = 238.4 GiB, over the 8B job's peak
-    assert int(stated[1]) * 1e9 / 2**30 > max(planned)
+    # submitit asks for --mem=256GB, which SLURM reads as 256 GiB: over the 8B job's peak
+    assert int(stated[1]) > max(planned)
 
 
 def test_the_dry_run_prints_what_every_job_needs(tmp_path):
