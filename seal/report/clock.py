@@ -68,8 +68,8 @@ class JobPlan:
             first, last = self.first_round, self.first_round + self.rounds - 1
             which = f"round {first}" if first == last else f"rounds {first}-{last}"
             parts.append(f"train {which} ({self.rounds} of {self.planned_rounds}), each {self.episodes_per_round} "
-                         f"episodes ({_count(self.prompts, 'prompt')} x {_count(self.rollouts, 'rollout')}) and "
-                         f"{_count(self.steps_per_round, 'optimizer step')}")
+                         f"episodes ({count_of(self.prompts, 'prompt')} x {count_of(self.rollouts, 'rollout')}) and "
+                         f"{count_of(self.steps_per_round, 'optimizer step')}")
         elif self.planned_rounds:
             parts.append(f"no round left to train ({self.first_round} of {self.planned_rounds} done)")
         if self.validated and self.validation:
@@ -83,14 +83,15 @@ class JobPlan:
                 f"{self.rounds * self.episodes_per_round} training episodes in all")
 
 
-def _count(n: int, what: str) -> str:
+def count_of(n: int, what: str) -> str:
+    """"1 round", "3 rounds"."""
     return f"{n} {what}" + ("" if n == 1 else "s")
 
 
 def _evaluations(e: Evaluation, when: str) -> str:
     protocols = e.protocols
-    return (f"{e.name} {when} on {_count(e.entries, 'entry').replace('entrys', 'entries')} under "
-            f"{_count(len(protocols), 'protocol')} ({', '.join(protocols)}): {e.episodes} episodes")
+    return (f"{e.name} {when} on {count_of(e.entries, 'entry').replace('entrys', 'entries')} under "
+            f"{count_of(len(protocols), 'protocol')} ({', '.join(protocols)}): {e.episodes} episodes")
 
 
 @dataclass
@@ -173,7 +174,7 @@ class JobClock:
         for what, n in (("evaluation episode", self.evals_left), ("round", self.rounds_left),
                         ("out-of-domain evaluation", self.ood_left)):
             if n and rates[what] is None:
-                untimed.append(f"{n} {what}" + ("" if n == 1 else "s"))
+                untimed.append(count_of(n, what))
             elif n:
                 seconds += n * rates[what]
         for kind in self.saves_left:

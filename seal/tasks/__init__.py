@@ -130,9 +130,7 @@ def run(cfg: DictConfig, out_dir: Path | None = None) -> None:
         sentence = str(exc) if isinstance(exc, Interrupted) else (
             f"nothing of this task={cfg.task} run was kept; the same command starts it again")
         if sentence:
-            _to_run_log(f"interrupted: {sentence}")
-            end_bars()
-            print(f"interrupted: {sentence}", file=sys.stderr)
+            _last_sentence(f"interrupted: {sentence}")
         # a folder the task already wrote into (a checkpoint, an evaluation) is what was kept
         if fresh and _holds_only_hydras_files(out_dir):
             command_line.remove_folder(out_dir)
@@ -144,9 +142,7 @@ def run(cfg: DictConfig, out_dir: Path | None = None) -> None:
             return
         exc = _damaged(exc, out_dir) or exc
         if isinstance(exc, UserError):
-            _to_run_log(f"error: {exc}")
-            end_bars()
-            print(f"error: {exc}", file=sys.stderr)
+            _last_sentence(f"error: {exc}")
             if fresh and not _keeps_work(out_dir):
                 command_line.remove_folder(out_dir)
             sys.exit(2)
@@ -205,8 +201,11 @@ def config_error(exc: Exception) -> UserError | None:
     return UserError(f"{group}: {cause}")
 
 
-def _to_run_log(message: str) -> None:
-    """Record a user error in run.log without printing it a second time on the console."""
+def _last_sentence(message: str) -> None:
+    """A run's last line (what Ctrl-C kept, a user error): into run.log, then on the console's stderr below any
+    progress bar the stop left drawn (printed once, not through the console's log handler)."""
     for handler in logging.getLogger().handlers:
         if isinstance(handler, logging.FileHandler):
             handler.emit(logging.LogRecord(__name__, logging.ERROR, __file__, 0, message, None, None))
+    end_bars()
+    print(message, file=sys.stderr)

@@ -762,7 +762,9 @@ def report(run: TrainingRun) -> None:
 def done_line(rounds: int, resumed: int, seconds: float) -> str:
     """The run's last line: its rounds and how long this attempt took (`resumed`: the rounds an earlier attempt
     had trained, which this attempt did not)."""
-    total = f"{rounds} round{'' if rounds == 1 else 's'}"
+    from seal.report.clock import count_of
+
+    total = count_of(rounds, "round")
     if not resumed:
         return f"{total} in {_duration(seconds)}"
     here = rounds - resumed
