@@ -108,7 +108,7 @@ def finished(path: Path) -> bool:
 
 def damaged(path: Path) -> str | None:
     """The sentence naming the run's metrics.json when it is damaged (cut short, not an object): the run is not
-    finished, and its job resumes it to write the file again (seal.tasks.train.finished_already); None otherwise."""
+    finished, and its job resumes it to write the file again (seal.tasks.run_folder.finished_already); None otherwise."""
     if not (path / "metrics.json").is_file():
         return None
     try:

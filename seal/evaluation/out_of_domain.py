@@ -24,10 +24,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+
 from seal.env.benchmarks.bfcl_v3 import category_summary
 from seal.env.entry import Entry
 from seal.evaluation.evaluate import gather_records, summary_metrics
+from seal.errors import UserError
 from seal.interface.view import PLAIN
+from seal.io import CONF_DIR, read_json, write_json
 
 log = logging.getLogger(__name__)
 
@@ -143,3 +148,50 @@ def evaluate_benchmark(engine: Any, benchmark: Any, out_dir: Path, n: int | None
                 fh.write(json.dumps(r, default=str) + "\n")
     benchmark.check_run(records)
     return metrics, records
+
+
+def out_of_domain_benchmarks(cfg: DictConfig, budget: Any) -> list[Any]:
+    """The benchmarks named in budget.ood_benchmarks (seal.env.benchmarks), instantiated from
+    conf/benchmark/<name>.yaml (the run's own `benchmark` group when it is one of them, so its overrides
+    apply), each prepared now: a missing search key or encoder stops the run before anything is written."""
+    from seal.env.benchmarks import REGISTRY
+
+    allowed = [name for name, cls in REGISTRY.items()
+               if not cls.from_split and (CONF_DIR / "benchmark" / f"{name}.yaml").exists()]
+    benchmarks = []
+    for name in budget.ood_benchmarks:
+        if name not in allowed:
+            raise UserError(f"budget.ood_benchmarks: {name!r} is not an out-of-domain benchmark; choose among "
+                            f"{', '.join(allowed)}")
+        node = cfg.benchmark if cfg.benchmark.name == name else OmegaConf.load(CONF_DIR / "benchmark" / f"{name}.yaml")
+        benchmark = instantiate(node)
+        benchmark.prepare()
+        benchmarks.append(benchmark)
+    return benchmarks
+
+
+def evaluate_out_of_domain(engine: Any, benchmarks: list[Any], budget: Any, out_dir: Path, when: str,
+                           dist: Any, step_limit: str, clock: Any = None) -> dict[str, Any]:
+    """{"ood_<when>": {benchmark: metrics}} for the model as it is now (`when`: before | after training),
+    shared out over the ranks (the main rank writes the files); results already on disk (a resumed run)
+    are read back."""
+    if not benchmarks:
+        return {}
+    results = {}
+    for node in benchmarks:
+        folder = out_dir / f"ood_{when}" / node.name
+        if (folder / "metrics.json").exists():
+            results[node.name] = read_json(folder / "metrics.json")
+            if clock is not None:
+                clock.ood_left = max(clock.ood_left - 1, 0)
+            continue
+        started = time.perf_counter()
+        metrics, _ = evaluate_benchmark(engine, node, folder, budget.ood_entries_per_category, step_limit, dist=dist,
+                                        progress=f"ood {when}" if dist.main else None)
+        if dist.main:
+            write_json(folder / "metrics.json", metrics)
+        if clock is not None:
+            clock.ood_done(time.perf_counter() - started)
+        results[node.name] = metrics
+    return {f"ood_{when}": results}
+

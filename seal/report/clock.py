@@ -10,7 +10,7 @@ and no evaluation shows it): the estimate covers what was timed and names what i
 count at the time the run's own earlier writes of that kind took (a periodic checkpoint, a model kept on validation),
 and are named once no round is left if none was timed. A kind the job has not timed yet may take its rate from another
 run that this machine measured with the same backbone, budget and launch (`JobClock.beside`, found by
-seal.tasks.train.similar_run): a fresh run beside a finished one gives its estimate up front.
+seal.report.pace.similar_run): a fresh run beside a finished one gives its estimate up front.
 """
 
 from __future__ import annotations
@@ -132,7 +132,7 @@ class JobClock:
         self.round_seconds += round_seconds
 
     def beside(self, *, eval_episodes: int, eval_seconds: float, round_seconds: list[float] = ()) -> None:
-        """Rates another run measured on this machine (seal.tasks.train.similar_run): they stand in for a kind of
+        """Rates another run measured on this machine (seal.report.pace.similar_run): they stand in for a kind of
         work until this job has timed it."""
         self.other_rates = {what: rate for what, rate in _rates(eval_episodes, eval_seconds, round_seconds).items()
                             if rate is not None}

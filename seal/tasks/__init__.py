@@ -19,7 +19,7 @@ from seal.io import DamagedFile, in_multirun
 from seal.policy.progress import end_bars
 from seal.rl import distributed
 from seal.tasks import eval as eval_task
-from seal.tasks import command_line, replay, sanity, score, show_prompt, train, validate_diagnoser
+from seal.tasks import command_line, replay, run_folder, sanity, score, show_prompt, train, validate_diagnoser
 from seal.tasks.launch import relaunch
 
 log = logging.getLogger(__name__)
@@ -117,7 +117,7 @@ def run(cfg: DictConfig, out_dir: Path | None = None) -> None:
         try:
             check_seed(cfg.seed)
             # a finished training run (the same command again, a sweep run again) is not launched or evaluated again
-            if cfg.task == "train" and (finished := train.finished_already(cfg, out_dir)):
+            if cfg.task == "train" and (finished := run_folder.finished_already(cfg, out_dir)):
                 log.info(finished)
                 return
             if not relaunch(cfg, out_dir):
@@ -143,13 +143,13 @@ def run(cfg: DictConfig, out_dir: Path | None = None) -> None:
         exc = _damaged(exc, out_dir) or exc
         if isinstance(exc, UserError):
             _last_sentence(f"error: {exc}")
-            if fresh and not _keeps_work(out_dir):
+            if fresh and not run_folder.keeps_work(out_dir):
                 command_line.remove_folder(out_dir)
             sys.exit(2)
         raise
 
 
-# the way on from a disk that filled during a run (what the run kept stays: seal.tasks.train.keeps_work)
+# the way on from a disk that filled during a run (what the run kept stays: seal.tasks.run_folder.keeps_work)
 FULL_DISK_ADVICE = "make room on it and run the same command again, which goes on from what the run kept"
 
 
@@ -174,10 +174,6 @@ def check_seed(seed: object) -> None:
 HYDRA_FILES = {".hydra", "run.log"}
 
 
-def _keeps_work(out_dir: Path) -> bool:
-    from seal.tasks.train import keeps_work
-
-    return keeps_work(out_dir)
 
 
 def _holds_only_hydras_files(out_dir: Path) -> bool:

@@ -20,19 +20,17 @@ import time
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from seal.errors import Interrupted, UserError
-from seal.io import (CONF_DIR, DamagedFile, claim_run_dir, code_version, config_fingerprint, fingerprint_matches,
-                     read_json, read_json_object, write_json)
-from seal.report.clock import not_timed, round_seconds
+from seal.io import claim_run_dir, code_version, config_fingerprint, fingerprint_matches, read_json, write_json
+from seal.report.clock import round_seconds
+from seal.report.pace import evaluation_rate, similar_run, time_it_takes
 from seal.rl.distributed import cuda_devices, local_world, machine_kind
-
-if TYPE_CHECKING:
-    from seal.budget import Budget
+from seal.tasks.run_folder import checkpointed_rounds, interrupted
 
 log = logging.getLogger(__name__)
 
@@ -136,38 +134,6 @@ class TrainingRun:
         return found
 
 
-def finished_already(cfg: DictConfig, out_dir: Path) -> str | None:
-    """The sentence for a run of this configuration that has finished in `out_dir` (its metrics.json, written last,
-    after every evaluation, is there): nothing is loaded or evaluated again. None for a new run or one to resume.
-
-    A damaged metrics.json (cut short, not an object) does not finish a run: it is kept beside as
-    metrics.json.damaged (-2, -3, ... when that name is taken), said in one sentence with what the resume will
-    play again, and the run resumes to write it again."""
-    metrics = out_dir / "metrics.json"
-    if not metrics.is_file() or not fingerprint_matches(out_dir, config_fingerprint(cfg)):
-        return None
-    try:
-        read_json_object(metrics)
-    except DamagedFile as exc:
-        aside, n = metrics.with_name("metrics.json.damaged"), 1
-        while aside.exists():
-            n += 1
-            aside = metrics.with_name(f"metrics.json.damaged-{n}")
-        try:  # every rank of a launch may look; the first moves it
-            metrics.replace(aside)
-        except FileNotFoundError:
-            return None
-        done, checkpoint = rounds_done(out_dir)
-        resume = (f"the run resumes from checkpoints/{checkpoint.name} ({done} round(s) done) to write it again"
-                  if checkpoint else "no checkpoint is left, so the run trains again from round 0")
-        log.warning("%s; kept as %s, and %s", exc, aside.name, resume)
-        return None
-    except FileNotFoundError:  # another rank moved it aside meanwhile
-        return None
-    return (f"{out_dir} holds this run, finished (metrics.json, report.md): nothing to do; to train it again, "
-            "remove that folder or choose another with hydra.run.dir=<directory> (a sweep: hydra.sweep.dir=<directory>)")
-
-
 def train(cfg: DictConfig, out_dir: Path) -> None:
     run = start(cfg, out_dir)
     try:
@@ -210,6 +176,7 @@ def check_config(run: TrainingRun) -> None:
     from seal.env.episode import check_step_limit
     from seal.env.protocol import Protocol
     from seal.evaluation.evaluate import check_protocols
+    from seal.evaluation.out_of_domain import out_of_domain_benchmarks
     from seal.rl import sharding
     from seal.rl.config import check_hardware
     from seal.report.wandb_run import check_mode
@@ -324,7 +291,7 @@ def announce(run: TrainingRun) -> None:
     run.clock = clock = JobClock(plan, clock=time.perf_counter, started=run.started)
     # a resumed run starts from the earlier attempt's rates: its rounds' times and its evaluation's
     clock.earlier(round_seconds=[round_seconds(r.get("metrics", {})) for r in history],
-                  **_evaluation_rate(out_dir / "eval_before.json"))
+                  **evaluation_rate(out_dir / "eval_before.json"))
     earlier = clock.left()
     beside = similar_run(out_dir, run.run_config) if run.dist.main else None
     if beside:
@@ -333,140 +300,6 @@ def announce(run: TrainingRun) -> None:
         log.info("%s; the time it takes: %s%s", plan.describe(),
                  time_it_takes(clock.left(), earlier, beside[0] if beside else None),
                  ", then on every round line" if plan.rounds else "")
-
-
-def time_it_takes(found: tuple[float, list[str]] | None, earlier: tuple[float, list[str]] | None,
-                  beside: Path | None) -> str:
-    """The plan line's estimate: JobClock.left() `found` with the earlier attempt's rates and those of the run
-    `beside` (`earlier`: what the earlier attempt's rates alone gave), and whose rates they are."""
-    if found is None:
-        return "estimated once the first evaluation or round is timed"
-    rates = ("the earlier attempt's rates" if found == earlier or beside is None else
-             f"the rates of {beside} (the same backbone, budget, launch and evaluation on this kind of machine)" if earlier is None else
-             f"the earlier attempt's rates and those of {beside}")
-    return f"about {_duration(found[0])} at {rates}{not_timed(found[1])}"
-
-
-# what a run's rates depend on, beside the code: run_config.json's keys that two runs must share for one's rates
-# to estimate the other's time (the model, the episodes and their lengths, the launch, the machine), and of the
-# trainer's values those that change a step's work; an arm's choices and a learning rate change it far less
-PACE_KEYS = ("backbone", "budget", "launch", "eval", "benchmark", "protocol", "split", "rendering", "world_size",
-             "sharding", "machine")
-PACE_TRAINER_KEYS = ("beta", "gradient_checkpointing", "loss_type")
-
-
-def pace_of(config: dict[str, Any]) -> Any:
-    """What of a run_config.json its rates depend on (PACE_KEYS), as JSON reads it back."""
-    trainer = config.get("trainer") if isinstance(config.get("trainer"), dict) else {}
-    pace = {**{k: config.get(k) for k in PACE_KEYS}, "trainer": {k: trainer.get(k) for k in PACE_TRAINER_KEYS}}
-    if isinstance(pace["split"], dict):  # the split's seed is the run's (which scenarios validate, not how many)
-        pace["split"] = {k: v for k, v in pace["split"].items() if k != "seed"}
-    return json.loads(json.dumps(pace, default=str))
-
-
-def similar_run(out_dir: Path, config: dict[str, Any]) -> tuple[Path, dict[str, Any]] | None:
-    """The run folder beside `out_dir` (in the same parent folder: outputs/train/, a sweep's folder) that a machine
-    like this one ran with the same pace (pace_of) and that timed a round or an evaluation, the most recently
-    written first, with its rates (its rounds' times in metrics.jsonl, its evaluation before training); None when
-    there is none. A folder whose files cannot be read, or hold what a run does not write, is passed over: it is
-    another run's problem, not this one's."""
-    pace = pace_of(config)
-    found = []
-    try:
-        others = [p for p in out_dir.parent.iterdir() if p != out_dir and (p / "run_config.json").is_file()]
-    except OSError:
-        return None
-    for other in others:
-        try:
-            if pace_of(read_json_object(other / "run_config.json")) != pace:
-                continue
-            rates = _measured(other)
-            written = max(p.stat().st_mtime for p in other.iterdir())
-        except (DamagedFile, OSError, ValueError, TypeError, AttributeError):
-            continue
-        if rates["round_seconds"] or rates["eval_seconds"]:
-            found.append((written, other.name, rates))
-    if not found:
-        return None
-    _, name, rates = max(found)
-    return out_dir.parent / name, rates
-
-
-def _measured(run_dir: Path) -> dict[str, Any]:
-    """A finished or running run's rates: its rounds' seconds (those timed) and its evaluation before training."""
-    from seal.io import read_jsonl
-
-    rounds = read_jsonl(run_dir / "metrics.jsonl") if (run_dir / "metrics.jsonl").exists() else []
-    seconds = [round_seconds({k: float(v) for k, v in r.items() if k.startswith("time/")}) for r in rounds]
-    evaluation = _evaluation_rate(run_dir / "eval_before.json")
-    if not evaluation["eval_seconds"] > 0:
-        evaluation = {"eval_episodes": 0, "eval_seconds": 0.0}
-    return {"round_seconds": [s for s in seconds if s > 0], **evaluation}
-
-
-def checkpointed_rounds(out_dir: Path) -> tuple[list[dict[str, Any]], Path | None]:
-    """The round records the run directory's last complete checkpoint holds, and that checkpoint ([], None:
-    none); a damaged state file is named in one sentence (seal.io.DamagedFile)."""
-    from seal.io import read_json
-    from seal.rl.checkpoint import SEAL_STATE, latest_complete_checkpoint
-
-    checkpoint = latest_complete_checkpoint(out_dir / "checkpoints")
-    if checkpoint is None:
-        return [], None
-    return list(read_json(checkpoint / SEAL_STATE).get("history", [])), checkpoint
-
-
-def rounds_done(out_dir: Path) -> tuple[int, Path | None]:
-    """The rounds the run directory's last complete checkpoint holds, and that checkpoint (0, None: none)."""
-    history, checkpoint = checkpointed_rounds(out_dir)
-    return len(history), checkpoint
-
-
-def _evaluation_rate(path: Path) -> dict[str, float]:
-    """The episodes and seconds of an evaluation file an earlier attempt wrote (none when there is none)."""
-    if not path.exists():
-        return {"eval_episodes": 0, "eval_seconds": 0.0}
-    metrics = read_json(path)
-    timings = [metrics[k] for k in ("timing", "timing_release") if isinstance(metrics.get(k), dict)]
-    entries = int(metrics.get("num_entries") or 0)
-    return {"eval_episodes": entries * len(timings), "eval_seconds": sum(float(t.get("seconds", 0.0)) for t in timings)}
-
-
-# what a stopped run keeps besides its checkpoints, and the same command goes on from
-KEPT_FILES = (("eval_before.json", "the evaluation before training"),
-              ("eval_test_before.json", "the initial model's test evaluation"),
-              ("final_model", "the trained model (final_model/)"))
-
-
-def keeps_work(out_dir: Path) -> bool:
-    """Whether a run's folder holds something the same command goes on from (a complete checkpoint, an evaluation,
-    the trained model): a run that stops with an error after that keeps its folder, though the run made it."""
-    from seal.rl.checkpoint import latest_complete_checkpoint
-
-    return (latest_complete_checkpoint(out_dir / "checkpoints") is not None
-            or any((out_dir / name).exists() for name, _ in KEPT_FILES))
-
-
-def interrupted(run: TrainingRun) -> str:
-    """The one sentence a stopped run ends with: what it kept (its last complete checkpoint's rounds, numbered
-    as the per-round lines number them, and its evaluations) and that the same command resumes."""
-    out_dir = run.out_dir
-    done, checkpoint = rounds_done(out_dir)
-    planned = run.budget.rounds_for(len(run.entries.train)) if run.entries else None
-    of = f" of {planned}" if planned else ""
-    kept = []
-    if checkpoint is not None:
-        which = "round 0" if done == 1 else f"rounds 0-{done - 1}"
-        kept.append(f"{which} ({done}{of}) in {checkpoint.relative_to(out_dir)}")
-    kept += [what for name, what in KEPT_FILES if (out_dir / name).exists()]
-    if not kept:
-        return f"nothing of this run was complete yet; the same command starts it again in {out_dir}"
-    go_on = f"resumes after round {done - 1}" if checkpoint is not None else "goes on from there"
-    return f"{out_dir} keeps {_and(kept)}; the same command {go_on}"
-
-
-def _and(items: list[str]) -> str:
-    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
 def _duration(seconds: float) -> str:
@@ -625,6 +458,8 @@ def start_logging(run: TrainingRun) -> None:
 def evaluate_before(run: TrainingRun) -> None:
     """The initial model on the held-out slice (shared out over the ranks; read back when resuming), on
     test when model selection is on, and on the out-of-domain benchmarks."""
+    from seal.evaluation.out_of_domain import evaluate_out_of_domain
+
     before_path = run.out_dir / "eval_before.json"
     if run.entries.heldout and not before_path.exists():
         metrics, _ = run.evaluate(run.entries.heldout, run.out_dir / "eval_before")
@@ -719,6 +554,8 @@ def resume(run: TrainingRun, checkpoint: Path) -> None:
 def evaluate_after(run: TrainingRun) -> None:
     """The trained model on the same held-out slice and out-of-domain benchmarks, then the model
     selection's test evaluations (last: it loads the best model's weights over the final ones)."""
+    from seal.evaluation.out_of_domain import evaluate_out_of_domain
+
     if run.entries.heldout:
         metrics, _ = run.evaluate(run.entries.heldout, run.out_dir / "eval_after")
         if run.dist.main:
@@ -806,54 +643,6 @@ def _engine_fraction(backbone: Any) -> float | None:
         return None
     fraction = backbone.vllm.get("gpu_memory_utilization")
     return DEFAULT_GPU_MEMORY_UTILIZATION if fraction is None else float(fraction)
-
-
-def out_of_domain_benchmarks(cfg: DictConfig, budget: Budget) -> list[Any]:
-    """The benchmarks named in budget.ood_benchmarks (seal.env.benchmarks), instantiated from
-    conf/benchmark/<name>.yaml (the run's own `benchmark` group when it is one of them, so its overrides
-    apply), each prepared now: a missing search key or encoder stops the run before anything is written."""
-    from seal.env.benchmarks import REGISTRY
-
-    allowed = [name for name, cls in REGISTRY.items()
-               if not cls.from_split and (CONF_DIR / "benchmark" / f"{name}.yaml").exists()]
-    benchmarks = []
-    for name in budget.ood_benchmarks:
-        if name not in allowed:
-            raise UserError(f"budget.ood_benchmarks: {name!r} is not an out-of-domain benchmark; choose among "
-                            f"{', '.join(allowed)}")
-        node = cfg.benchmark if cfg.benchmark.name == name else OmegaConf.load(CONF_DIR / "benchmark" / f"{name}.yaml")
-        benchmark = instantiate(node)
-        benchmark.prepare()
-        benchmarks.append(benchmark)
-    return benchmarks
-
-
-def evaluate_out_of_domain(engine: Any, benchmarks: list[Any], budget: Budget, out_dir: Path, when: str,
-                           dist: Any, step_limit: str, clock: Any = None) -> dict[str, Any]:
-    """{"ood_<when>": {benchmark: metrics}} for the model as it is now (`when`: before | after training),
-    shared out over the ranks (the main rank writes the files); results already on disk (a resumed run)
-    are read back."""
-    from seal.evaluation.out_of_domain import evaluate_benchmark
-
-    if not benchmarks:
-        return {}
-    results = {}
-    for node in benchmarks:
-        folder = out_dir / f"ood_{when}" / node.name
-        if (folder / "metrics.json").exists():
-            results[node.name] = read_json(folder / "metrics.json")
-            if clock is not None:
-                clock.ood_left = max(clock.ood_left - 1, 0)
-            continue
-        started = time.perf_counter()
-        metrics, _ = evaluate_benchmark(engine, node, folder, budget.ood_entries_per_category, step_limit, dist=dist,
-                                        progress=f"ood {when}" if dist.main else None)
-        if dist.main:
-            write_json(folder / "metrics.json", metrics)
-        if clock is not None:
-            clock.ood_done(time.perf_counter() - started)
-        results[node.name] = metrics
-    return {f"ood_{when}": results}
 
 
 def _sweep_dir() -> Path | None:

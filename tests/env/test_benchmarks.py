@@ -133,7 +133,7 @@ def test_base_defaults_are_the_multi_turn_protocol():
 def test_training_evaluates_only_registered_out_of_domain_benchmarks_with_a_config(echo):
     from seal.budget import Budget
     from seal.errors import UserError
-    from seal.tasks.train import out_of_domain_benchmarks
+    from seal.evaluation.out_of_domain import out_of_domain_benchmarks
 
     def chosen(*overrides):
         cfg = compose_with(*overrides)

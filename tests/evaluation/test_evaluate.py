@@ -36,12 +36,12 @@ def test_the_oracle_scores_every_chosen_entry_and_is_labelled_as_such(tmp_path):
 
 
 def test_under_the_release_protocol_alone_the_entries_are_counted_all_the_same(tmp_path):
-    from seal.tasks.train import _evaluation_rate
+    from seal.report.pace import evaluation_rate
 
     metrics = evaluate(tmp_path, "backbone=oracle", "eval.protocols=[release]")
     # smoke: one entry per category, played once (the release's protocol only): 4 episodes, for the clock too
     assert metrics["num_entries"] == 4 and "timing" not in metrics and metrics["timing_release"]["seconds"] > 0
-    assert _evaluation_rate(tmp_path / "metrics.json") == {"eval_episodes": 4,
+    assert evaluation_rate(tmp_path / "metrics.json") == {"eval_episodes": 4,
                                                            "eval_seconds": metrics["timing_release"]["seconds"]}
 
 

@@ -453,7 +453,7 @@ def _ood_setup():
 
 def _evaluate_as_rank(rank, out_dirs, reports):
     from seal.rl import distributed
-    from seal.tasks.train import evaluate_out_of_domain
+    from seal.evaluation.out_of_domain import evaluate_out_of_domain
 
     dist = distributed.current(5)
     engine, budget, benchmarks = _ood_setup()
@@ -484,7 +484,7 @@ def _results(ood_before):
 @pytest.mark.costly  # two fresh processes (about a minute on two cores)
 def test_two_ranks_share_the_out_of_domain_evaluation_and_write_what_one_process_writes(tmp_path):
     from seal.rl.distributed import Dist
-    from seal.tasks.train import evaluate_out_of_domain
+    from seal.evaluation.out_of_domain import evaluate_out_of_domain
     from tests.rl.ranks import run_ranks
 
     out_dirs = [tmp_path / "rank0", tmp_path / "rank1"]

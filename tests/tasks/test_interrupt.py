@@ -78,7 +78,7 @@ def test_ctrl_c_says_what_was_kept_and_the_same_command_resumes(tmp_path):
     fourth = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert fourth.returncode == 0, fourth.stderr[-3000:]
     assert (f"{metrics} is damaged: it ends in the middle of a value after {len(cut)} bytes (cut short while it was "
-            "written?); kept as metrics.json.damaged, and the run resumes from checkpoints/checkpoint-2 (2 round(s) "
+            "written?); kept as metrics.json.damaged, and the run resumes from checkpoints/checkpoint-2 (2 rounds "
             "done) to write it again") in fourth.stdout + fourth.stderr
     assert (run_dir / "metrics.json.damaged").read_bytes() == cut
     assert (f"resuming from {checkpoint.parent}/checkpoint-2: rounds 0-1 done ([2/2]); next: no round left to train: "
@@ -94,7 +94,7 @@ def test_ctrl_c_says_what_was_kept_and_the_same_command_resumes(tmp_path):
 
 def test_a_finished_run_is_one_of_this_configuration_with_its_metrics(tmp_path, caplog):
     from seal.io import claim_run_dir, config_fingerprint
-    from seal.tasks.train import finished_already
+    from seal.tasks.run_folder import finished_already
     from tests.test_configs import compose_with
 
     cfg = compose_with(*ARGS)

@@ -130,7 +130,7 @@ def test_an_ablation_run_is_filed_under_its_arm_and_leaves_readable_outputs(tmp_
     # a fresh run beside it with the same backbone, budget and launch on this machine takes its estimate up front
     # from this run's rates: its rounds' times (metrics.jsonl's time/ split) and its evaluation before training (4
     # entries under 2 protocols, the plan above)
-    from seal.tasks.train import similar_run
+    from seal.report.pace import similar_run
 
     lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     split = [{k: v for k, v in line.items() if k.startswith("time/")} for line in lines]
