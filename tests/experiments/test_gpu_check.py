@@ -546,3 +546,49 @@ def test_two_gloo_ranks_run_the_preflights_steps_with_fsdp2(tmp_path):
     assert train["peak"]["max_rss_gib"] == max(r["max_rss_gib"] for r in train["peak"]["ranks"])
     assert "sharded model and optimizer" in summary["steps"][3]["note"]
     assert "2 rounds on 2 rank(s)" in train["note"]
+
+
+@pytest.mark.parametrize("processes, environment, seen", [(1, None, "0"), (2, None, "0,1"), (1, "2", "2"), (4, None, None)])
+def test_each_run_sees_only_the_gpus_its_launch_takes(tmp_path, monkeypatch, processes, environment, seen):
+    """On a node of 4 GPUs a run of 1 or 2 processes is started with CUDA_VISIBLE_DEVICES naming the first 1 or 2
+    (a single training process that sees several GPUs is refused: seal.rl.sharding.check_devices); a choice
+    already in the environment is left as it is, and a launch of every GPU needs none."""
+    from types import SimpleNamespace
+
+    started = []
+    monkeypatch.setattr(runs, "cuda_devices", lambda: 4)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    if environment is not None:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", environment)
+    monkeypatch.setattr(runs.subprocess, "run", lambda command, env, **kw: started.append(env) or SimpleNamespace(
+        returncode=0))
+    runs.run_step("sanity", ["task=sanity"], tmp_path, 10.0, runs.Launch(processes, "ddp"), "bfloat16")
+    (env,) = started
+    assert env.get("CUDA_VISIBLE_DEVICES") == (seen if seen is not None else environment)
+
+
+def test_without_step_timeout_each_run_may_take_what_its_models_disk_traffic_and_engine_starts_need(tmp_path, monkeypatch,
+                                                                                                    capsys):
+    """preflight's default step timeout is the disk plan's (DiskPlan.step_timeout), not a fixed 600 s: on the CPU
+    30 min for a run, as much again for the vLLM engine's start, and the disk traffic at 0.2 GiB/s."""
+    timeouts = []
+
+    class Started(Exception):
+        pass
+
+    def run_step(name, overrides, out, timeout, *args, **kwargs):
+        timeouts.append(timeout)
+        raise Started
+
+    monkeypatch.setattr(node, "build_step", lambda bb, tiny, out: ({"path": str(out), "parameters": 10**9}, None))
+    monkeypatch.setattr(node, "run_step", run_step)
+    for engine in ("transformers", "vllm"):
+        with pytest.raises(Started):
+            node.preflight("qwen2.5-7b", tmp_path / engine, launch=node.Launch(1, "ddp", engine))
+    bb = node.published_backbone("qwen2.5-7b", [])
+    plan = node.disk_plan("qwen2.5-7b", bb, True, [], 1)
+    moved = (plan.total + plan.loaded) / 2**30 / 0.2
+    assert timeouts == [pytest.approx(1800 + moved), pytest.approx(3600 + moved)]
+    said = [line for line in capsys.readouterr().out.splitlines() if "each run may take" in line]
+    assert [line.rsplit("each run may take ", 1)[1] for line in said] == [
+        f"{(1800 + moved) / 60:.0f} min (--step-timeout)", f"{(3600 + moved) / 60:.0f} min (--step-timeout)"]

@@ -427,12 +427,13 @@ def _launch(monkeypatch, rank, world, local_rank):
         monkeypatch.setenv("LOCAL_RANK", str(local_rank))
 
 
-@pytest.mark.parametrize("rank, world, local_rank", [(0, 2, 0), (1, 2, 1), (3, 4, 1)])
+@pytest.mark.parametrize("rank, world, local_rank", [(0, 2, 0), (1, 2, 1), (3, 4, 1), (0, 1, 0)])
 def test_each_rank_of_a_cuda_launch_builds_its_engine_on_its_own_gpu(fake_vllm, monkeypatch, rank, world,
                                                                      local_rank):
     """TRL's colocated mode: vLLM's external launcher, which takes RANK and LOCAL_RANK from the
     environment and puts the engine on cuda:LOCAL_RANK; each rank's engine seeded with seed + rank.
-    The last case is the second GPU of a second node (4 ranks, 2 per node)."""
+    The third case is the second GPU of a second node (4 ranks, 2 per node); the last a launch of one rank (the
+    one-GPU check of an FSDP2 run), which joins its group through the same launcher."""
     fake_vllm.cpu = False
     _launch(monkeypatch, rank, world, local_rank)
     gen = gv.VLLMGenerator("/models/m", dtype="bfloat16", context_length=4096, seed=5)

@@ -375,3 +375,79 @@ def test_training_starts_only_with_seals_policy_on_the_policy_and_a_reduction_ev
     accelerator.gradient_state.plugin_kwargs["sync_each_batch"] = True
     with pytest.raises(RuntimeError, match="^FSDP2 prepared the policy with "):
         ShardedPrecision("float32", accelerator).on_train_begin(None, None, None, model=model)
+
+
+def test_under_fsdp2_the_run_loads_its_policy_into_host_memory_and_under_ddp_onto_the_device(monkeypatch):
+    """What `train` asks the backbone for (seal.tasks.train.build): under fsdp2 the fp32 masters stay in host memory
+    until the trainer shards them (28.4 GiB of a 7B model would otherwise sit on every rank's GPU through the vLLM
+    engine's start and the evaluations before training); under ddp the loaded model goes to the device."""
+    from types import SimpleNamespace
+
+    from hydra.utils import instantiate
+
+    from seal.tasks import train
+    from tests.test_configs import compose_with
+
+    asked = []
+
+    class Loaded(Exception):
+        pass
+
+    def load(self, training=False, host=False):
+        asked.append((training, host))
+        raise Loaded
+
+    monkeypatch.setattr("seal.policy.backbones.TinyRandomBackbone.load", load)
+    cfg = compose_with("backbone=tiny-random")
+    for layout in ("fsdp2", "ddp"):
+        with pytest.raises(Loaded):
+            train.build(SimpleNamespace(cfg=cfg, budget=None, backbone=instantiate(cfg.backbone), layout=layout))
+    assert asked == [(True, True), (True, False)]
+
+
+@pytest.mark.parametrize("device, offload", [("cuda", "CPUOffloadPolicy"), ("cpu", "OffloadPolicy")])
+def test_the_reference_is_sharded_per_layer_with_seals_policy_and_kept_in_host_memory_on_gpus(monkeypatch, device,
+                                                                                                offload):
+    """shard_reference: one FSDP2 unit per decoder layer and one for the root, each with the launch's policy (the
+    one the policy model has: bf16 parameters, fp32 reduction, no output cast), resharded after every forward;
+    on CUDA its parameters live in host memory (FSDP2 copies a layer at a time to the GPU), on the CPU they are
+    there already (no offload)."""
+    from types import SimpleNamespace
+
+    import torch
+    import torch.distributed.fsdp as fsdp
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    units = []
+    monkeypatch.setattr(fsdp, "fully_shard", lambda module, **options: units.append((module, options)))
+    model = Qwen2ForCausalLM(Qwen2Config(vocab_size=64, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
+                                         num_key_value_heads=1, intermediate_size=32))
+    policy = sharding.mixed_precision_policy("bfloat16")
+    accelerator = SimpleNamespace(device=torch.device(device),
+                                  state=SimpleNamespace(fsdp_plugin=SimpleNamespace(mixed_precision_policy=policy)))
+    assert sharding.shard_reference(model, accelerator) is model and not model.training
+    assert [module for module, _ in units] == [*model.model.layers, model]
+    for _, options in units:
+        assert type(options["offload_policy"]).__name__ == offload and options["reshard_after_forward"] is True
+        assert options["mp_policy"] is policy
+        assert (policy.param_dtype, policy.reduce_dtype, policy.output_dtype) == (torch.bfloat16, torch.float32, None)
+
+
+def test_the_rollout_copy_gathers_each_shard_in_the_compute_dtype():
+    """RolloutCopy.refresh gathers the shards already cast to the copy's dtype (a bf16 gather moves half the bytes
+    of an fp32 one and never holds a whole fp32 tensor), and the copy holds the sharded weights' values."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from seal.rl.sharding import RolloutCopy
+    from tests.policy.test_weights import one_rank_shards
+
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=32, hidden_size=8, num_hidden_layers=1, num_attention_heads=2,
+                                         num_key_value_heads=1, intermediate_size=16))
+    weight = torch.randn(8)
+    with one_rank_shards() as group:
+        model.model.norm.weight = torch.nn.Parameter(group.shard(weight))
+        copy = RolloutCopy(model, dtype=torch.bfloat16, device="cpu").refresh()
+        assert group.gathered == [torch.bfloat16]
+    assert torch.equal(copy.model.norm.weight, weight.to(torch.bfloat16))

@@ -200,7 +200,7 @@ def test_each_micro_batchs_log_probs_are_written_as_they_reach_the_loss(tmp_path
     assert quiet.logprob_dir is None
 
 
-@pytest.mark.parametrize("gap", [1e-2, 1e-3, 1e-4, -1e-3, 0.3])
+@pytest.mark.parametrize("gap", [1e-2, 1e-3, 1e-4, 1e-5, -1e-3, 0.3])
 def test_the_kl_of_nearby_policies_equals_an_fp64_computation_to_1e6(gap):
     """fp32 log-probs of two nearby policies (what reaches the loss under FSDP2, which casts no output): the k3 term
     exp(r) - r - 1 is about r^2 / 2, which fp32 arithmetic on exp(r) ~ 1 loses (r = 1e-3: 24 % of it). The
@@ -733,3 +733,38 @@ def test_a_resume_warns_of_missing_keys_but_not_of_a_tied_head_saved_as_the_embe
         "There were missing keys in the checkpoint model loaded: ['lm_head.weight']."]
     assert warnings_after_load(tied, ["lm_head.weight", "model.norm.weight"]) == [
         "There were missing keys in the checkpoint model loaded: ['model.norm.weight']."]
+
+
+def test_under_fsdp2_the_trainer_checks_the_references_policy_and_every_steps_precision(tmp_path, monkeypatch):
+    """make_trainer under fsdp2: TRL's reference model must carry seal's policy (bf16 parameters, fp32 reduction,
+    no output cast), and the policy's is checked when training starts (ShardedPrecision); under ddp neither."""
+    from types import SimpleNamespace
+
+    from seal.rl import sharding
+    from seal.rl import trainer as trainer_module
+
+    made, checked = [], []
+
+    class Trainer:  # what make_trainer does with TRL's trainer once built: callbacks, its reference model
+        def __init__(self, **kwargs):
+            self.callbacks, self.ref_model, self.accelerator = [], object(), object()
+            made.append(self)
+
+        def remove_callback(self, callback):
+            pass
+
+        def add_callback(self, callback):
+            self.callbacks.append(callback)
+
+    monkeypatch.setattr(trainer_module, "SealGRPOTrainer", Trainer)
+    monkeypatch.setattr(sharding, "check_policy", lambda model, dtype, what: checked.append((model, dtype, what)))
+    cfg = config()
+    for layout in ("fsdp2", "ddp"):
+        make_trainer(cfg, budget=Budget.from_config(cfg.budget), model=None, tokenizer=None,
+                     coevolution=SimpleNamespace(play_round=None), train_ids=["a", "b"], out_dir=tmp_path / layout,
+                     compute_dtype="bfloat16", sharding=layout)
+    fsdp2, ddp = made
+    assert checked == [(fsdp2.ref_model, "bfloat16", "reference model")]
+    (precision,) = [c for c in fsdp2.callbacks if isinstance(c, trainer_module.ShardedPrecision)]
+    assert precision.compute_dtype == "bfloat16" and precision.accelerator is fsdp2.accelerator
+    assert not [c for c in ddp.callbacks if isinstance(c, trainer_module.ShardedPrecision)]
