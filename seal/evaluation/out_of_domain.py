@@ -163,7 +163,11 @@ def out_of_domain_benchmarks(cfg: DictConfig, budget: Any) -> list[Any]:
         if name not in allowed:
             raise UserError(f"budget.ood_benchmarks: {name!r} is not an out-of-domain benchmark; choose among "
                             f"{', '.join(allowed)}")
-        node = cfg.benchmark if cfg.benchmark.name == name else OmegaConf.load(CONF_DIR / "benchmark" / f"{name}.yaml")
+        if cfg.benchmark.name == name:
+            node = cfg.benchmark
+        else:  # read beside the run's backbone: a benchmark's defaults may follow it (tau2's split)
+            node = OmegaConf.create({"backbone": OmegaConf.to_container(cfg.backbone, resolve=True),
+                                     "benchmark": OmegaConf.load(CONF_DIR / "benchmark" / f"{name}.yaml")}).benchmark
         benchmark = instantiate(node)
         benchmark.prepare()
         benchmarks.append(benchmark)

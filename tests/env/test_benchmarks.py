@@ -159,3 +159,32 @@ def test_training_evaluates_only_registered_out_of_domain_benchmarks_with_a_conf
     assert str(refused.value) == NO_SIMULATOR
     # its solo mode needs none: it is built and checked, under its own name
     assert [(b.name, b.categories) for b in chosen("budget.ood_benchmarks=[tau2_solo]")] == [("tau2_solo", ["telecom"])]
+
+
+def test_tau2_plays_the_split_of_the_backbones_paper_row_unless_told_another(monkeypatch):
+    """Table 2's rows are fractions of two tau2 task sets (tests/experiments/test_paper_numbers.py checks them by
+    hand): the Qwen2.5 rows of base's 114/50/114 tasks, ToolACE-2's of test's 40/20/40. A run's tau2 evaluation
+    plays its backbone's row's set, whether tau2 is evaluated during training (from conf/benchmark/tau2.yaml) or
+    alone (task=eval benchmark=tau2); an explicit benchmark.split wins."""
+    from hydra.utils import instantiate
+
+    from seal.budget import Budget
+    from seal.env.benchmarks.tau2 import Tau2
+    from seal.evaluation.out_of_domain import out_of_domain_benchmarks
+
+    monkeypatch.setattr(Tau2, "prepare", lambda self: None)  # no user simulator is needed to read the split
+
+    def trained(*overrides):
+        cfg = compose_with("budget.ood_benchmarks=[tau2]", *overrides)
+        (tau2,) = out_of_domain_benchmarks(cfg, Budget.from_config(cfg.budget))
+        return tau2.split
+
+    def evaluated(*overrides):
+        return instantiate(compose_with("task=eval", "benchmark=tau2", *overrides).benchmark).split
+
+    for check in (trained, evaluated):
+        assert check("backbone=toolace-2-8b") == "test"
+        assert check("backbone=qwen2.5-3b") == check("backbone=qwen2.5-7b") == "base"
+        assert check("backbone=tiny-random") == check("backbone=oracle") == "base"  # no paper row: base
+    assert trained("backbone=toolace-2-8b", "benchmark=tau2", "benchmark.split=base") == "base"
+    assert evaluated("backbone=toolace-2-8b", "benchmark.split=null") is None
