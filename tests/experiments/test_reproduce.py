@@ -361,6 +361,13 @@ def test_a_partition_without_the_gpus_asked_for_is_refused_in_one_sentence(fake_
         check_partition("gpu", GpuAsk(8), needed=8, processes=8)
     with pytest.raises(UserError, match="each job asks for 4 h100 GPU"):
         check_partition("gpu", GpuAsk(4, "h100"), needed=4, processes=4)
+    # a node feature no node has (the nodes of gpu have a100 and ib), and one GPU fewer asked than the launch uses
+    with pytest.raises(UserError, match=r"^partition gpu has no node with them .* each job asks for 4 GPU\(s\) on nodes "
+                                        r"with feature h100:"):
+        check_partition("gpu", GpuAsk(4, None, "h100"), needed=4, processes=4)
+    assert check_partition("gpu", GpuAsk(4, None, "ib"), needed=4, processes=4) == "gpu"
+    with pytest.raises(UserError, match=r"^each job runs 4 process\(es\), one per GPU, but asks SLURM for 3 GPU\(s\)"):
+        check_partition("gpu", GpuAsk(3), needed=4, processes=4)
     with pytest.raises(UserError, match=r"^partition big is not one of this cluster's \(gpu, local\)"):
         check_partition("big", GpuAsk(4), needed=4, processes=4)
     # a job that runs 4 processes, one per GPU, but asks SLURM for none
@@ -520,3 +527,26 @@ def test_the_dry_run_prints_what_every_job_needs(tmp_path):
     assert ("warning: each job runs 4 process(es), one per GPU, but asks SLURM for 0 GPU(s), which --submit refuses: "
             "set hydra.launcher.gpus_per_node=4 (in conf/local/default.yaml, as conf/local/example.yaml shows, or "
             "after --)") in short.stdout
+
+
+def test_after_submitting_the_ids_logs_and_how_to_watch_and_cancel_are_printed(tmp_path, capsys):
+    """What a user needs to follow the jobs (the SLURM test submits for real: tests/experiments/test_slurm.py): every
+    job's id or its launcher log, where SLURM's logs and the runs' go, and the squeue and scancel lines for the
+    submitted ones alone."""
+    from experiments.cluster.slurm import announce
+
+    first, second = Job("qwen2.5-3b", "seal", 0), Job("qwen2.5-3b", "vanilla_rl", 1)
+    announce({first: "101", second: None}, tmp_path, (), "gpu")
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "submitted 1 of 2 jobs to partition gpu:"
+    assert lines[1].split() == ["101", "backbone=qwen2.5-3b", "experiment=seal", "seed=0"]
+    assert lines[2].split()[:5] == ["not", "submitted", "backbone=qwen2.5-3b", "experiment=vanilla_rl", "seed=1"]
+    assert lines[2].endswith(f"(see {tmp_path}/.reproduce/qwen2.5-3b-vanilla_rl-seed1.log)")
+    assert lines[3] == f"logs: SLURM's in {tmp_path}/.submitit/<job>/<id>/, each run's run.log in its directory under {tmp_path}"
+    assert lines[4:6] == ["watch: squeue -j 101", "cancel: scancel 101"]
+    announce({first: "101", second: "102"}, tmp_path, (), "gpu")
+    assert [line for line in capsys.readouterr().out.splitlines() if line.startswith(("watch", "cancel"))] == [
+        "watch: squeue -j 101,102", "cancel: scancel 101 102"]
+    # nothing submitted: nothing to watch or cancel
+    announce({first: None}, tmp_path, (), "gpu")
+    assert not [line for line in capsys.readouterr().out.splitlines() if line.startswith(("watch", "cancel", "logs"))]

@@ -768,3 +768,29 @@ def test_under_fsdp2_the_trainer_checks_the_references_policy_and_every_steps_pr
     (precision,) = [c for c in fsdp2.callbacks if isinstance(c, trainer_module.ShardedPrecision)]
     assert precision.compute_dtype == "bfloat16" and precision.accelerator is fsdp2.accelerator
     assert not [c for c in ddp.callbacks if isinstance(c, trainer_module.ShardedPrecision)]
+
+
+def test_the_optimisation_bar_counts_every_micro_batch_and_ends_with_the_rounds_last_step(caplog):
+    """transformers calls on_substep_end after each micro-batch of an accumulation window but the last, and
+    on_step_end after the last: a round of 2 optimizer steps of 2 micro-batches each moves the bar 1, 2, 3, 4 and
+    closes it at 4 of 4 (run.log's last line); a round begun while another's bar is open closes that one."""
+    import logging
+
+    caplog.set_level(logging.INFO, logger="seal.progress")
+    shown = OptimisationProgress(micro_batches=4)
+    shown.on_step_end(None, None, None)  # before a round begins: nothing to move
+    shown.begin(0)
+    counts = []
+    for hook in ("on_substep_end", "on_step_end", "on_substep_end"):
+        getattr(shown, hook)(None, None, None)
+        counts.append(shown.progress.done)
+    assert counts == [1, 2, 3]
+    shown.on_step_end(None, None, None)
+    assert shown.progress is None
+    assert caplog.messages[-1].startswith("round 0 · optimisation: micro-batch 4 of 4; ")
+    shown.begin(1)
+    shown.on_substep_end(None, None, None)
+    shown.begin(2)  # round 1's bar never reached its end
+    assert caplog.messages[-1].startswith("round 1 · optimisation: micro-batch 1 of 4; ")
+    assert (shown.progress.label, shown.progress.done) == ("round 2 · optimisation", 0)
+    shown.end()

@@ -32,3 +32,40 @@ def test_progress_lines_reach_the_console_only_without_a_live_bar(monkeypatch):
     assert not ConsoleFilter().filter(line)
     monkeypatch.setattr(sys.stderr, "isatty", lambda: False)  # a SLURM job's log: no bar to read
     assert ConsoleFilter().filter(line)
+
+
+def test_quiet_console_filters_the_console_and_run_log_as_run_py_sets_them_up(tmp_path, monkeypatch):
+    """run.py calls quiet_console once Hydra has put its console and run.log handlers on the root logger: a
+    library's expected message reaches neither, the project's lines reach both, another library's warning
+    reaches run.log only, and its error the console too."""
+    import io
+
+    from seal.tasks import quiet_console
+
+    root = logging.getLogger()
+    console, log_file = logging.StreamHandler(io.StringIO()), logging.FileHandler(tmp_path / "run.log")
+    for handler in (console, log_file):
+        handler.setFormatter(logging.Formatter("%(name)s: %(message)s"))
+    monkeypatch.setattr(root, "handlers", [console, log_file])
+    monkeypatch.setattr(root, "level", logging.INFO)
+    for name in ("HF_HUB_DISABLE_PROGRESS_BARS", "WANDB_SILENT"):  # registered, so that the test's end restores them
+        monkeypatch.setenv(name, "")
+        monkeypatch.delenv(name)
+    quiet_console()
+    logger, start = KNOWN_NOISE[0]
+    logging.getLogger(logger).warning("%s and the rest of the sentence.", start)
+    logging.getLogger("seal.tasks.train").info("plan: 2 rounds")
+    logging.getLogger("datasets").warning("a warning of its own")
+    logging.getLogger("datasets").error("an error of its own")
+    log_file.flush()
+    assert console.stream.getvalue().splitlines() == ["seal.tasks.train: plan: 2 rounds", "datasets: an error of its own"]
+    assert (tmp_path / "run.log").read_text().splitlines() == [
+        "seal.tasks.train: plan: 2 rounds", "datasets: a warning of its own", "datasets: an error of its own"]
+    log_file.close()
+    # what quiet_console changed beyond the handlers, undone for the tests after this one
+    import transformers.utils.logging as hf_logging
+
+    logging.captureWarnings(False)
+    hf_logging.enable_default_handler()
+    hf_logging.disable_propagation()
+    hf_logging.enable_progress_bar()

@@ -85,3 +85,24 @@ def test_a_sweep_named_on_the_command_line_goes_there(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert sorted(p.name for p in (tmp_path / "multirun" / "lr_probe").iterdir() if p.is_dir()) == [
         "entry=multi_turn_base_50", "entry=multi_turn_base_51"]
+
+
+def test_a_training_run_of_a_sweep_is_grouped_by_its_own_sweep_folder(tmp_path, monkeypatch):
+    """The W&B group a training run of a sweep gets comes from Hydra's sweep folder itself (one per sweep), not its
+    parent (multirun/train/, which every sweep of task=train shares); outside a sweep a run has none."""
+    from types import SimpleNamespace
+
+    from hydra.core.hydra_config import HydraConfig
+
+    import seal.io
+    from seal.tasks import train
+
+    sweep = tmp_path / "multirun" / "train" / "reweighting=closed_loop,off"
+    monkeypatch.setattr(seal.io, "in_multirun", lambda: True)
+    monkeypatch.setattr(HydraConfig, "get", staticmethod(lambda: SimpleNamespace(sweep=SimpleNamespace(dir=str(sweep)))))
+    assert train._sweep_dir() == sweep
+    group = run_identity(out_dir=sweep / "reweighting=off", fingerprint="f", experiment="seal", backbone="b", seed=0,
+                         sweep_dir=train._sweep_dir())["group"]
+    assert group.startswith("reweighting=closed_loop,off-")
+    monkeypatch.setattr(seal.io, "in_multirun", lambda: False)
+    assert train._sweep_dir() is None
