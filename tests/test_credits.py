@@ -21,6 +21,8 @@ WRONG = [
     (r"paper's[^.\n]{0,40}\bEMA\b", "the paper describes no EMA of rho: the release's rule"),
     (r"paper's (low-variance KL|KL\b(?! coefficient))",
      "the paper gives the KL coefficient only; the estimator (low_var_kl) and its aggregation are the release's"),
+    (r"paper (names|states|gives|uses) (this|the|an?) (KL )?estimator|paper's (KL )?estimator",
+     "the paper gives the KL coefficient only; the estimator (low_var_kl) is the release's"),
     (r"Table 4[^.\n]{0,60}(low-variance|low_var_kl|clip 0\.2|grad clip|6 epochs|steps per turn|per-turn)",
      "Table 4 states none of these: the release's config does (or BFCL, for steps per turn)"),
     (r"qwen_xml`? \(the paper's", "qwen_xml is what the release's code runs; Table 4 prints the tool format llama3_json"),
@@ -32,6 +34,8 @@ WRONG = [
     (r"earlier version of the authors|earlier per-category random split of the authors|authors' older per-category",
      "the per-category split is the release's current data/bfcl_400_split.json (both branches), unused by its arms"),
     (r"(?<!budget=)paper's 66 rounds", "the paper gives no round count: 66 is budget=paper's (6 epochs of 11), the release trains 72"),
+    (r"(sentences|texts)( shown| the learner reads)? (are|is) (the paper's|Appendix D|quoted from the paper)",
+     "the guideline sentences the learner reads are this project's paraphrase of Appendix D.4 (seal.interface.render)"),
 ]
 
 
@@ -44,6 +48,30 @@ def _lines():
 @pytest.mark.parametrize("pattern, fact", WRONG, ids=[w[0][:30] for w in WRONG])
 def test_no_line_credits_the_wrong_source(pattern, fact):
     assert [where for where, line in _lines() if re.search(pattern, line)] == [], fact
+
+
+# values only the release states (the paper: rho fixed in Section 3.4, the KL coefficient alone, no epochs or
+# gradient clipping in Table 4), and the words that credit the paper
+RELEASE_VALUES = re.compile(r"\bEMA\b|ema_beta|low_var_kl|low-variance KL|grad(ient)? clip|max_grad_norm|total_epochs"
+                            r"|\b6 epochs")
+PAPER_CREDIT = re.compile(r"(?<!budget=)\bpaper\b|Table 4|Section 3\.4")
+
+
+def test_a_line_that_names_a_release_only_value_beside_the_paper_names_the_release_too():
+    """Not only the wrong phrasings above: any line that names one of the release's own values and the paper (not
+    budget=paper) says "release" on it or on a line next to it, as in "the release's low_var_kl at the paper's
+    coefficient"."""
+    lines = {}
+    for where, line in _lines():
+        path, number = where.rsplit(":", 1)
+        lines.setdefault(path, []).append(line)
+    unsaid = [f"{path}:{i + 1}" for path, text in lines.items() for i, line in enumerate(text)
+              if RELEASE_VALUES.search(line) and PAPER_CREDIT.search(line)
+              and "release" not in " ".join(text[max(i - 1, 0):i + 2])]
+    assert unsaid == []
+    # the check reads a credit as a reader does
+    assert RELEASE_VALUES.search("the paper's KL: low_var_kl") and PAPER_CREDIT.search("the paper's KL: low_var_kl")
+    assert not PAPER_CREDIT.search("budget=paper's 6 epochs")
 
 
 # budget and trainer values that only the release's arm 04 states (Table 4 has none of them)

@@ -7,7 +7,9 @@ import numpy as np
 import pytest
 
 from experiments.tables.cells import main_table, mean_ci
+from experiments.tables.columns import PROTOCOLS
 from experiments.tables.differences import differences
+from experiments.tables.paper_numbers import REFERENCE_ROWS
 from experiments.tables.runs import expected_seeds, survey
 
 REPO = __import__("pathlib").Path(__file__).resolve().parents[2]
@@ -76,7 +78,7 @@ def test_mean_ci_by_hand():
     assert mean_ci([float(v) for v in range(11)]) == (5.0, pytest.approx(T10, rel=1e-4))
 
 
-def test_both_protocols_side_by_side_with_the_papers_numbers_beside_the_release_column(tmp_path):
+def test_both_protocols_side_by_side_with_the_papers_numbers_beside_the_release_column(tmp_path, monkeypatch):
     base0, base1 = _metrics(0.1, 0.2), _metrics(0.2, 0.2)
     _run(tmp_path, "a", "qwen2.5-3b", "seal", 0, eval_before=base0,
          eval_after=_metrics(0.14, 0.19, 0.15, 0.12, 0.10, release=(0.20, 0.30, 0.2, 0.1, 0.2)))
@@ -113,7 +115,22 @@ def test_both_protocols_side_by_side_with_the_papers_numbers_beside_the_release_
     # official protocol: no paper number (the paper's protocol is the release's); base {19, 21}
     assert "| qwen2.5-3b | seal | final model | 2 of 2 | paper | 15.00 ± 12.71 | 20.00 ± 12.71 | 16.00 ± 12.71 |" in out
     assert "comparable to the paper (release protocol)" in out and "comparable to the BFCL leaderboard" in out
+    # the paper's reference rows (Table 1: Gemini-3-Pro-Preview 60.75, 64.50, 60.00, 54.50, 64.00), no run beside
+    # them: in the Avg table under the release protocol, and in the release protocol's every-column table alone
+    reference = "| Gemini-3-Pro-Preview | reference | the paper's reference row | no run | — |"
+    assert f"{reference} — | 60.75 | — |" in out
+    assert f"{reference} — (60.75) | — (64.50) | — (60) | — (54.50) | — (64) |" in out
+    official = out.split("## Table 1, every column")[1 + list(PROTOCOLS).index("official")].split("\n## ")[0]
+    assert "Gemini-3-Pro-Preview" not in official
+    import experiments.tables.figure as figure
+
+    drawn = []
+    monkeypatch.setattr(figure, "plot", lambda rows, path, protocol, label: drawn.append((rows, protocol)))
     _aggregate(tmp_path, "--out", str(tmp_path / "t"))
+    # tables.png: the runs' rows, then the eight reference rows in the paper's order, under the release protocol
+    (rows, protocol), = drawn
+    assert protocol == "release" and [r["backbone"] for r in rows[-8:]] == list(REFERENCE_ROWS["table1"])
+    assert all(r["backbone"] == "qwen2.5-3b" for r in rows[:-8])
     lines = _csv(tmp_path / "t" / "tables.csv")
     got = {(r["arm"], r["protocol"]): r for r in lines if r["arm"] != "reference"}
     assert (got[("seal", "release")]["avg_mean"], got[("seal", "release")]["avg_paper"]) == ("22.0", "14.0")
