@@ -66,7 +66,6 @@ def rounds_done(out_dir: Path) -> tuple[int, Path | None]:
     return len(history), checkpoint
 
 
-
 # what a stopped run keeps besides its checkpoints, and the same command goes on from
 KEPT_FILES = (("eval_before.json", "the evaluation before training"),
               ("eval_test_before.json", "the initial model's test evaluation"),

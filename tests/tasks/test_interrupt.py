@@ -101,7 +101,9 @@ def test_a_finished_run_is_one_of_this_configuration_with_its_metrics(tmp_path, 
     claim_run_dir(tmp_path, config_fingerprint(cfg))
     assert finished_already(cfg, tmp_path) is None  # claimed, not finished: resumed
     (tmp_path / "metrics.json").write_text("{}")
-    assert finished_already(cfg, tmp_path).startswith(f"{tmp_path} holds this run, finished")
+    assert finished_already(cfg, tmp_path) == (
+        f"{tmp_path} holds this run, finished (metrics.json, report.md): nothing to do; to train it again, remove that "
+        "folder or choose another with hydra.run.dir=<directory> (a sweep: hydra.sweep.dir=<directory>)")
     # a metrics.json that is not an object (a list) is damaged: moved aside, the run resumed
     (tmp_path / "metrics.json").write_text("[1, 2]")
     assert finished_already(cfg, tmp_path) is None
@@ -115,6 +117,14 @@ def test_a_finished_run_is_one_of_this_configuration_with_its_metrics(tmp_path, 
     assert (tmp_path / "metrics.json.damaged").read_text() == "[1, 2]"
     assert (tmp_path / "metrics.json.damaged-2").read_text() == ""
     assert "it is empty; kept as metrics.json.damaged-2" in caplog.messages[-1]
+    # with a complete checkpoint of one round (its state file written last), the resume is named
+    checkpoint = tmp_path / "checkpoints" / "checkpoint-4"
+    checkpoint.mkdir(parents=True)
+    (checkpoint / "seal_state.json").write_text(json.dumps({"history": [{"round": 0}]}))
+    (tmp_path / "metrics.json").write_text("[]")
+    assert finished_already(cfg, tmp_path) is None
+    assert caplog.messages[-1].endswith("kept as metrics.json.damaged-3, and the run resumes from "
+                                        "checkpoints/checkpoint-4 (1 round done) to write it again")
     (tmp_path / "metrics.json").write_text("{}")
     # another configuration in the folder: not this run (train refuses it in its own sentence)
     assert finished_already(compose_with(*ARGS, "seed=1"), tmp_path) is None
