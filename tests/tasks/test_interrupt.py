@@ -95,6 +95,7 @@ def test_ctrl_c_says_what_was_kept_and_the_same_command_resumes(tmp_path):
 def test_a_finished_run_is_one_of_this_configuration_with_its_metrics(tmp_path, caplog):
     from seal.io import claim_run_dir, config_fingerprint
     from seal.tasks.run_folder import finished_already
+    from tests.tasks.test_run_folder import checkpoint
     from tests.test_configs import compose_with
 
     cfg = compose_with(*ARGS)
@@ -118,9 +119,7 @@ def test_a_finished_run_is_one_of_this_configuration_with_its_metrics(tmp_path, 
     assert (tmp_path / "metrics.json.damaged-2").read_text() == ""
     assert "it is empty; kept as metrics.json.damaged-2" in caplog.messages[-1]
     # with a complete checkpoint of one round (its state file written last), the resume is named
-    checkpoint = tmp_path / "checkpoints" / "checkpoint-4"
-    checkpoint.mkdir(parents=True)
-    (checkpoint / "seal_state.json").write_text(json.dumps({"history": [{"round": 0}]}))
+    checkpoint(tmp_path, 4, rounds=1)
     (tmp_path / "metrics.json").write_text("[]")
     assert finished_already(cfg, tmp_path) is None
     assert caplog.messages[-1].endswith("kept as metrics.json.damaged-3, and the run resumes from "
