@@ -9,7 +9,7 @@ import statistics
 from collections import Counter, defaultdict
 
 from experiments.tables.columns import ABLATIONS, BFCL_V4, COLUMNS, HEADLINE, MODELS, OOD_SOURCES, PROTOCOLS
-from experiments.tables.like_measured import tau2_label, tau2_measured, unlike_paper
+from experiments.tables.like_measured import tau2_label, tau2_measured, unlike_paper, unlike_paper_split
 from experiments.tables.paper_numbers import (BASE, REFERENCE, REFERENCE_BASE_ROWS, REFERENCE_ROWS, TABLE2_COLUMNS,
                                              TABLES, paper_row)
 
@@ -111,9 +111,16 @@ def main_table(runs: list[dict], models: tuple[str, ...] | None = None,
                 for column in COLUMNS:
                     row[(protocol, column)] = cell([v for e in evals if (v := _value(e, protocol, column)) is not None], of)
             # the ablation arms' numbers are in the paper's Table 3, with the same columns
-            row["paper"] = paper_row("table1", backbone, arm) or paper_row("table3", backbone, arm)
-            rows.append(row)
+            rows.append(_beside_paper(row, paper_row("table1", backbone, arm) or paper_row("table3", backbone, arm),
+                                      used))
     return rows
+
+
+def _beside_paper(row: dict, paper: dict | None, runs: list[dict]) -> dict:
+    """A Table 1/3 row with the paper's numbers ("paper"), or, where its runs were not all evaluated on the paper's
+    test entries, none and why ("withheld")."""
+    withheld = unlike_paper_split(runs) if paper else None
+    return {**row, "paper": None if withheld else paper, "withheld": withheld}
 
 
 def _ood_value(found: dict, column: str) -> float | None:
@@ -193,10 +200,10 @@ def ablation_table(runs: list[dict], model: str = HEADLINE, expected: dict[tuple
                 continue
             evals = [r["evals"].get(model) for r in members]
             row = {"backbone": backbone, "arm": arm, "model": _model_label(model, members), "runs": len(members),
-                   "expected": of, "budget": _budgets(members), "paper": paper_row("table3", backbone, arm)}
+                   "expected": of, "budget": _budgets(members)}
             for protocol in PROTOCOLS:
                 for column in COLUMNS:
                     row[(protocol, column)] = cell([v for e in evals if (v := _value(e, protocol, column)) is not None], of)
-            rows.append(row)
+            rows.append(_beside_paper(row, paper_row("table3", backbone, arm), members))
     return rows
 

@@ -1,4 +1,9 @@
-"""Whether a run was measured the way a paper number beside it was: Table 2's tau2 columns.
+"""Whether a run was measured the way a paper number beside it was: Table 1 and 3's BFCL V3 columns (the
+authors' 400 test entries) and Table 2's tau2 columns.
+
+Tables 1 and 3 are measured on the test part of the authors' released split (split=seal_release); a run records
+the split it was evaluated on (run_config.json: split's _target_), and experiments.aggregate shows the paper's
+BFCL V3 numbers only beside rows whose runs all played that part (unlike_paper_split).
 
 The paper's tau2 numbers are fractions of one task set per row (experiments.tables.paper_numbers.TAU2_SPLIT_OF_ROW:
 tau2's base split for the Qwen2.5 rows and Qwen3-30B-A3B's, its test split for ToolACE-2's, BitAgent-8B's and
@@ -10,7 +15,12 @@ these functions' words.
 
 from __future__ import annotations
 
+from collections import Counter
+
 from experiments.tables.paper_numbers import TAU2_DOMAINS, TAU2_SPLIT_OF_ROW, TAU2_TASKS, tau2_tasks
+
+# the BFCL V3 split whose test part Tables 1 and 3 were measured on (conf/split/seal_release.yaml)
+PAPER_SPLIT = "seal_release"
 
 TAU2_COLUMNS = {"tau2": TAU2_DOMAINS, "tau2_retail": ("retail",), "tau2_airline": ("airline",),
                 "tau2_telecom": ("telecom",)}
@@ -18,6 +28,19 @@ TAU2_COLUMNS = {"tau2": TAU2_DOMAINS, "tau2_retail": ("retail",), "tau2_airline"
 
 # the split of an evaluation made before tau2's split was recorded (metrics.json has no "split")
 UNRECORDED = "(not recorded)"
+
+
+def unlike_paper_split(runs: list[dict]) -> str | None:
+    """Why a Table 1/3 row's runs were not all evaluated on the test part of the paper's split (each run's
+    "split": the name of the split it was evaluated on, None where its configuration records none), in words;
+    None when they all were."""
+    others = Counter(r["split"] for r in runs if r["split"] != PAPER_SPLIT)
+    if not others:
+        return None
+    found = [f"{n} run{'s' * (n != 1)} on " + (f"split {name}" if name else "a split its configuration does not record")
+             for name, n in sorted(others.items(), key=lambda item: item[0] or "")]
+    return (f"evaluated on other test entries than the paper's ({', '.join(found)}; the paper's: the test part of "
+            f"the authors' split, {PAPER_SPLIT})")
 
 
 def tau2_measured(found: dict) -> tuple[str | None, dict[str, int]] | None:

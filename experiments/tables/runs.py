@@ -182,13 +182,21 @@ def read_run(run_dir: Path, name: str) -> dict:
         if headline in folders:
             folders[HEADLINE] = folders[headline]
     return {"dir": str(run_dir), "name": name, "backbone": config["backbone"]["name"],
-            "experiment": arm(config), "seed": config["seed"], "part": part,
+            "experiment": arm(config), "seed": config["seed"], "part": part, "split": split_name(config),
             "budget": budget_label(config), "headline": headline,
             "selected_round": (metrics.get("test_best_on_val") or {}).get("selected", {}).get("round"),
             "no_test": None if "final" in evals else _no_test_evaluation(config, metrics),
             "entries": {m: e.get("num_entries") for m, e in evals.items() if m != HEADLINE}, "evals": evals,
             "folders": folders,
             "ood_before": metrics.get("ood_before") or {}, "ood_after": metrics.get("ood_after") or {}}
+
+
+def split_name(config: dict) -> str | None:
+    """The name of the BFCL V3 split a run was evaluated on (conf/split/: its _target_'s function, e.g.
+    "seal_release"); None where the configuration records none."""
+    split = config.get("split")
+    target = split.get("_target_") if isinstance(split, dict) else None
+    return target.rsplit(".", 1)[-1] if isinstance(target, str) and target else None
 
 
 def _who(found: dict) -> str:

@@ -57,8 +57,16 @@ def summary_markdown(rows: list[dict]) -> str:
     header = ["backbone", "arm", "model", "runs", "budget", PROTOCOLS["release"][2] + ": Avg", "paper",
               PROTOCOLS["official"][2] + ": Avg"]
     return markdown_table(header, [[r["backbone"], r["arm"], r["model"], _runs(r), r["budget"],
-                                    _fmt(r[("release", "avg")]), _paper_fmt((r["paper"] or {}).get("avg"), "avg", "table1"),
-                                    _fmt(r[("official", "avg")])] for r in rows])
+                                    _fmt(r[("release", "avg")]),
+                                    "≠" if r.get("withheld") else _paper_fmt((r["paper"] or {}).get("avg"), "avg", "table1"),
+                                    _fmt(r[("official", "avg")])] for r in rows]) + withheld_notes(rows)
+
+
+def withheld_notes(rows: list[dict]) -> str:
+    """Under a Table 1/3 table, one note per row whose paper numbers are not shown ("≠") and why: its runs were
+    not all evaluated on the paper's test entries (experiments.tables.like_measured.unlike_paper_split)."""
+    return "".join(f"\n\n≠ {r['backbone']} {r['arm']}, {r['model']}: {r['withheld']}; the paper's numbers are not "
+                   "shown beside it" for r in rows if r.get("withheld"))
 
 
 def category_markdown(rows: list[dict], protocol: str, table: str = "table1") -> str:
@@ -68,12 +76,13 @@ def category_markdown(rows: list[dict], protocol: str, table: str = "table1") ->
 
     def render(row, column):
         star = "*" if (table, (row["backbone"], row["arm"]), column) in PRINTED_AS_IS else ""
-        paper = (f" ({_paper_fmt(row['paper'][column], column, table)}{star})" if row["paper"] and protocol == "release"
-                 else "")
+        paper = (" (≠)" if row.get("withheld") else f" ({_paper_fmt(row['paper'][column], column, table)}{star})"
+                 if row["paper"] else "") if protocol == "release" else ""
         return _fmt(row[(protocol, column)]) + paper
 
     return markdown_table(header, [[r["backbone"], r["arm"], r["model"], _runs(r), r["budget"],
-                                    *(render(r, c) for c in COLUMNS)] for r in rows])
+                                    *(render(r, c) for c in COLUMNS)] for r in rows]) + (
+        withheld_notes(rows) if protocol == "release" else "")
 
 
 def table2_markdown(rows: list[dict]) -> str:
@@ -163,6 +172,7 @@ def runs_markdown(runs: list[dict]) -> str:
         if run["headline"] == "best_on_val" and run["selected_round"] is not None:
             model += f" (round {run['selected_round']})"
         lines.append(f"- {run['name']}: {run['backbone']} {run['experiment']} seed {run['seed']}, budget {run['budget']}, "
+                     f"split {run['split'] or 'not recorded'}, "
                      f"headline model: {model}, test entries: {_entries(run)}")
     return "\n".join(lines)
 

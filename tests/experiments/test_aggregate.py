@@ -26,12 +26,13 @@ def _metrics(avg, base=0, mf=0, mp=0, lc=0, release=None, entries=400):
     return {**out, "num_entries": entries}
 
 
-def _run(root, name, backbone, experiment, seed, part="test", budget=None, overrides=(), **evals):
+def _run(root, name, backbone, experiment, seed, part="test", budget=None, overrides=(), split="seal_release", **evals):
     d = root / name
     d.mkdir(parents=True)
     (d / "run_config.json").write_text(json.dumps({
         "backbone": {"name": backbone}, "experiment_name": experiment, "seed": seed, "heldout_part": part,
         "budget": budget or {"name": "paper", "val_every": 10 if part == "val" else None},
+        **({"split": {"_target_": f"seal.env.splits.{split}"}} if split else {}),
         "overrides": [f"experiment={experiment}", *overrides]}))
     (d / "metrics.json").write_text(json.dumps(evals))
     return d
@@ -172,8 +173,8 @@ def test_a_run_with_a_validation_part_is_scored_on_its_test_evaluations(tmp_path
             "45.00 (n=1 of 2) |") in out
     # the per-column tables use each run's headline model, and the run list says which
     assert "## Table 1, every column: headline model (best on validation where the run validated, else final)" in out
-    assert "- s0: qwen2.5-7b seal seed 0, budget paper, headline model: best on validation (round 59)" in out
-    assert "- s1: qwen2.5-7b seal seed 1, budget paper, headline model: none (not evaluated on test)" in out
+    assert "- s0: qwen2.5-7b seal seed 0, budget paper, split seal_release, headline model: best on validation (round 59)" in out
+    assert "- s1: qwen2.5-7b seal seed 1, budget paper, split seal_release, headline model: none (not evaluated on test)" in out
     assert "- s1: finished, not evaluated on test" in out and "90.00" not in out
 
 
@@ -505,7 +506,7 @@ def test_each_run_has_its_own_headline_model_and_no_arm_is_dropped(tmp_path):
     out = _aggregate(tmp_path, "--out", str(tmp_path / "t"))
     assert "| qwen2.5-7b | vanilla_rl | final model | 1 of 1 | paper | — (30.75) |" in out
     assert "| qwen2.5-7b | seal | best on validation | 1 of 1 | paper | — (40.25) |" in out
-    assert "- v0: qwen2.5-7b vanilla_rl seed 0, budget paper, headline model: final model" in out
+    assert "- v0: qwen2.5-7b vanilla_rl seed 0, budget paper, split seal_release, headline model: final model" in out
 
 
 def test_every_row_names_its_runs_budget_and_other_budgets_are_said_not_comparable(tmp_path):
@@ -519,7 +520,49 @@ def test_every_row_names_its_runs_budget_and_other_budgets_are_said_not_comparab
     # the truncated evaluations name their run and model
     assert ("Evaluated on: 4 test entries (s1 (base model (initial), final model): not the 400-entry test part of the "
             "paper's tables, so not comparable to them); 400 test entries (2 evaluations in 1 run)") in out
-    assert "- s1: qwen2.5-7b seal seed 1, budget smoke with budget.rounds=2, headline model: final model, test entries: 4" in out
+    assert "- s1: qwen2.5-7b seal seed 1, budget smoke with budget.rounds=2, split seal_release, headline model: final model, test entries: 4" in out
+
+
+def test_the_papers_bfcl_numbers_stand_only_beside_rows_evaluated_on_the_authors_test_entries(tmp_path):
+    from omegaconf import OmegaConf
+
+    from tests.test_configs import compose_with
+
+    # what a run records of its split: the resolved group conf/split/NAME.yaml, as run_config.json holds it
+    recorded = {name: OmegaConf.to_container(compose_with(f"split={name}"), resolve=True)["split"]
+                for name in ("seal_release", "scenario_disjoint")}
+    for name, arm, seed, split in (("s0", "seal", 0, "seal_release"), ("s1", "seal", 1, "scenario_disjoint"),
+                                   ("v0", "vanilla_rl", 0, "seal_release"), ("u0", "vanilla_rl", 5, None)):
+        d = _run(tmp_path, name, "qwen2.5-3b" if name != "u0" else "qwen2.5-7b", arm, seed, split=None,
+                 eval_before=_metrics(0.1, 0.2, 0.1, 0.0, 0.1, release=(0.1,) * 5),
+                 eval_after=_metrics(0.3, 0.4, 0.3, 0.2, 0.3, release=(0.3, 0.4, 0.3, 0.2, 0.3)))
+        if split:
+            config = json.loads((d / "run_config.json").read_text())
+            (d / "run_config.json").write_text(json.dumps(config | {"split": recorded[split]}))
+    out = _aggregate(tmp_path, "--out", tmp_path / "t")
+    # 3B vanilla RL, seed 0, on the authors' 400: the paper's Table 1 row beside it (Avg 9.25; Base 16, MissFunc 9)
+    assert "| qwen2.5-3b | vanilla_rl | final model | 1 of 1 | paper | 30.00 | 9.25 | 30.00 |" in out
+    assert "| qwen2.5-3b | vanilla_rl | final model | 1 of 1 | paper | 30.00 (9.25) | 40.00 (16) | 30.00 (9) |" in out
+    # 3B SEAL: seed 1 played the test part of another split, so the row is not the paper's measurement (14.00)
+    assert "| qwen2.5-3b | seal | final model | 2 of 2 | paper | 30.00 ± 0.00 | ≠ | 30.00 ± 0.00 |" in out
+    assert "| qwen2.5-3b | seal | final model | 2 of 2 | paper | 30.00 ± 0.00 (≠) | 40.00 ± 0.00 (≠) |" in out
+    withheld = ("≠ qwen2.5-3b seal, final model: evaluated on other test entries than the paper's (1 run on split "
+                "scenario_disjoint; the paper's: the test part of the authors' split, seal_release); the paper's "
+                "numbers are not shown beside it")
+    assert withheld in out
+    # the base model's row holds seed 1's initial model too (5.75 in the paper)
+    assert "| qwen2.5-3b | base model | base model (initial) | 2 of 2 | paper | 10.00 ± 0.00 | ≠ |" in out
+    # a run whose configuration records no split cannot be shown as the paper's measurement either (7B: 30.75)
+    assert ("≠ qwen2.5-7b vanilla_rl, final model: evaluated on other test entries than the paper's (1 run on a split "
+            "its configuration does not record;") in out
+    assert "30.75" not in out and "14.00" not in out.split("## Table 2")[0].split("Qwen2.5-7B")[0]
+    assert "- s1: qwen2.5-3b seal seed 1, budget paper, split scenario_disjoint, headline model" in out
+    assert "- u0: qwen2.5-7b vanilla_rl seed 5, budget paper, split not recorded, headline model" in out
+    # the CSV leaves the paper's cells of those rows empty and keeps vanilla RL's
+    paper = {(r["backbone"], r["arm"], r["model"]): r["avg_paper"] for r in _csv(tmp_path / "t" / "tables.csv")
+             if r["protocol"] == "release"}
+    assert paper[("qwen2.5-3b", "vanilla_rl", "final model")] == "9.25"
+    assert paper[("qwen2.5-3b", "seal", "final model")] == paper[("qwen2.5-7b", "vanilla_rl", "final model")] == ""
 
 
 def test_without_a_manifest_the_output_says_runs_never_created_cannot_be_named(tmp_path):
@@ -941,7 +984,7 @@ def test_a_run_with_fewer_test_entries_is_named_in_the_header_the_run_list_and_t
     # the header counts evaluations per size and names the one that is short, with its model
     assert ("Evaluated on: 396 test entries (s1 (final model): not the 400-entry test part of the paper's tables, so "
             "not comparable to them); 400 test entries (7 evaluations in 4 runs)") in out
-    assert "- s1: qwen2.5-7b seal seed 1, budget paper, headline model: final model, test entries: " \
+    assert "- s1: qwen2.5-7b seal seed 1, budget paper, split seal_release, headline model: final model, test entries: " \
            "base model (initial) 400, final model 396" in out
     # the paired comparison over 396 entries names the run that lacks the other 4
     assert ("| qwen2.5-7b | seal - vanilla_rl | comparable to the BFCL leaderboard (official protocol) | +0.00 | "

@@ -26,12 +26,12 @@ def _eval(avg=None, release=None, **columns):
     return out
 
 
-def _r(name, backbone, arm, seed, budget="paper", headline="final", **evals):
+def _r(name, backbone, arm, seed, budget="paper", headline="final", split="seal_release", **evals):
     """A run as survey returns it, in memory (no folders: the cells never read them)."""
     if headline in evals:
         evals["headline"] = evals[headline]
     return {"name": name, "dir": f"/nowhere/{name}", "backbone": backbone, "experiment": arm, "seed": seed,
-            "budget": budget, "headline": headline, "evals": evals, "folders": {}, "ood_before": {}, "ood_after": {}}
+            "budget": budget, "split": split, "headline": headline, "evals": evals, "folders": {}, "ood_before": {}, "ood_after": {}}
 
 
 def test_the_interval_uses_students_t_quantile_with_n_minus_one_degrees_of_freedom():
@@ -373,6 +373,12 @@ def test_table_3_has_each_ablation_and_seal_for_a_backbone_that_has_or_expects_a
     # the headline model by default
     runs[2]["evals"]["headline"] = _eval(0.36)
     assert cells.ablation_table(runs[:3])[0][("official", "avg")]["mean"] == pytest.approx(36.0)
+    # a seed evaluated on another split's test entries: the row is not the paper's measurement (w/o closed loop 33.00)
+    runs[1]["split"] = "scenario_disjoint"
+    rows = cells.ablation_table(runs, "final", expected)
+    assert (rows[1]["arm"], rows[1]["paper"], rows[0]["paper"]["avg"], rows[0]["withheld"]) == ("seal", None, 33.00, None)
+    assert rows[1]["withheld"] == ("evaluated on other test entries than the paper's (1 run on split scenario_disjoint; "
+                                   "the paper's: the test part of the authors' split, seal_release)")
 
 
 def test_a_cell_prints_two_decimals_its_half_width_and_a_shortfall_of_runs():
@@ -436,7 +442,8 @@ def _run_dir(root, name, config, metrics):
     d = root / name
     d.mkdir(parents=True)
     (d / "run_config.json").write_text(json.dumps({"backbone": {"name": "qwen2.5-7b"}, "experiment_name": "seal",
-                                                   "seed": 3, "budget": {"name": "paper"}} | config))
+                                                   "seed": 3, "budget": {"name": "paper"},
+                                                   "split": {"_target_": "seal.env.splits.seal_release"}} | config))
     (d / "metrics.json").write_text(json.dumps(metrics))
     return d
 
