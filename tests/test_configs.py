@@ -52,7 +52,7 @@ def test_the_readme_ablation_command_composes():
     assert cfg.backbone.source == "Qwen/Qwen2.5-3B-Instruct" and cfg.reweighting.mode == "off"
 
 
-def test_paper_arms_differ_only_where_the_paper_says():
+def test_the_arms_differ_where_table_3_says_and_show_the_prompt_as_the_releases_configs_do():
     arms = {e: compose_with(f"experiment={e}") for e in ["vanilla_rl", "wo_env_adaptation", "wo_reweighting", "wo_closed_loop", "seal"]}
     table = {e: (c.env_interface.name, c.reweighting.mode) for e, c in arms.items()}
     assert table == {

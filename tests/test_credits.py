@@ -19,8 +19,12 @@ RELEASE_CONFIGS = {"exp/SEAL.yaml", "exp/bfcl_seal_00_vanilla_rl.yaml", "exp/bfc
 # credits that name the wrong source: (what it says, the fact)
 WRONG = [
     (r"paper's[^.\n]{0,40}\bEMA\b", "the paper describes no EMA of rho: the release's rule"),
-    (r"paper's (low-variance KL|KL\b(?! coefficient))",
+    # in prose ("the paper's KL") and in a name ("test_..._papers_kl_...")
+    (r"paper(?:'s|s)[ _](?:low-variance KL|low_var_kl|KL|kl)(?![ _]coef)(?![a-z])",
      "the paper gives the KL coefficient only; the estimator (low_var_kl) and its aggregation are the release's"),
+    (r"arms_differ_only_where_the_paper_says",
+     "the arms' rendering, observation note and 20 steps per trajectory are the release's configs; Table 3 names only "
+     "what each arm turns off"),
     (r"paper (names|states|gives|uses) (this|the|an?) (KL )?estimator|paper's (KL )?estimator",
      "the paper gives the KL coefficient only; the estimator (low_var_kl) is the release's"),
     (r"Table 4[^.\n]{0,60}(low-variance|low_var_kl|clip 0\.2|grad clip|6 epochs|steps per turn|per-turn)",

@@ -222,7 +222,7 @@ def test_the_kl_of_nearby_policies_equals_an_fp64_computation_to_1e6(gap):
         assert got == pytest.approx(series, rel=1e-6)
 
 
-def test_the_loss_adds_the_papers_kl_without_the_importance_ratio(tmp_path, monkeypatch):
+def test_the_loss_adds_the_releases_low_var_kl_without_the_importance_ratio(tmp_path, monkeypatch):
     co, trainer = build(config("trainer.beta=0.5"), tmp_path)
     out, _ = one_generation_batch(co, trainer, monkeypatch)
     model = trainer.model
