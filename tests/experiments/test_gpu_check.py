@@ -334,7 +334,12 @@ def test_several_processes_are_an_accelerate_launch_of_the_wrapped_run(tmp_path)
     (4, 4, {}, None),           # the paper's node: every GPU
     (1, 1, {}, None),
     (0, 2, {}, None),           # gloo ranks on the CPU
-    (4, 1, {"CUDA_VISIBLE_DEVICES": "3"}, None),  # the user's own choice stands
+    (1, 1, {"CUDA_VISIBLE_DEVICES": "3"}, None),  # the user's own choice of one GPU stands
+    # a SLURM job's allocation lists all its GPUs: the runs take the first of that list, in CUDA's order
+    (4, 1, {"CUDA_VISIBLE_DEVICES": "0,1,2,3"}, "0"),
+    (4, 2, {"CUDA_VISIBLE_DEVICES": "4, 5,6,7"}, "4,5"),
+    (2, 1, {"CUDA_VISIBLE_DEVICES": "GPU-8f2e,GPU-11aa"}, "GPU-8f2e"),
+    (4, 4, {"CUDA_VISIBLE_DEVICES": "0,1,2,3"}, None),
 ])
 def test_the_runs_see_as_many_gpus_as_they_have_processes(gpus, processes, env, visible):
     assert runs.visible_gpus(gpus, processes, env) == visible

@@ -77,12 +77,15 @@ def run_command(args: list[str], launch: Launch, run_dir: Path, gpus: int, dtype
 
 
 def visible_gpus(gpus: int, processes: int, env: dict[str, str]) -> str | None:
-    """CUDA_VISIBLE_DEVICES for the runs when the node has more GPUs than the launch has processes (the first
-    `processes` of them), so that each process sees only the GPUs it uses: a single training process that sees
-    several is refused (seal.rl.sharding.check_devices). None: leave the environment's choice as it is."""
-    if gpus <= processes or env.get("CUDA_VISIBLE_DEVICES") is not None:
+    """CUDA_VISIBLE_DEVICES for the runs when the process sees more GPUs (`gpus`, as CUDA counts them under the
+    environment's CUDA_VISIBLE_DEVICES) than the launch has processes: the first `processes` of them, so that each
+    process sees only the GPUs it uses (a single training process that sees several is refused,
+    seal.rl.sharding.check_devices). Where the environment already lists GPUs (a SLURM allocation lists every GPU
+    of the job), the first of that list, in CUDA's order. None: every GPU seen is used."""
+    if gpus <= processes:
         return None
-    return ",".join(str(i) for i in range(processes))
+    listed = [d.strip() for d in (env.get("CUDA_VISIBLE_DEVICES") or "").split(",") if d.strip()]
+    return ",".join(listed[:processes] if len(listed) >= processes else [str(i) for i in range(processes)])
 
 
 def run_step(name: str, overrides: list[str], out: Path, timeout: float,
