@@ -229,7 +229,8 @@ def confirm(count: int, hours: float, partition: str | None) -> bool:
                         "which asks)")
     try:
         answer = input(f"submit {count} jobs{where}, at most {hours:.1f} GPU-hours of training? type {CONFIRM} to go on: ")
-    except EOFError:
+    except (EOFError, KeyboardInterrupt):  # Ctrl-D or Ctrl-C at the question: a no, on a line of its own
+        print()
         answer = ""
     return answer.strip() == CONFIRM
 

@@ -253,8 +253,11 @@ def test_a_run_whose_metrics_json_is_damaged_is_not_finished_and_is_named(tmp_pa
     assert finished(done)
 
 
-@pytest.mark.parametrize("typed, submitted", [("submit", True), ("yes", False), ("", False)])
+@pytest.mark.parametrize("typed, submitted", [("submit", True), ("yes", False), ("", False), (KeyboardInterrupt, False),
+                                              (EOFError, False)])
 def test_at_a_terminal_only_the_typed_word_submits(tmp_path, monkeypatch, capsys, typed, submitted):
+    """Ctrl-C (KeyboardInterrupt) and Ctrl-D (EOFError) at the question are a no: the same sentence and exit 1, no
+    traceback, the prompt's line ended."""
     import experiments.reproduce as reproduce
 
     calls = []
@@ -262,13 +265,22 @@ def test_at_a_terminal_only_the_typed_word_submits(tmp_path, monkeypatch, capsys
     monkeypatch.setattr(reproduce.subprocess, "run", lambda *a, **k: SimpleNamespace(returncode=0))
     monkeypatch.setattr(sys.stdin, "isatty", lambda: True)
     prompts = []
-    monkeypatch.setattr("builtins.input", lambda prompt: prompts.append(prompt) or typed)
+    def answer(prompt):
+        prompts.append(prompt)
+        if isinstance(typed, type):
+            raise typed
+        return typed
+
+    monkeypatch.setattr("builtins.input", answer)
     code = reproduce.main(["--root", str(tmp_path), "--launcher", "basic", *SMALL])
     # the prompt names the jobs and their GPU-hour bound: 2 x 27.7
     assert prompts == ["submit 2 jobs, at most 55.4 GPU-hours of training? type submit to go on: "]
     assert (code, bool(calls)) == ((0, True) if submitted else (1, False))
     if not submitted:
-        assert capsys.readouterr().out.endswith("nothing submitted\n") and not (tmp_path / "manifest.json").exists()
+        out = capsys.readouterr().out
+        # the user's Enter ends the prompt's line; after Ctrl-C or Ctrl-D the command ends it (an empty line here)
+        assert out.endswith("\n\nnothing submitted\n") == isinstance(typed, type) and out.endswith("nothing submitted\n")
+        assert "Traceback" not in out and not (tmp_path / "manifest.json").exists()
 
 
 # -- what the jobs ask SLURM for, and what a partition has ----------------------------------------------------
