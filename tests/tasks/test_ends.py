@@ -420,3 +420,41 @@ def test_a_relative_run_folder_is_read_from_the_working_directory_then_the_repos
     with pytest.raises(UserError) as error:
         find_run("outputs/train/b", repo)
     assert str(error.value).startswith(f"outputs/train/b is not a folder in {repo}; name")
+
+
+def test_without_a_folder_the_notebook_reads_the_newest_run_and_says_which(tmp_path, monkeypatch):
+    """`jupyter execute notebooks/inspect_run.ipynb` (the README's command, no SEAL_RUN_DIR): the run whose
+    metrics.jsonl was written last, sweeps' nested folders included, named on the terminal with how to pick
+    another; none yet is one sentence."""
+    import io
+    import os
+
+    from seal.errors import UserError
+    from seal.report.inspect_run import QUIET, announce, find_run
+
+    with pytest.raises(UserError) as error:
+        find_run(None, tmp_path)
+    assert str(error.value) == (f"no training run under {tmp_path / 'outputs' / 'train'}: run `make run` first, or "
+                                "name a run folder (SEAL_RUN_DIR=... in Jupyter)")
+    train = tmp_path / "outputs" / "train"
+    for name, written in (("defaults", 1_000), ("sweep/reweighting=off", 3_000), ("old", 2_000)):
+        (train / name).mkdir(parents=True)
+        (train / name / "metrics.jsonl").write_text("{}\n")
+        os.utime(train / name / "metrics.jsonl", (written, written))
+    (train / "not_a_run").mkdir()  # a folder without rounds, written later than every run
+    assert find_run(None, tmp_path) == train / "sweep" / "reweighting=off"
+    os.utime(train / "old" / "metrics.jsonl", (4_000, 4_000))  # a resumed run's next round
+    assert find_run(None, tmp_path) == train / "old"
+    said = io.StringIO()
+    monkeypatch.setattr("sys.__stderr__", said)
+    monkeypatch.delenv(QUIET, raising=False)
+    announce(train / "old", chosen=False)
+    announce(train / "old", chosen=True)
+    announce(train / "old", chosen=False, saved=train / "old" / "inspect_run.png")
+    assert said.getvalue().splitlines() == [
+        f"inspect_run: {train / 'old'} (the newest under outputs/train/; SEAL_RUN_DIR=<run> picks another)",
+        f"inspect_run: {train / 'old'} (named by SEAL_RUN_DIR)",
+        f"inspect_run: figure saved as {train / 'old' / 'inspect_run.png'}"]
+    monkeypatch.setenv(QUIET, "1")  # under python -m seal.report.inspect_run, which says it itself
+    announce(train / "old", chosen=False)
+    assert len(said.getvalue().splitlines()) == 3
