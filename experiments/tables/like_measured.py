@@ -38,7 +38,7 @@ def unlike_paper_split(runs: list[dict]) -> str | None:
     if not others:
         return None
     found = [f"{n} run{'s' * (n != 1)} on " + (f"split {name}" if name else "a split its configuration does not record")
-             for name, n in sorted(others.items(), key=lambda item: item[0] or "")]
+             for name, n in sorted(others.items(), key=lambda item: (item[0] is None, item[0] or ""))]
     return (f"evaluated on other test entries than the paper's ({', '.join(found)}; the paper's: the test part of "
             f"the authors' split, {PAPER_SPLIT})")
 

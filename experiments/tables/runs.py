@@ -196,7 +196,7 @@ def split_name(config: dict) -> str | None:
     "seal_release"); None where the configuration records none."""
     split = config.get("split")
     target = split.get("_target_") if isinstance(split, dict) else None
-    return target.rsplit(".", 1)[-1] if isinstance(target, str) and target else None
+    return target.rpartition(".")[2] if isinstance(target, str) and target else None
 
 
 def _who(found: dict) -> str:

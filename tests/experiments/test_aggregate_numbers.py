@@ -605,3 +605,27 @@ def test_labels_that_differ_are_counted_and_short_runs_are_each_named():
     assert write._entries({"entries": {"initial": 400, "final": 396, "best_on_val": None}}) == (
         "base model (initial) 400, final model 396")
     assert write._entries({"entries": {"final": None}}) == "none"
+
+
+def test_a_runs_split_is_its_configurations_split_function_and_a_row_off_the_papers_says_which_runs():
+    from experiments.tables.like_measured import unlike_paper_split
+    from experiments.tables.runs import split_name
+
+    assert split_name({"split": {"_target_": "seal.env.splits.scenario_disjoint", "seed": 0}}) == "scenario_disjoint"
+    assert split_name({"split": {"_target_": "all_entries"}}) == "all_entries"
+    for config in ({}, {"split": "seal_release"}, {"split": {"seed": 0}}, {"split": {"_target_": ""}},
+                   {"split": {"_target_": 3}}):
+        assert split_name(config) is None, config
+    paper = [_r("a", "qwen2.5-7b", "seal", 0), _r("b", "qwen2.5-7b", "seal", 1)]
+    assert unlike_paper_split([]) is None and unlike_paper_split(paper) is None
+    others = [*paper, *(_r(n, "qwen2.5-7b", "seal", 2, split=split) for n, split in
+                        (("c", None), ("d", "scenario_disjoint"), ("e", "all"), ("f", "scenario_disjoint")))]
+    # by name, the runs whose configuration records no split last
+    assert unlike_paper_split(others) == (
+        "evaluated on other test entries than the paper's (1 run on split all, 2 runs on split scenario_disjoint, "
+        "1 run on a split its configuration does not record; the paper's: the test part of the authors' split, "
+        "seal_release)")
+    # an arm the paper has no row for has nothing to withhold: no "≠" and no note, whatever its split
+    ours = cells.main_table([_r("g", "qwen2.5-7b", "seal_evolving", 0, split="scenario_disjoint", final=_eval(0.3))],
+                            ("final",))
+    assert [(r["arm"], r["paper"], r["withheld"]) for r in ours] == [("seal_evolving", None, None)]
