@@ -619,10 +619,10 @@ def test_a_runs_split_is_its_configurations_split_function_and_a_row_off_the_pap
     paper = [_r("a", "qwen2.5-7b", "seal", 0), _r("b", "qwen2.5-7b", "seal", 1)]
     assert unlike_paper_split([]) is None and unlike_paper_split(paper) is None
     others = [*paper, *(_r(n, "qwen2.5-7b", "seal", 2, split=split) for n, split in
-                        (("c", None), ("d", "scenario_disjoint"), ("e", "all"), ("f", "scenario_disjoint")))]
-    # by name, the runs whose configuration records no split last
+                        (("c", None), ("d", "scenario_disjoint"), ("e", "all"), ("f", "all")))]
+    # by name (not by count, not as found), the runs whose configuration records no split last
     assert unlike_paper_split(others) == (
-        "evaluated on other test entries than the paper's (1 run on split all, 2 runs on split scenario_disjoint, "
+        "evaluated on other test entries than the paper's (2 runs on split all, 1 run on split scenario_disjoint, "
         "1 run on a split its configuration does not record; the paper's: the test part of the authors' split, "
         "seal_release)")
     # an arm the paper has no row for has nothing to withhold: no "≠" and no note, whatever its split
