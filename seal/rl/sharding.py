@@ -193,6 +193,27 @@ def check_policy(model: Any, compute_dtype: str, what: str) -> None:
                            "transformers passes the plugin's policy on differently (requirements.txt pins them)")
 
 
+def check_in_host_memory(model: Any, what: str) -> None:
+    """That every parameter of the sharded `model` (each rank's shard) lives in host memory: on CUDA the reference
+    as shard_reference asks FSDP2 to keep it (CPUOffloadPolicy) and the memory plan counts it (on a CPU there is
+    no other memory). Read back from the prepared model, so that a library that moved it would stop the run."""
+    elsewhere = {str(local.device) for p in model.parameters()
+                 if (local := p.to_local() if hasattr(p, "to_local") else p).device.type != "cpu"}
+    if elsewhere:
+        raise RuntimeError(f"FSDP2 holds the {what}'s parameters on {', '.join(sorted(elsewhere))}, not in host memory "
+                           "as seal.rl.sharding.shard_reference asks and the memory plan counts them: the installed "
+                           "torch or TRL prepares it differently (requirements.txt pins them)")
+
+
+def check_reference(model: Any | None, compute_dtype: str) -> None:
+    """The prepared reference model under fsdp2: seal's policy on it (check_policy) and its shards in host memory
+    (check_in_host_memory). None: no reference to check (trainer.beta=0, where TRL builds none)."""
+    if model is None:
+        return
+    check_policy(model, compute_dtype, "reference model")
+    check_in_host_memory(model, "reference model")
+
+
 def plugin_arguments(args: Any, compute_dtype: str) -> None:
     """Complete transformers' FSDP plugin arguments (TrainingArguments.fsdp_plugin_args) with the policy of
     `mixed_precision_policy`: the plugin keeps a policy it is given, whatever mixed precision the launch says."""

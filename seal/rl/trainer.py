@@ -464,9 +464,9 @@ def make_trainer(
     trainer.remove_callback(ProgressCallback)
     trainer.add_callback(StepLogCallback())
     if sharding == "fsdp2":
-        from seal.rl.sharding import check_policy
+        from seal.rl.sharding import check_reference
 
-        check_policy(trainer.ref_model, compute_dtype, "reference model")
+        check_reference(trainer.ref_model, compute_dtype)
         trainer.add_callback(ShardedPrecision(compute_dtype, trainer.accelerator))
     if getattr(coevolution, "progress", False):
         trainer.optimisation = OptimisationProgress(budget.plan.micro_steps_per_rank)

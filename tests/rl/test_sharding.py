@@ -320,6 +320,52 @@ def test_a_vllm_run_gathers_its_final_model_into_host_memory_and_the_transformer
         assert copy.dtype == torch.bfloat16
 
 
+def test_the_prepared_references_shards_are_read_back_in_host_memory_and_no_reference_is_nothing_to_check():
+    """On CUDA shard_reference asks FSDP2 to keep the reference's shards in host memory (the memory plan counts
+    them there); the prepared reference is read back, so a shard on a device (a meta tensor stands in for a GPU's
+    here, plain and as a DTensor's local shard) stops the run. trainer.beta=0: TRL builds no reference, and the
+    run goes on (before, the missing reference was reported as one FSDP2 had not sharded)."""
+    from types import SimpleNamespace
+
+    import torch
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
+    class Shard(torch.nn.Parameter):  # what to_local() gives a DTensor's holder: the rank's own shard
+        def to_local(self):
+            return self.local
+
+    def reference(*devices, sharded=False):
+        model = torch.nn.Module()
+        for i, device in enumerate(devices):
+            if sharded:
+                param = Shard(torch.zeros(2))
+                param.local = torch.zeros(2, device=device)
+            else:
+                param = torch.nn.Parameter(torch.zeros(2, device=device))
+            model.register_parameter(f"p{i}", param)
+        model._get_fsdp_state = lambda: SimpleNamespace(_mp_policy=MixedPrecisionPolicy(torch.bfloat16, torch.float32))
+        return model
+
+    sharding.check_reference(None, "bfloat16")
+    sharding.check_reference(reference("cpu", "cpu"), "bfloat16")
+    sharding.check_reference(reference("cpu", sharded=True), "bfloat16")
+    for model in (reference("cpu", "meta"), reference("cpu", "meta", sharded=True)):
+        with pytest.raises(RuntimeError) as caught:
+            sharding.check_reference(model, "bfloat16")
+        assert str(caught.value) == (
+            "FSDP2 holds the reference model's parameters on meta, not in host memory as "
+            "seal.rl.sharding.shard_reference asks and the memory plan counts them: the installed torch or TRL "
+            "prepares it differently (requirements.txt pins them)")
+    # the policy is still read back first
+    with pytest.raises(RuntimeError, match="^FSDP2 prepared the reference model with "):
+        sharding.check_reference(reference("cpu"), "float32")
+    # what a GPU node would show: each device holding a shard named once, in order
+    on = [torch.device("cuda", 1), torch.device("cuda", 0), torch.device("cuda", 1), torch.device("cpu")]
+    held = SimpleNamespace(parameters=lambda: [SimpleNamespace(to_local=lambda d=d: SimpleNamespace(device=d)) for d in on])
+    with pytest.raises(RuntimeError, match="^FSDP2 holds the reference's parameters on cuda:0, cuda:1, not in host memory "):
+        sharding.check_in_host_memory(held, "reference")
+
+
 def test_a_prepared_model_whose_fsdp2_policy_is_not_seals_stops_the_run():
     """What accelerate or transformers hand FSDP2 is read back from the prepared model's root: another policy
     (here accelerate's own for a bf16 launch: bf16 reduction and outputs) is an error, not a quiet run."""
