@@ -736,8 +736,9 @@ def test_a_resume_warns_of_missing_keys_but_not_of_a_tied_head_saved_as_the_embe
 
 
 def test_under_fsdp2_the_trainer_checks_the_references_policy_and_every_steps_precision(tmp_path, monkeypatch):
-    """make_trainer under fsdp2: TRL's reference model must carry seal's policy (bf16 parameters, fp32 reduction,
-    no output cast), and the policy's is checked when training starts (ShardedPrecision); under ddp neither."""
+    """make_trainer under fsdp2: TRL's reference model is read back (seal.rl.sharding.check_reference: seal's policy
+    of bf16 parameters, fp32 reduction and no output cast, its shards in host memory), and the policy's is checked
+    when training starts (ShardedPrecision); under ddp neither."""
     from types import SimpleNamespace
 
     from seal.rl import sharding
@@ -757,14 +758,14 @@ def test_under_fsdp2_the_trainer_checks_the_references_policy_and_every_steps_pr
             self.callbacks.append(callback)
 
     monkeypatch.setattr(trainer_module, "SealGRPOTrainer", Trainer)
-    monkeypatch.setattr(sharding, "check_policy", lambda model, dtype, what: checked.append((model, dtype, what)))
+    monkeypatch.setattr(sharding, "check_reference", lambda model, dtype: checked.append((model, dtype)))
     cfg = config()
     for layout in ("fsdp2", "ddp"):
         make_trainer(cfg, budget=Budget.from_config(cfg.budget), model=None, tokenizer=None,
                      coevolution=SimpleNamespace(play_round=None), train_ids=["a", "b"], out_dir=tmp_path / layout,
                      compute_dtype="bfloat16", sharding=layout)
     fsdp2, ddp = made
-    assert checked == [(fsdp2.ref_model, "bfloat16", "reference model")]
+    assert checked == [(fsdp2.ref_model, "bfloat16")]
     (precision,) = [c for c in fsdp2.callbacks if isinstance(c, trainer_module.ShardedPrecision)]
     assert precision.compute_dtype == "bfloat16" and precision.accelerator is fsdp2.accelerator
     assert not [c for c in ddp.callbacks if isinstance(c, trainer_module.ShardedPrecision)]
