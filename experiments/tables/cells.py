@@ -112,13 +112,13 @@ def main_table(runs: list[dict], models: tuple[str, ...] | None = None,
                     row[(protocol, column)] = cell([v for e in evals if (v := _value(e, protocol, column)) is not None], of)
             # the ablation arms' numbers are in the paper's Table 3, with the same columns
             rows.append(_beside_paper(row, paper_row("table1", backbone, arm) or paper_row("table3", backbone, arm),
-                                      used))
+                                      [r for e, found in members if e for r in found]))
     return rows
 
 
 def _beside_paper(row: dict, paper: dict | None, runs: list[dict]) -> dict:
-    """A Table 1/3 row with the paper's numbers ("paper"), or, where its runs were not all evaluated on the paper's
-    test entries, none and why ("withheld")."""
+    """A Table 1/3 row with the paper's numbers ("paper"), or, where the runs that gave it its numbers (`runs`) were
+    not all evaluated on the paper's test entries, none and why ("withheld")."""
     withheld = unlike_paper_split(runs) if paper else None
     return {**row, "paper": None if withheld else paper, "withheld": withheld}
 
@@ -204,6 +204,6 @@ def ablation_table(runs: list[dict], model: str = HEADLINE, expected: dict[tuple
             for protocol in PROTOCOLS:
                 for column in COLUMNS:
                     row[(protocol, column)] = cell([v for e in evals if (v := _value(e, protocol, column)) is not None], of)
-            rows.append(_beside_paper(row, paper_row("table3", backbone, arm), members))
+            rows.append(_beside_paper(row, paper_row("table3", backbone, arm), [r for r, e in zip(members, evals) if e]))
     return rows
 

@@ -132,12 +132,6 @@ def paper_row(table: str, backbone: str, arm: str) -> dict[str, float] | None:
     return TABLES[table].get((backbone, arm))
 
 
-def paper_avg(backbone: str, arm: str) -> float | None:
-    """The paper's BFCL V3 Avg of a row: Table 1's, else Table 3's (the ablation arms)."""
-    found = paper_number("table1", backbone, arm, "avg")
-    return found if found is not None else paper_number("table3", backbone, arm, "avg")
-
-
 def tau2_tasks(split: str) -> str:
     """A tau2 task set as the tables name it: "base 114/50/114" (tasks of retail, airline, telecom); "train
     split" for a split the paper's rows do not use."""

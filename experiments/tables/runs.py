@@ -7,6 +7,7 @@ expected_seeds() says which seeds each row expects, so that a row over fewer run
 
 from __future__ import annotations
 
+import functools
 import json
 from collections import defaultdict
 from pathlib import Path
@@ -15,6 +16,9 @@ from experiments.tables.columns import HEADLINE, MODELS, PROTOCOLS
 from experiments.tables.paper_numbers import BASE
 from seal.errors import UserError
 from seal.io import JSON_KINDS, DamagedFile, read_json_object, read_jsonl
+
+# the project's split choices (split=<name>), which a run's configuration records by their _target_
+CONF_SPLIT = Path(__file__).resolve().parents[2] / "conf" / "split"
 
 # -- which runs there are, and what became of each ------------------------------------------------------
 
@@ -192,11 +196,20 @@ def read_run(run_dir: Path, name: str) -> dict:
 
 
 def split_name(config: dict) -> str | None:
-    """The name of the BFCL V3 split a run was evaluated on (conf/split/: its _target_'s function, e.g.
-    "seal_release"); None where the configuration records none."""
+    """The name of the BFCL V3 split a run was evaluated on, as `split=` chooses it: the conf/split/ group whose
+    _target_ its configuration records (e.g. "all" for seal.env.splits.all_entries), else that function's name;
+    None where the configuration records none."""
     split = config.get("split")
     target = split.get("_target_") if isinstance(split, dict) else None
-    return target.rpartition(".")[2] if isinstance(target, str) and target else None
+    if not (isinstance(target, str) and target):
+        return None
+    return split_groups().get(target, target.rpartition(".")[2])
+
+
+@functools.cache
+def split_groups() -> dict[str, str]:
+    """conf/split/'s choices by the function each builds its split with: {"seal.env.splits.all_entries": "all", ...}."""
+    return {_yaml(path.read_text())["_target_"]: path.stem for path in sorted(CONF_SPLIT.glob("*.yaml"))}
 
 
 def _who(found: dict) -> str:

@@ -235,10 +235,12 @@ def _csv_cell(c) -> list:
 def _protocol_rows(rows: list[dict]) -> list[list]:
     """Table 1 or 3 rows, one line per protocol (a reference row of the paper's: the release protocol's only):
     identity, runs of expected, budget, then per column the mean, 95% half-width, runs with a value and
-    (release protocol) the paper's number."""
+    (release protocol) the paper's number, and last why the paper's numbers are not beside the row (its "≠" note;
+    empty where they are, or where the paper has no such row)."""
     return [[r["backbone"], r["arm"], r["model"], protocol, r["runs"], r["expected"], r["budget"],
              *(v for c in COLUMNS for v in (*_csv_cell(r[(protocol, c)]),
-                                            (r["paper"] or {}).get(c) if protocol == "release" else None))]
+                                            (r["paper"] or {}).get(c) if protocol == "release" else None)),
+             r.get("withheld")]
             for r in rows for protocol in PROTOCOLS if protocol == "release" or not r.get("reference")]
 
 
@@ -248,7 +250,7 @@ def write_outputs(out: Path, text: str, t: dict) -> None:
     out.mkdir(parents=True, exist_ok=True)
     (out / "tables.md").write_text(text)
     identity_header = ["backbone", "arm", "model", "protocol", "runs", "expected", "budget"]
-    per_column = [f"{c}_{s}" for c in COLUMNS for s in ("mean", "ci95", "n", "paper")]
+    per_column = [f"{c}_{s}" for c in COLUMNS for s in ("mean", "ci95", "n", "paper")] + ["paper_withheld"]
     _write_csv(out / "tables.csv", identity_header + per_column, _protocol_rows(t["rows"] + t["references"]))
     _write_csv(out / "table3.csv", identity_header + per_column, _protocol_rows(t["table3"]))
     # the paper's number only where the runs were measured as it was (a tau2 column: on its row's task set)

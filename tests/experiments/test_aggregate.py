@@ -559,10 +559,18 @@ def test_the_papers_bfcl_numbers_stand_only_beside_rows_evaluated_on_the_authors
     assert "- s1: qwen2.5-3b seal seed 1, budget paper, split scenario_disjoint, headline model" in out
     assert "- u0: qwen2.5-7b vanilla_rl seed 5, budget paper, split not recorded, headline model" in out
     # the CSV leaves the paper's cells of those rows empty and keeps vanilla RL's
-    paper = {(r["backbone"], r["arm"], r["model"]): r["avg_paper"] for r in _csv(tmp_path / "t" / "tables.csv")
-             if r["protocol"] == "release"}
-    assert paper[("qwen2.5-3b", "vanilla_rl", "final model")] == "9.25"
-    assert paper[("qwen2.5-3b", "seal", "final model")] == paper[("qwen2.5-7b", "vanilla_rl", "final model")] == ""
+    paper = {(r["backbone"], r["arm"], r["model"]): (r["avg_paper"], r["paper_withheld"])
+             for r in _csv(tmp_path / "t" / "tables.csv") if r["protocol"] == "release"}
+    assert paper[("qwen2.5-3b", "vanilla_rl", "final model")] == ("9.25", "")
+    assert paper[("qwen2.5-3b", "seal", "final model")] == ("", withheld[len("≠ qwen2.5-3b seal, final model: "):
+                                                                     -len("; the paper's numbers are not shown beside it")])
+    assert paper[("qwen2.5-7b", "vanilla_rl", "final model")][0] == ""
+    # the figure: the paper's diamond over 3B vanilla RL alone (9.25), none over the rows it is withheld from
+    from experiments.tables.figure import figure
+
+    rows = [r for r in main_table(survey(tmp_path)[0], ("final",))]
+    ax = figure(rows, "release", "final model").axes[0]
+    assert [y for line in ax.get_lines() if line.get_gid() == "paper" for y in line.get_ydata()] == [9.25]
 
 
 def test_without_a_manifest_the_output_says_runs_never_created_cannot_be_named(tmp_path):
@@ -845,11 +853,11 @@ def test_the_output_files_and_their_columns(tmp_path):
     _aggregate(tmp_path, "--out", out)  # again over the same folder
     assert (out / "tables.md").read_text() + "\n" == text
     identity = "backbone,arm,model,protocol,runs,expected,budget"
-    per_column = ",".join(f"{c}_{s}" for c in KEYS for s in ("mean", "ci95", "n", "paper"))
+    per_column = ",".join(f"{c}_{s}" for c in KEYS for s in ("mean", "ci95", "n", "paper")) + ",paper_withheld"
     lines = (out / "tables.csv").read_text().splitlines()
     assert lines[0] == f"{identity},{per_column}" == (out / "table3.csv").read_text().splitlines()[0]
     # the base model under the release protocol: no value (0 runs with one) beside the paper's Table 1 row
-    assert lines[1] == "qwen2.5-3b,base model,base model (initial),release,1,1,paper,,,0,5.75,,,0,11,,,0,6,,,0,3,,,0,3"
+    assert lines[1] == "qwen2.5-3b,base model,base model (initial),release,1,1,paper,,,0,5.75,,,0,11,,,0,6,,,0,3,,,0,3,"
     ood = ("bfcl_v4", "bfcl_v4_web_search", "bfcl_v4_memory", "tau2", "tau2_retail", "tau2_airline", "tau2_telecom")
     assert (out / "table2.csv").read_text().splitlines()[0] == "backbone,arm,model,runs,expected,budget," + ",".join(
         f"{c}_{s}" for c in ood for s in ("mean", "ci95", "n", "paper")) + ",tau2_tasks,tau2_tasks_paper"

@@ -567,14 +567,18 @@ def test_a_row_counts_its_runs_of_those_expected_and_its_csv_lines_hold_each_cel
     row = {"backbone": "qwen2.5-7b", "arm": "seal", "model": "final model", "runs": 2, "expected": 3, "budget": "paper",
            "paper": {"avg": 40.25, "base": 58, "miss_func": 36, "miss_param": 34, "long_context": 33}, **cells}
     identity = ["qwen2.5-7b", "seal", "final model"]
-    # per column: mean, 95% half-width, runs with a value, and the paper's number beside the release protocol only
+    # per column: mean, 95% half-width, runs with a value, and the paper's number beside the release protocol only;
+    # last, why the paper's numbers are withheld (none here)
     assert write._protocol_rows([row]) == [
         [*identity, "release", 2, 3, "paper", 60.0, 127.062, 2, 40.25, None, None, 0, 58, None, None, 0, 36,
-         None, None, 0, 34, None, None, 0, 33],
+         None, None, 0, 34, None, None, 0, 33, None],
         [*identity, "official", 2, 3, "paper", None, None, 0, None, 30.0, None, 1, None, None, None, 0, None,
-         None, None, 0, None, None, None, 0, None]]
+         None, None, 0, None, None, None, 0, None, None]]
     # a row the paper lacks
     assert write._protocol_rows([row | {"paper": None}])[0][7:11] == [60.0, 127.062, 2, None]
+    # a row whose runs were measured on other entries: no paper number, and why, on both protocols' lines
+    release, official = write._protocol_rows([row | {"paper": None, "withheld": "evaluated on other test entries"}])
+    assert (release[10], release[-1], official[-1]) == (None, "evaluated on other test entries", "evaluated on other test entries")
 
 
 def test_the_papers_reference_rows_stand_without_runs_and_toolaces_table_2_row_only_once():
@@ -612,7 +616,10 @@ def test_a_runs_split_is_its_configurations_split_function_and_a_row_off_the_pap
     from experiments.tables.runs import split_name
 
     assert split_name({"split": {"_target_": "seal.env.splits.scenario_disjoint", "seed": 0}}) == "scenario_disjoint"
-    assert split_name({"split": {"_target_": "all_entries"}}) == "all_entries"
+    # named as split= chooses it (conf/split/all.yaml builds it with all_entries); a function no choice names: by name
+    assert split_name({"split": {"_target_": "seal.env.splits.all_entries"}}) == "all"
+    assert split_name({"split": {"_target_": "my_splits.by_date"}}) == "by_date"
+    assert split_name({"split": {"_target_": "by_date"}}) == "by_date"
     for config in ({}, {"split": "seal_release"}, {"split": {"seed": 0}}, {"split": {"_target_": ""}},
                    {"split": {"_target_": 3}}):
         assert split_name(config) is None, config
@@ -629,3 +636,21 @@ def test_a_runs_split_is_its_configurations_split_function_and_a_row_off_the_pap
     ours = cells.main_table([_r("g", "qwen2.5-7b", "seal_evolving", 0, split="scenario_disjoint", final=_eval(0.3))],
                             ("final",))
     assert [(r["arm"], r["paper"], r["withheld"]) for r in ours] == [("seal_evolving", None, None)]
+
+
+def test_a_table_1_row_of_an_ablation_arm_has_table_3s_numbers_and_only_runs_with_a_number_decide_the_split():
+    # the paper's Avg of Qwen2.5-7B: SEAL 40.25 (Table 1), w/o closed-loop update 33.00 (Table 3); it ablates on 7B only
+    runs = [_r("s", "qwen2.5-7b", "seal", 0, final=_eval(0.4)), _r("c", "qwen2.5-7b", "wo_closed_loop", 0, final=_eval(0.3)),
+            _r("q", "qwen2.5-3b", "wo_closed_loop", 0, final=_eval(0.2)),
+            # a second seal run on another split without a final evaluation (it gave the row no number)
+            _r("u", "qwen2.5-7b", "seal", 1, split="scenario_disjoint")]
+    rows = {(r["backbone"], r["arm"]): r for r in cells.main_table(runs, ("final",))}
+    assert rows[("qwen2.5-7b", "seal")]["paper"]["avg"] == 40.25 and rows[("qwen2.5-7b", "seal")]["withheld"] is None
+    assert rows[("qwen2.5-7b", "wo_closed_loop")]["paper"]["avg"] == 33.00
+    assert rows[("qwen2.5-3b", "wo_closed_loop")]["paper"] is None
+    # Table 3 likewise: the run without a number is not one the row's numbers were measured on
+    (seal,) = [r for r in cells.ablation_table(runs, "final") if r["arm"] == "seal"]
+    assert (seal["paper"]["avg"], seal["withheld"], seal["runs"]) == (40.25, None, 2)
+    runs[0]["split"] = None
+    (seal,) = [r for r in cells.ablation_table(runs, "final") if r["arm"] == "seal"]
+    assert seal["paper"] is None and "1 run on a split its configuration does not record" in seal["withheld"]

@@ -4,7 +4,7 @@ DESIGN.md list them): a wrong digit, a swapped row or a missing cell fails."""
 import pytest
 
 from experiments.tables.paper_numbers import (PRINTED_AS_IS, REFERENCE_NOTES, REFERENCE_ROWS, TABLES, TAU2_SPLIT_OF_ROW,
-                                      TAU2_TASKS, paper_avg, paper_number, tau2_tasks_of_row)
+                                      TAU2_TASKS, paper_number, tau2_tasks_of_row)
 
 # As the paper prints them, one line a row: backbone | arm | the table's columns in its own order.
 TABLE1 = """
@@ -188,11 +188,6 @@ def test_the_toolace_vanilla_rl_gain_the_paper_prints_is_flagged():
     assert gain == 30 - 26 == 4
     assert "(+6.00)" in PRINTED_AS_IS[("table1", ("toolace-2-8b", "vanilla_rl"), "miss_func")]
     assert "+4.00" in PRINTED_AS_IS[("table1", ("toolace-2-8b", "vanilla_rl"), "miss_func")]
-
-
-def test_the_avg_of_an_ablation_arm_comes_from_table_3():
-    assert (paper_avg("qwen2.5-7b", "seal"), paper_avg("qwen2.5-7b", "wo_closed_loop")) == (40.25, 33.00)
-    assert paper_avg("qwen2.5-3b", "wo_closed_loop") is None  # the paper ablates on Qwen2.5-7B only
 
 
 def test_the_markdown_prints_every_number_as_the_paper_does():
