@@ -122,13 +122,9 @@ PRINTED_AS_IS = {
 }
 
 
-def paper_number(table: str, backbone: str, arm: str, column: str) -> float | None:
-    """The paper's number in `table` ("table1", "table2", "table3") at row (backbone, arm) and `column`;
-    None where the paper has no such cell."""
-    return TABLES[table].get((backbone, arm), {}).get(column)
-
-
 def paper_row(table: str, backbone: str, arm: str) -> dict[str, float] | None:
+    """The paper's row (backbone, arm) of `table` ("table1", "table2", "table3"), each column's number; None where
+    the paper has no such row."""
     return TABLES[table].get((backbone, arm))
 
 
