@@ -15,8 +15,8 @@ the logs go, and how to watch and cancel the jobs; then it waits and names each 
 Every job runs at budget=paper (conf/budget/paper.yaml: Table 4 and the release's config) unless the overrides after
 `--` choose another budget (`budget=smoke`): a smaller budget is always an explicit choice, and the
 tables name each run's budget beside the paper's numbers. At the paper's budget every job also gets the
-authors' launch, launch=paper (conf/launch/paper.yaml: 4 GPUs, FSDP2, vLLM colocated at 0.4 of each GPU),
-unless the overrides choose another (`launch=default`, or keys such as `launch.processes=8`).
+authors' launch as seal runs it, launch=paper (conf/launch/paper.yaml: the release's 4 GPUs and vLLM colocated at
+0.4 of each GPU, sharded with torch's FSDP2 where the release uses FSDP), unless the overrides choose another (`launch=default`, or keys such as `launch.processes=8`).
 
 Table 1 is every backbone x {vanilla_rl, seal} x seed; Table 3 adds the three ablation arms on its
 backbone (seal is shared with Table 1). Each job is `run.py -m` with the launcher of your choice

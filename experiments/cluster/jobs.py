@@ -51,8 +51,8 @@ def _chosen(extra: tuple[str, ...], group: str) -> list[str]:
 
 def with_budget(extra: tuple[str, ...]) -> tuple[str, ...]:
     """The overrides every job gets: budget=paper first unless `extra` chooses a budget itself, and with the
-    paper's budget the authors' launch (conf/launch/paper.yaml: 4 GPUs, fsdp2, vLLM at 0.4) unless `extra`
-    chooses a launch."""
+    paper's budget the authors' launch as seal runs it (conf/launch/paper.yaml: the release's 4 GPUs and vLLM at 0.4,
+    sharded with fsdp2 where the release uses FSDP) unless `extra` chooses a launch."""
     budgets, launches = _chosen(extra, "budget"), _chosen(extra, "launch")
     budget = budgets[-1] if budgets else PAPER_BUDGET
     ours = ([] if budgets else [f"budget={PAPER_BUDGET}"]) + (
