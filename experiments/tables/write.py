@@ -24,13 +24,10 @@ def _fmt(c: dict | None) -> str:
     return text + (f" (n={c['n']} of {c['of']})" if c["n"] != c["of"] else "")
 
 
-def _paper_fmt(value: float | None, column: str, table: str) -> str:
-    """A paper number as the paper prints it: averages and Table 2 with two decimals, Table 1/3's
-    categories as whole numbers (a reference row's half point with two decimals)."""
-    if value is None:
-        return "—"
-    whole = column not in ("avg", "bfcl_v4", "tau2") and table != "table2" and float(value).is_integer()
-    return f"{value:g}" if whole else f"{value:.2f}"
+def _paper_fmt(value: float | None) -> str:
+    """A paper number as the paper prints it, with two decimals in every table (Table 1's ToolACE-2-8B Vanilla RL
+    Miss Func: "30.00 (+6.00)"; its reference rows' half points: "64.50")."""
+    return "—" if value is None else f"{value:.2f}"
 
 
 # -- output ------------------------------------------------------------------------------------------------
@@ -40,12 +37,14 @@ def _runs(row: dict) -> str:
     return f"{row['runs']} of {row['expected']}" if row["expected"] else "no run"
 
 
-def table1_notes(protocol: str) -> list[str]:
-    """The notes under Table 1's release-protocol table: each number kept as printed, what the reference rows are."""
+def table1_notes(protocol: str, rows: list[dict]) -> list[str]:
+    """The notes under Table 1's release-protocol table of `rows`: each number kept as printed that a row shows
+    beside its run (a star), what the reference rows are."""
     if protocol != "release":
         return []
+    starred = {(r["backbone"], r["arm"]) for r in rows if r["paper"] and not r.get("withheld")}
     return ([f"\\* {backbone} {arm}, {column}: {why}" for (table, (backbone, arm), column), why in PRINTED_AS_IS.items()
-             if table == "table1"] + [_sentence(REFERENCE_NOTES["table1"])])
+             if table == "table1" and (backbone, arm) in starred] + [_sentence(REFERENCE_NOTES["table1"])])
 
 
 def _sentence(text: str) -> str:
@@ -58,7 +57,7 @@ def summary_markdown(rows: list[dict]) -> str:
               PROTOCOLS["official"][2] + ": Avg"]
     return markdown_table(header, [[r["backbone"], r["arm"], r["model"], _runs(r), r["budget"],
                                     _fmt(r[("release", "avg")]),
-                                    "≠" if r.get("withheld") else _paper_fmt((r["paper"] or {}).get("avg"), "avg", "table1"),
+                                    "≠" if r.get("withheld") else _paper_fmt((r["paper"] or {}).get("avg")),
                                     _fmt(r[("official", "avg")])] for r in rows]) + withheld_notes(rows)
 
 
@@ -76,7 +75,7 @@ def category_markdown(rows: list[dict], protocol: str, table: str = "table1") ->
 
     def render(row, column):
         star = "*" if (table, (row["backbone"], row["arm"]), column) in PRINTED_AS_IS else ""
-        paper = (" (≠)" if row.get("withheld") else f" ({_paper_fmt(row['paper'][column], column, table)}{star})"
+        paper = (" (≠)" if row.get("withheld") else f" ({_paper_fmt(row['paper'][column])}{star})"
                  if row["paper"] else "") if protocol == "release" else ""
         return _fmt(row[(protocol, column)]) + paper
 
@@ -95,7 +94,7 @@ def table2_markdown(rows: list[dict]) -> str:
         if column in row["unlike"]:
             return f"{_fmt(row[column])} (≠)"
         star = "*" if ("table2", (row["backbone"], row["arm"]), column) in PRINTED_AS_IS else ""
-        return f"{_fmt(row[column])} ({_paper_fmt(row['paper'][column], column, 'table2')}{star})"
+        return f"{_fmt(row[column])} ({_paper_fmt(row['paper'][column])}{star})"
 
     def tasks(row):
         paper = tau2_tasks_of_row(row["backbone"], row["arm"])
@@ -197,7 +196,7 @@ def report(root: Path, manifest_path: Path | None, n: int) -> tuple[str, dict]:
         text += (f"\n## Table 1, every column: {HEADLINE_LABEL}, {PROTOCOLS[protocol][2]}"
                  + (" (the paper's number in parentheses)" if protocol == "release" else "") + "\n\n"
                  + category_markdown(headline_rows + (references if protocol == "release" else []), protocol) + "\n")
-        text += "".join(f"\n{note}\n" for note in table1_notes(protocol))
+        text += "".join(f"\n{note}\n" for note in table1_notes(protocol, headline_rows))
     if any(not r.get("reference") for r in table2):
         text += ("\n## Table 2: out of domain, the base model before and every arm after training (%; BFCL V4 = mean "
                  "of web search and memory; tau2 = tau2-bench's mean over its domains; the paper's number in "

@@ -111,8 +111,8 @@ def test_both_protocols_side_by_side_with_the_papers_numbers_beside_the_release_
     assert "| qwen2.5-3b | vanilla_rl | final model | 2 of 2 | paper | 12.00 (n=1 of 2) | 9.25 | 10.00 ± 12.71 |" in out
     # {10, 20}: 15 ± t(1) * 7.071 / sqrt(2) = 12.706 * 5
     assert "| qwen2.5-3b | base model | base model (initial) | 2 of 2 | paper | — | 5.75 | 15.00 ± 63.53 |" in out
-    # every column, release protocol, paper's number in parentheses: seal base {30, 34} -> 32 ± 25.41 (19)
-    assert "| qwen2.5-3b | seal | final model | 2 of 2 | paper | 22.00 ± 25.41 (14.00) | 32.00 ± 25.41 (19) |" in out
+    # every column, release protocol, paper's number in parentheses: seal base {30, 34} -> 32 ± 25.41 (19.00)
+    assert "| qwen2.5-3b | seal | final model | 2 of 2 | paper | 22.00 ± 25.41 (14.00) | 32.00 ± 25.41 (19.00) |" in out
     # official protocol: no paper number (the paper's protocol is the release's); base {19, 21}
     assert "| qwen2.5-3b | seal | final model | 2 of 2 | paper | 15.00 ± 12.71 | 20.00 ± 12.71 | 16.00 ± 12.71 |" in out
     assert "comparable to the paper (release protocol)" in out and "comparable to the BFCL leaderboard" in out
@@ -120,7 +120,7 @@ def test_both_protocols_side_by_side_with_the_papers_numbers_beside_the_release_
     # them: in the Avg table under the release protocol, and in the release protocol's every-column table alone
     reference = "| Gemini-3-Pro-Preview | reference | the paper's reference row | no run | — |"
     assert f"{reference} — | 60.75 | — |" in out
-    assert f"{reference} — (60.75) | — (64.50) | — (60) | — (54.50) | — (64) |" in out
+    assert f"{reference} — (60.75) | — (64.50) | — (60.00) | — (54.50) | — (64.00) |" in out
     official = out.split("## Table 1, every column")[1 + list(PROTOCOLS).index("official")].split("\n## ")[0]
     assert "Gemini-3-Pro-Preview" not in official
     import experiments.tables.figure as figure
@@ -542,7 +542,7 @@ def test_the_papers_bfcl_numbers_stand_only_beside_rows_evaluated_on_the_authors
     out = _aggregate(tmp_path, "--out", tmp_path / "t")
     # 3B vanilla RL, seed 0, on the authors' 400: the paper's Table 1 row beside it (Avg 9.25; Base 16, MissFunc 9)
     assert "| qwen2.5-3b | vanilla_rl | final model | 1 of 1 | paper | 30.00 | 9.25 | 30.00 |" in out
-    assert "| qwen2.5-3b | vanilla_rl | final model | 1 of 1 | paper | 30.00 (9.25) | 40.00 (16) | 30.00 (9) |" in out
+    assert "| qwen2.5-3b | vanilla_rl | final model | 1 of 1 | paper | 30.00 (9.25) | 40.00 (16.00) | 30.00 (9.00) |" in out
     # 3B SEAL: seed 1 played the test part of another split, so the row is not the paper's measurement (14.00)
     assert "| qwen2.5-3b | seal | final model | 2 of 2 | paper | 30.00 ± 0.00 | ≠ | 30.00 ± 0.00 |" in out
     assert "| qwen2.5-3b | seal | final model | 2 of 2 | paper | 30.00 ± 0.00 (≠) | 40.00 ± 0.00 (≠) |" in out
@@ -634,9 +634,9 @@ def test_ablation_table_has_every_column_under_both_protocols_and_the_papers(tmp
     # Table 1's rows of an ablation arm carry the paper's Table 3 numbers
     assert "| qwen2.5-7b | wo_reweighting | final model | 1 of 1 | paper | 30.00 | 32.75 | 33.00 |" in text
     assert "## Table 3: ablations, headline model (best on validation where the run validated, else final), comparable to the paper" in text
-    assert ("| qwen2.5-7b | wo_reweighting | final model | 1 of 1 | paper | 30.00 (32.75) | 44.00 (48) | 28.00 (27) | "
-            "30.00 (31) | 18.00 (25) |") in text
-    assert "| qwen2.5-7b | seal | final model | 2 of 2 | paper | 50.00 ± 0.00 (40.25) | 60.00 ± 0.00 (58) |" in text
+    assert ("| qwen2.5-7b | wo_reweighting | final model | 1 of 1 | paper | 30.00 (32.75) | 44.00 (48.00) | 28.00 (27.00) | "
+            "30.00 (31.00) | 18.00 (25.00) |") in text
+    assert "| qwen2.5-7b | seal | final model | 2 of 2 | paper | 50.00 ± 0.00 (40.25) | 60.00 ± 0.00 (58.00) |" in text
     assert "| qwen2.5-7b | seal | final model | 2 of 2 | paper | 41.00 ± 12.71 | 0.00 ± 0.00 |" in text
     table3 = {(r["arm"], r["protocol"]): r for r in _csv(out / "table3.csv")}
     assert len(table3) == 2 * 2
@@ -888,6 +888,23 @@ def test_table_2_in_markdown_has_the_papers_numbers_and_the_note_on_the_one_kept
     assert table2_markdown([other]).splitlines()[2] == (
         "| qwen3-4b | seal | final model | 1 of 1 | paper | — | — | — | — | — | — | — | — |")
     assert "\\*" not in table2_markdown([other])
+
+
+def test_table_1s_note_on_a_number_kept_as_printed_is_there_only_when_its_row_shows_that_number():
+    from experiments.tables.write import table1_notes
+    from experiments.tables.paper_numbers import paper_row
+
+    # the paper prints ToolACE-2-8B Vanilla RL's Miss Func as 30.00 (+6.00) over a base model of 26: +4.00
+    starred = "\\* toolace-2-8b vanilla_rl, miss_func: the paper prints 30.00 (+6.00)"
+    toolace = {"backbone": "toolace-2-8b", "arm": "vanilla_rl", "paper": paper_row("table1", "toolace-2-8b", "vanilla_rl")}
+    qwen = {"backbone": "qwen2.5-7b", "arm": "seal", "paper": paper_row("table1", "qwen2.5-7b", "seal")}
+    assert toolace["paper"]["miss_func"] == 30.0
+    assert any(n.startswith(starred) for n in table1_notes("release", [qwen, toolace]))
+    # no ToolACE row, its number withheld (measured unlike the paper), or the official protocol: no such note
+    for rows in ([qwen], [qwen, dict(toolace, withheld="measured on scenario_disjoint")]):
+        notes = table1_notes("release", rows)
+        assert not any(n.startswith("\\*") for n in notes) and len(notes) == 1  # the reference rows' note alone
+    assert table1_notes("official", [qwen, toolace]) == []
 
 
 def test_tau2_task_sets_are_labelled_by_split_and_tasks_played():

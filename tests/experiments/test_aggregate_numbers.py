@@ -386,14 +386,9 @@ def test_a_cell_prints_two_decimals_its_half_width_and_a_shortfall_of_runs():
     assert write._fmt({"mean": 41.0, "half": 12.7062, "n": 2, "of": 2}) == "41.00 ± 12.71"
     assert write._fmt({"mean": 40.0, "half": None, "n": 1, "of": 3}) == "40.00 (n=1 of 3)"
     assert write._fmt({"mean": 0.0, "half": 0.0, "n": 2, "of": 3}) == "0.00 ± 0.00 (n=2 of 3)"
-    # the paper's numbers: averages and Table 2 with two decimals, Table 1/3's categories whole
-    assert [write._paper_fmt(v, c, t) for v, c, t in [(14.0, "avg", "table1"), (22, "base", "table1"),
-                                                   (36, "miss_func", "table3"), (8.63, "bfcl_v4", "table2"),
-                                                   (2.0, "bfcl_v4_web_search", "table2"), (11.76, "tau2", "table2"),
-                                                   (16.0, "tau2_airline", "table2"), (None, "avg", "table1")]] == [
-        "14.00", "22", "36", "8.63", "2.00", "11.76", "16.00", "—"]
-    # an average has two decimals whatever the table it stands in
-    assert [write._paper_fmt(9.0, c, "table3") for c in ("avg", "bfcl_v4", "tau2", "base")] == ["9.00", "9.00", "9.00", "9"]
+    # the paper's numbers with two decimals in every table, as the paper prints them ("30.00 (+6.00)")
+    assert [write._paper_fmt(v) for v in (14.0, 22, 64.5, 8.63, 2.0, 11.76, None)] == [
+        "14.00", "22.00", "64.50", "8.63", "2.00", "11.76", "—"]
     # the CSV: mean, half-width, runs with a value; an empty cell is no value over 0 runs
     assert write._csv_cell({"mean": 40.0, "half": 1.5, "n": 2, "of": 3}) == [40.0, 1.5, 2]
     assert write._csv_cell(None) == [None, None, 0]
