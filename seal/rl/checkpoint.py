@@ -191,15 +191,25 @@ def _summary(error: BaseException) -> str:
     return f"{type(error).__name__}: {first}"
 
 
+# how long a rank whose own save failed waits for the others to report theirs (seal.rl.distributed.Dist.report)
+# before it stops alone: a rank that failed before one of the save's collectives (CUDA out of memory building its
+# state dict, a file of its own) leaves the others blocked in that collective, and its exit ends the launch
+# (torchrun stops every rank when one fails) instead of the collective's timeout, hours later
+AGREE_SECONDS = 300.0
+
+
 def write_checkpoint(trainer: Any, save: Callable[[], None]) -> None:
     """TRL's checkpoint save (`save`), with transformers' rotation held back and its failure made one sentence.
 
     transformers deletes old checkpoints at the end of its save, before SealStateCallback marks the new
     one complete: with keep_checkpoints=1, a kill in between would leave no complete checkpoint. So the
     rotation waits for the marker (SealStateCallback.on_save). A save that raises on any rank stops the run on
-    every rank: the ranks first agree on who failed and why (a collective every rank reaches, failed or not),
-    then the main rank alone removes the partial folder (its space is freed; the others may have been writing
-    their part of it until then), and the previous complete checkpoint stays as it was."""
+    every rank: the ranks first agree on who failed and why (through the process group's store, not a collective,
+    which a rank blocked in one of the save's own collectives could not reach), then the main rank alone removes
+    the partial folder (its space is freed; the others may have been writing their part of it until then), and the
+    previous complete checkpoint stays as it was. A failed rank that hears from the others within AGREE_SECONDS
+    stops alone, naming itself; its partial folder stays (never resumed from, removed with the next checkpoint's
+    rotation)."""
     args = trainer.args
     folder = Path(args.output_dir) / f"checkpoint-{trainer.state.global_step}"
     limit, args.save_total_limit = args.save_total_limit, None
@@ -211,28 +221,35 @@ def write_checkpoint(trainer: Any, save: Callable[[], None]) -> None:
         _save_log.warning("writing %s failed", folder, exc_info=exc)
     finally:
         args.save_total_limit = limit
-    failures = _agree_on_failures(trainer, error)
+    dist = Dist(rank=trainer.accelerator.process_index, world=trainer.accelerator.num_processes)
+    failures, agreed = _agree_on_failures(dist, trainer.state.global_step, error)
+    if not agreed and error is None:
+        raise UserError(f"writing {folder} succeeded on rank {dist.rank}, but not every rank reported its part within "
+                        "the process group's timeout (launch.timeout_minutes); a rank may have stopped or be stuck "
+                        "(its log says which); the same command resumes from the last complete checkpoint")
     if failures:
         raise failed_save(folder, {rank: text for rank, (text, _) in failures.items()},
                           full=any(full for _, full in failures.values()),
-                          remove=trainer.accelerator.is_main_process, ranks=trainer.accelerator.num_processes)
+                          remove=agreed and trainer.accelerator.is_main_process, ranks=dist.world)
 
 
-def _agree_on_failures(trainer: Any, error: BaseException | None) -> dict[int, tuple[str, bool]]:
+def _agree_on_failures(dist: Dist, step: int, error: BaseException | None) -> tuple[dict[int, tuple[str, bool]], bool]:
     """{rank: ("Type: first line", whether its disk is full)} of the ranks whose save failed, the same on every
-    rank. Each rank judges its own error whole (an errno, a wrapped error, a later line), not its summary. DCP
-    raises the same CheckpointException on every rank: the ranks it names are the ones that failed."""
+    rank, and whether every rank reported. Each rank judges its own error whole (an errno, a wrapped error, a later
+    line), not its summary. DCP raises the same CheckpointException on every rank: the ranks it names are the ones
+    that failed. A failed rank waits AGREE_SECONDS for the others; then its failure alone (not agreed)."""
     mine = None
     if error is not None:
         named = sorted(getattr(error, "failures", None) or {}) or None
-        mine = (_summary(error), disk_full(error), named)
-    gathered = Dist(world=trainer.accelerator.num_processes).gather([mine])
+        mine = [_summary(error), disk_full(error), named]
+    gathered = dist.report(f"seal/save/{step}", mine, None if error is None else AGREE_SECONDS)
+    agreed = gathered is not None
     failures = {}
-    for rank, failure in enumerate(gathered):
+    for rank, failure in (enumerate(gathered) if agreed else [(dist.rank, mine)]):
         if failure is not None:
             text, full, named = failure
             failures.update({r: (text, full) for r in (named or [rank])})
-    return failures
+    return failures, agreed
 
 
 

@@ -34,6 +34,26 @@ class Dist:
 
         return list(gather_object(list(items)))
 
+    def report(self, key: str, item: Any, seconds: float | None = None) -> list | None:
+        """Every rank's `item` (what JSON holds) in rank order, on every rank, exchanged through the process group's
+        key-value store (`key`: unique to the exchange within this launch), not through a collective: a rank may
+        report while another is blocked in a collective that waits for it, where a collective of its own would
+        pair with that one. None when a rank has not reported within `seconds` (None: the store's own timeout,
+        the process group's)."""
+        if self.world == 1:
+            return [item]
+        import torch.distributed as dist
+        from torch.distributed.distributed_c10d import _get_default_store
+
+        store = _get_default_store()
+        store.set(f"{key}/{self.rank}", json.dumps(item))
+        keys = [f"{key}/{rank}" for rank in range(self.world)]
+        try:
+            store.wait(keys) if seconds is None else store.wait(keys, timedelta(seconds=seconds))
+        except dist.DistStoreError:
+            return None
+        return [json.loads(store.get(k)) for k in keys]
+
     def check_agree(self, what: str, state: Any) -> None:
         """Stop the run when the ranks' copies of shared state have drifted apart."""
         if self.world == 1:

@@ -6,6 +6,9 @@ import json
 import os
 from collections import namedtuple
 
+from datetime import timedelta
+from functools import partial
+
 import pytest
 import torch
 
@@ -386,7 +389,7 @@ def test_a_sharded_save_failing_on_a_full_disk_is_named_from_the_error_dcp_wraps
     monkeypatch.setattr("shutil.disk_usage", lambda path: Usage(10**12, 0, GiB // 4))
     trainer = SimpleNamespace(args=SimpleNamespace(output_dir=str(tmp_path), save_total_limit=1),
                               state=SimpleNamespace(global_step=3),
-                              accelerator=SimpleNamespace(is_main_process=True, num_processes=1))
+                              accelerator=SimpleNamespace(is_main_process=True, num_processes=1, process_index=0))
 
     def save(error):
         (tmp_path / "checkpoint-3").mkdir()
@@ -423,20 +426,27 @@ def test_a_failed_save_that_is_not_a_full_disk_is_named_as_what_it_is(tmp_path, 
     assert " failed on ranks 2, 3 (RuntimeError: a)," in str(two)
 
 
-def _save_on_two_ranks(rank: int, out) -> None:
-    """Rank 1's save fails at once (CUDA out of memory); rank 0 is still writing its part for a second."""
+def _save_on_two_ranks(rank: int, out, blocked: bool = False) -> None:
+    """Rank 1's save fails at once (CUDA out of memory); rank 0 is still writing its part for a second. `blocked`:
+    rank 0's save then enters one of the save's collectives (a barrier), which rank 1 never reaches; rank 1 waits
+    3 s for its report, stops alone, and its error ends the launch (as torchrun's would: rank 0 ends in the barrier)."""
     import time
     from types import SimpleNamespace
 
+    import torch.distributed
     from accelerate import PartialState
 
-    from seal.rl.checkpoint import write_checkpoint
+    import seal.rl.checkpoint as checkpoint
 
-    state = PartialState(cpu=True)
+    checkpoint.AGREE_SECONDS = 3.0
+    # the group's collectives give up after 90 s (accelerate's default: 30 min), so that an agreement through a
+    # collective, which would pair with rank 0's barrier, fails this test instead of hanging it
+    state = PartialState(cpu=True, timeout=timedelta(seconds=90))
     trainer = SimpleNamespace(args=SimpleNamespace(output_dir=str(out), save_total_limit=1),
                               state=SimpleNamespace(global_step=4),
                               accelerator=SimpleNamespace(is_main_process=state.is_main_process,
-                                                          num_processes=state.num_processes))
+                                                          num_processes=state.num_processes,
+                                                          process_index=state.process_index))
     folder = out / "checkpoint-4"
 
     def save():
@@ -445,67 +455,91 @@ def _save_on_two_ranks(rank: int, out) -> None:
             raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB\nmore")
         time.sleep(1.0)
         (folder / "rank0_part").write_text("written after rank 1 failed")
+        if blocked:
+            try:
+                torch.distributed.barrier()
+            except RuntimeError:  # gloo: the peer went; on a GPU node torchrun would stop this rank here
+                os._exit(1)
 
     try:
-        write_checkpoint(trainer, save)
+        checkpoint.write_checkpoint(trainer, save)
     except UserError as exc:
         (out / f"error{rank}.txt").write_text(str(exc))
+        if blocked:
+            raise
 
 
 def test_the_ranks_agree_on_every_failure_and_only_the_main_rank_removes_the_folder(tmp_path, monkeypatch):
-    """The agreement as each rank sees it, with accelerate's gather stubbed as a 3-rank one: this rank (1)
+    """The agreement as each rank sees it, with the store's exchange stubbed as a 3-rank one: this rank (1)
     succeeded, ranks 0 and 2 failed; every rank raises the same sentence, and rank 1 removes nothing."""
     from types import SimpleNamespace
 
-    import accelerate.utils
-
-    from seal.rl.checkpoint import write_checkpoint
+    from seal.rl.checkpoint import AGREE_SECONDS, write_checkpoint
+    from seal.rl.distributed import Dist
 
     monkeypatch.setattr("shutil.disk_usage", lambda path: Usage(10**12, 0, GiB))
-    gathered = []
+    reported = []
 
-    def gather(items):
-        gathered.append(items)
-        return [("OSError: [Errno 28] No space left on device", True, None), items[0], ("RuntimeError: other", False, None)]
+    def report(others):
+        def exchange(self, key, item, seconds=None):
+            reported.append((self.rank, self.world, key, item, seconds))
+            return None if others is None else [item if o == "mine" else o for o in others]
+        return exchange
 
-    monkeypatch.setattr(accelerate.utils, "gather_object", gather)
+    monkeypatch.setattr(Dist, "report", report([["OSError: [Errno 28] No space left on device", True, None], "mine",
+                                                ["RuntimeError: other", False, None]]))
     trainer = SimpleNamespace(args=SimpleNamespace(output_dir=str(tmp_path), save_total_limit=1),
                               state=SimpleNamespace(global_step=6),
-                              accelerator=SimpleNamespace(is_main_process=False, num_processes=3))
+                              accelerator=SimpleNamespace(is_main_process=False, num_processes=3, process_index=1))
     folder = tmp_path / "checkpoint-6"
     with pytest.raises(UserError) as caught:
         write_checkpoint(trainer, lambda: folder.mkdir())
-    assert gathered == [[None]]  # this rank's save succeeded
+    # this rank's save succeeded: it waits as long as the process group would (no bound of its own)
+    assert reported == [(1, 3, "seal/save/6", None, None)]
     assert folder.is_dir()  # left to the main rank
     assert str(caught.value).startswith(f"writing {folder} failed on ranks 0, 2 (OSError: [Errno 28] No space left on "
                                         "device) with 1.0 GiB free on its disk; ")
-    # of two ranks, this one (rank 1) failed: the sentence names it, from what the gather returned
+    # of two ranks, this one (rank 1) failed: the sentence names it, from what the exchange returned, and it waited
+    # AGREE_SECONDS at most
     def out_of_memory():
         raise RuntimeError("CUDA out of memory")
 
-    monkeypatch.setattr(accelerate.utils, "gather_object", lambda items: [None, items[0]])
+    monkeypatch.setattr(Dist, "report", report([None, "mine"]))
     trainer.accelerator.num_processes = 2
     with pytest.raises(UserError, match=f"^writing {folder} failed on rank 1 \\(RuntimeError: CUDA out of memory\\), "
                                         "which is not a full disk; "):
         write_checkpoint(trainer, out_of_memory)
+    assert reported[-1] == (1, 2, "seal/save/6", ["RuntimeError: CUDA out of memory", False, None], AGREE_SECONDS)
+    # the others never reported (blocked in a collective of the save that waits for this rank): this rank stops
+    # alone, naming itself, and even the main rank leaves the folder (another rank may be writing into it)
+    monkeypatch.setattr(Dist, "report", report(None))
+    trainer.accelerator.is_main_process, trainer.accelerator.process_index = True, 0
+    with pytest.raises(UserError, match=f"^writing {folder} failed on rank 0 \\(RuntimeError: CUDA out of memory\\), "):
+        write_checkpoint(trainer, out_of_memory)
+    assert folder.is_dir()
+    # a rank whose save succeeded but that heard from not every rank within the group's timeout says so
+    with pytest.raises(UserError, match=f"^writing {folder} succeeded on rank 0, but not every rank reported its part "):
+        write_checkpoint(trainer, lambda: None)
+    trainer.accelerator.is_main_process, trainer.accelerator.process_index = False, 1
     # DCP raises the same CheckpointException on every rank: the sentence names the rank whose write failed (2)
-    monkeypatch.setattr(accelerate.utils, "gather_object", lambda items: [items[0]] * 3)
+    monkeypatch.setattr(Dist, "report", lambda self, key, item, seconds=None: [item] * 3)
     trainer.accelerator.num_processes = 3
     with pytest.raises(UserError, match=f"^writing {folder} failed on rank 2 \\(CheckpointException of OSError: "
                                         "\\[Errno 28\\] No space left on device\\) with 1.0 GiB free on its disk; "):
         write_checkpoint(trainer, lambda: (_ for _ in ()).throw(_dcp_failure(OSError(errno.ENOSPC, "No space left on "
                                                                                     "device"), rank=2)))
-    # one process gathers nothing (no collective to wait on)
-    def no_gather(items):
-        raise AssertionError("a single process called a collective")
+    # one process exchanges nothing (Dist.report returns its own item without touching a store)
+    monkeypatch.undo()
+    monkeypatch.setattr("shutil.disk_usage", lambda path: Usage(10**12, 0, GiB))
+    import torch.distributed.distributed_c10d as c10d
 
-    monkeypatch.setattr(accelerate.utils, "gather_object", no_gather)
-    trainer.accelerator.num_processes = 1
+    monkeypatch.setattr(c10d, "_get_default_store", lambda: pytest.fail("a single process used the store"))
+    trainer.accelerator.num_processes, trainer.accelerator.process_index = 1, 0
     with pytest.raises(UserError, match=f"^writing {folder} failed \\(RuntimeError: CUDA out of memory\\), which is"):
         write_checkpoint(trainer, out_of_memory)
     trainer.accelerator.num_processes = 3
     # all succeeded: nothing raised, nothing removed
-    monkeypatch.setattr(accelerate.utils, "gather_object", lambda items: [None, None, None])
+    monkeypatch.setattr(Dist, "report", lambda self, key, item, seconds=None: [None, None, None])
     write_checkpoint(trainer, lambda: None)
     assert folder.is_dir()
 
@@ -526,6 +560,33 @@ def test_a_save_failing_on_one_rank_stops_every_rank_and_its_folder_goes_once_al
         "cause is fixed (its traceback is in run.log)")
     assert not (tmp_path / "checkpoint-4").exists()
     assert (tmp_path / "checkpoint-2" / SEAL_STATE).is_file()
+
+
+@pytest.mark.costly
+def test_a_rank_whose_save_failed_before_a_collective_the_others_wait_in_stops_alone_and_leaves_the_folder(tmp_path):
+    """Rank 1 fails before a collective of the save that rank 0 has entered: a collective agreement would pair
+    with that one and hang until the group's timeout. Rank 1 hears from no one within AGREE_SECONDS (3 s here),
+    raises its own sentence and ends the launch; the partial folder stays (rank 0 was writing into it), for the
+    next checkpoint's rotation to remove, and the previous checkpoint is untouched."""
+    import time
+
+    from seal.rl.checkpoint import rotate_checkpoints
+    from tests.rl.ranks import run_ranks
+
+    (tmp_path / "checkpoint-2").mkdir()
+    (tmp_path / "checkpoint-2" / SEAL_STATE).write_text("{}")
+    began = time.monotonic()
+    with pytest.raises(Exception, match="process [01] terminated|CUDA out of memory"):  # the launch ends in failure
+        run_ranks(partial(_save_on_two_ranks, blocked=True), 2, tmp_path)
+    assert time.monotonic() - began < 60  # well inside the group's own timeout (90 s here)
+    assert (tmp_path / "error1.txt").read_text() == (
+        f"writing {tmp_path / 'checkpoint-4'} failed on rank 1 (RuntimeError: CUDA out of memory. Tried to allocate "
+        "2.00 GiB), which is not a full disk; checkpoint-2 is intact and the same command resumes from it once the "
+        "cause is fixed (its traceback is in run.log)")
+    assert not (tmp_path / "error0.txt").exists()  # rank 0 was in the barrier when the launch ended
+    assert (tmp_path / "checkpoint-4" / "rank0_part").is_file()
+    rotate_checkpoints(tmp_path, 1)  # the next save's rotation: the incomplete folder goes, the complete stays
+    assert sorted(p.name for p in tmp_path.glob("checkpoint-*")) == ["checkpoint-2"]
 
 
 def test_the_newest_complete_checkpoint_and_its_state(tmp_path):
@@ -620,7 +681,7 @@ def test_a_checkpoint_is_written_with_the_rotation_held_back_and_a_failed_one_is
     monkeypatch.setattr("shutil.disk_usage", lambda path: Usage(10**12, 0, GiB))
     trainer = SimpleNamespace(args=SimpleNamespace(output_dir=str(tmp_path), save_total_limit=2),
                               state=SimpleNamespace(global_step=6),
-                              accelerator=SimpleNamespace(is_main_process=True, num_processes=1))
+                              accelerator=SimpleNamespace(is_main_process=True, num_processes=1, process_index=0))
     limits = []
     write_checkpoint(trainer, lambda: limits.append(trainer.args.save_total_limit))
     assert limits == [None] and trainer.args.save_total_limit == 2
