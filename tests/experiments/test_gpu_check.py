@@ -357,8 +357,14 @@ def test_the_disk_need_of_the_paper_node_is_its_checkpoints_and_models_by_hand()
     assert (plan.checkpoint, plan.checkpoints, plan.model, plan.models, plan.built) == (12 * n, 2, 2 * n, 2, 2 * n)
     # the figures: about 2 x 85 + 2 x 14 GiB, and a model more
     assert round(plan.checkpoint / 2**30) == 85 and round(plan.model / 2**30) == 14
-    # each of the 4 ranks loads the built model in sanity and in train
-    assert plan.loaded == 2 * 4 * 2 * n
+    # in one run each of the 4 ranks loads the built model twice, its policy and its reference (TRL reads the reference
+    # from the model's path), and its vLLM engine loads it a third time
+    assert plan.loaded == 4 * 2 * (2 * n)
+    with_vllm = disk.disk_plan("qwen2.5-7b", model.published_backbone("qwen2.5-7b", []), False, [], 4, vllm=True)
+    assert with_vllm.loaded == 4 * 3 * (2 * n) and with_vllm.total == plan.total
+    # a model an earlier preflight built is on the disk already: it is not asked for again, nor moved
+    reused = disk.disk_plan("qwen2.5-7b", model.published_backbone("qwen2.5-7b", []), False, [], 4, reused=True)
+    assert reused.total == plan.total - 2 * n and reused.describe().endswith("the built model reused)")
     # the timeout grows with the bytes the run moves: 10 min and 5 min per GiB/s... by hand
     moved = (plan.total + plan.loaded) / 2**30
     assert plan.step_timeout() == pytest.approx(600 + moved / 0.2)
@@ -382,6 +388,22 @@ def test_a_disk_too_small_is_refused_before_anything_is_built(tmp_path, monkeypa
     assert err.startswith("error: the runs write up to 1.1 GiB (2 checkpoint(s) of 0.4 GiB at once, 2 model(s) of ")
     assert err.endswith("; 1.0 GiB free there: free space, or choose a larger disk with --out, before the preflight "
                         "starts") and "\n" not in err
+    # the same preflight again, its model of this shape already built there by an earlier one, on a disk with room
+    # for all but half that model: its bytes are not asked for again, and the run fits
+    bb = model.published_backbone("qwen2.5-7b", [])
+    whole = disk.disk_plan("qwen2.5-7b", bb, True, [], 4)
+    monkeypatch.setattr(disk.shutil, "disk_usage", lambda path: usage(10 * 2**30, 0, whole.total - whole.built // 2))
+    model.model_folder(bb["arch"], int(bb["context_length"]), True, bb["dtype"], str(out / "models"))[0].mkdir(parents=True)
+
+    class Built(Exception):
+        pass
+
+    monkeypatch.setattr(node, "build_in_a_child", lambda *a: (_ for _ in ()).throw(Built()))
+    with pytest.raises(Built):
+        gpu_check.main(["--backbone", "qwen2.5-7b", "--processes", "4", "--out", str(out)])
+    said = capsys.readouterr().out
+    assert f"gpu_check: disk: the runs write up to {(whole.total - whole.built) / 2**30:.1f} GiB (" in said
+    assert f"the built model reused) under {out}; " in said
 
 
 def test_a_node_of_four_processes_plays_a_round_that_splits_over_them():
@@ -591,9 +613,11 @@ def test_without_step_timeout_each_run_may_take_what_its_models_disk_traffic_and
         with pytest.raises(Started):
             node.preflight("qwen2.5-7b", tmp_path / engine, launch=node.Launch(1, "ddp", engine))
     bb = node.published_backbone("qwen2.5-7b", [])
-    plan = node.disk_plan("qwen2.5-7b", bb, True, [], 1)
-    moved = (plan.total + plan.loaded) / 2**30 / 0.2
-    assert timeouts == [pytest.approx(1800 + moved), pytest.approx(3600 + moved)]
+    # the vLLM engine loads the model once more on each rank
+    moved = [(plan.total + plan.loaded) / 2**30 / 0.2
+             for plan in (node.disk_plan("qwen2.5-7b", bb, True, [], 1, vllm=vllm) for vllm in (False, True))]
+    assert moved[1] > moved[0]
+    assert timeouts == [pytest.approx(1800 + moved[0]), pytest.approx(3600 + moved[1])]
     said = [line for line in capsys.readouterr().out.splitlines() if "each run may take" in line]
     assert [line.rsplit("each run may take ", 1)[1] for line in said] == [
-        f"{(1800 + moved) / 60:.0f} min (--step-timeout)", f"{(3600 + moved) / 60:.0f} min (--step-timeout)"]
+        f"{(1800 + moved[0]) / 60:.0f} min (--step-timeout)", f"{(3600 + moved[1]) / 60:.0f} min (--step-timeout)"]

@@ -31,12 +31,15 @@ class DiskPlan:
     model: int
     models: int
     built: int
-    # what the sanity and train runs load from the built model, every rank its own copy
+    # what one run (sanity, train) loads from the built model: every rank its policy and its reference (TRL loads
+    # the reference from the model's path), and under vLLM every rank's engine once more
     loaded: int
+    # the built model is already there (an earlier preflight's, reused): its bytes are on the disk, not to come
+    reused: bool = False
 
     @property
     def total(self) -> int:
-        return self.checkpoint * self.checkpoints + self.model * self.models + self.built
+        return self.checkpoint * self.checkpoints + self.model * self.models + (0 if self.reused else self.built)
 
     def step_timeout(self, engine_starts: int = 0, cuda: bool = True) -> float:
         """Seconds one run may take: BASE_STEP_S (BASE_STEP_CPU_S without CUDA), as much again for each vLLM
@@ -45,14 +48,17 @@ class DiskPlan:
         return base * (1 + engine_starts) + (self.total + self.loaded) / GiB / DISK_GIB_PER_S
 
     def describe(self) -> str:
+        built = "the built model reused" if self.reused else f"the built model {self.built / GiB:.1f} GiB"
         return (f"{self.total / GiB:.1f} GiB ({self.checkpoints} checkpoint(s) of {self.checkpoint / GiB:.1f} GiB at "
-                f"once, {self.models} model(s) of {self.model / GiB:.1f} GiB, the built model {self.built / GiB:.1f} GiB)")
+                f"once, {self.models} model(s) of {self.model / GiB:.1f} GiB, {built})")
 
 
-def disk_plan(name: str, bb: dict[str, Any], tiny: bool, overrides: list[str], processes: int) -> DiskPlan:
+def disk_plan(name: str, bb: dict[str, Any], tiny: bool, overrides: list[str], processes: int,
+              vllm: bool = False, reused: bool = False) -> DiskPlan:
     """The train step's checkpoints and models (seal.rl.checkpoint.run_disk_need, as the run itself refuses a disk
     too small, but for the whole node: every rank's share of a sharded checkpoint lands on this disk), and the
-    built model, from the (tiny or published) architecture alone."""
+    built model, from the (tiny or published) architecture alone. `vllm`: the runs' rollouts are vLLM's (each rank's
+    engine loads the model too); `reused`: the built model is there already."""
     from seal.budget import Budget
     from seal.policy.memory import _BYTES, param_count
     from seal.rl.checkpoint import run_disk_need
@@ -63,7 +69,7 @@ def disk_plan(name: str, bb: dict[str, Any], tiny: bool, overrides: list[str], p
     need = run_disk_need(arch, cfg, budget, budget.train_entries, dtype=bb["dtype"])
     model = param_count(arch) * _BYTES[bb["dtype"]]
     return DiskPlan(checkpoint=need.checkpoint, checkpoints=need.at_once, model=need.model, models=need.models,
-                    built=model, loaded=2 * processes * model)
+                    built=model, loaded=processes * model * (3 if vllm else 2), reused=reused)
 
 
 def check_disk(plan: DiskPlan, out: Path) -> str:

@@ -67,22 +67,32 @@ def model_config(arch: dict[str, Any], tokenizer: Any, context_length: int, tiny
     )
 
 
-def build_model(arch: dict[str, Any], context_length: int, tiny: bool, dtype: str, models_dir: str) -> dict[str, Any]:
-    """Build (or find, when an earlier preflight built it) the randomly initialised model and its tokenizer
-    in a folder of `models_dir` keyed by the config; on CUDA when there is one. Returns its record."""
-    import torch
-    import transformers.utils.logging as hf_logging
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+def model_folder(arch: dict[str, Any], context_length: int, tiny: bool, dtype: str, models_dir: str) -> tuple[Path, Any, Any]:
+    """The folder of `models_dir` that holds (or will hold) the randomly initialised model, keyed by its config,
+    with the embedded tokenizer and the config."""
+    from transformers import AutoTokenizer
 
     from seal.io import short_hash
-    from seal.policy.backbones import _torch_dtype, _write_atomically, embedded_model_dir
+    from seal.policy.backbones import embedded_model_dir
 
-    hf_logging.disable_progress_bar()
     tokenizer = AutoTokenizer.from_pretrained(embedded_model_dir())
     config = model_config(arch, tokenizer, context_length, tiny)
     key = short_hash(json.dumps([config.to_dict(), dtype, SEED, embedded_model_dir().name], sort_keys=True,
                                 default=str))
-    target = Path(models_dir) / f"{'tiny' if tiny else 'published'}-{key}"
+    return Path(models_dir) / f"{'tiny' if tiny else 'published'}-{key}", tokenizer, config
+
+
+def build_model(arch: dict[str, Any], context_length: int, tiny: bool, dtype: str, models_dir: str) -> dict[str, Any]:
+    """Build (or find, when an earlier preflight built it) the randomly initialised model and its tokenizer
+    in a folder of `models_dir` keyed by the config (model_folder); on CUDA when there is one. Returns its record."""
+    import torch
+    import transformers.utils.logging as hf_logging
+    from transformers import AutoModelForCausalLM
+
+    from seal.policy.backbones import _torch_dtype, _write_atomically
+
+    hf_logging.disable_progress_bar()
+    target, tokenizer, config = model_folder(arch, context_length, tiny, dtype, models_dir)
     started = time.perf_counter()
 
     def build(tmp: Path) -> None:

@@ -7,11 +7,13 @@ import json
 import os
 import shutil
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from experiments.measure.preflight.disk import check_disk, disk_plan
-from experiments.measure.preflight.model import build_in_a_child, embedding_note, published_backbone, throughput_step
+from experiments.measure.preflight.model import (build_in_a_child, embedding_note, model_folder, published_backbone,
+                                                throughput_step)
 from experiments.measure.preflight.runs import (Launch, check_checkpoint, check_logprobs, check_sanity, check_train,
                                                 logged_kl, run_step, size_gib, visible_gpus)
 from experiments.measure.preflight.steps import (COMMON, MARKER, OWN_KEYS, SAVE_LOGPROBS, GiB, Step,
@@ -45,9 +47,12 @@ def preflight(backbone: str, out: Path, *, tiny: bool | None = None, overrides: 
     cuda = torch.cuda.is_available()
     tiny = (not cuda) if tiny is None else tiny
     bb = published_backbone(backbone, overrides)
-    disk = disk_plan(backbone, bb, tiny, overrides, launch.processes)
+    disk = disk_plan(backbone, bb, tiny, overrides, launch.processes, vllm=launch.engine == "vllm")
     out = out.resolve()
     prepare_out(out)
+    # an earlier preflight's model of this shape is reused: its bytes are on the disk already
+    built = model_folder(bb["arch"], int(bb["context_length"]), tiny, bb["dtype"], str(out / "models"))[0]
+    disk = replace(disk, reused=built.is_dir())
     # what the runs will write, before anything is built
     disk_line = check_disk(disk, out)
     if step_timeout is None:
