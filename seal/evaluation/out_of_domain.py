@@ -114,6 +114,21 @@ def metrics_of(benchmark: Any, records: list[dict[str, Any]]) -> dict[str, Any]:
     return summary_metrics(summary, benchmark.metric_prefix) | benchmark.task_set()
 
 
+def selected(benchmark: Any, n: int | None, files_dir: Path) -> Iterator[tuple[str, list[Entry], list[Entry]]]:
+    """(category, prerequisite conversations, questions) of each category `benchmark` evaluates, at `n` questions
+    per category (None: all), the entries keeping their files under `files_dir` (memory's snapshots)."""
+    for category in benchmark.categories:
+        prereqs, questions = benchmark.select(benchmark.entries(category, files_dir), n)
+        yield category, prereqs, questions
+
+
+def plays_of(benchmark: Any, n: int | None) -> int:
+    """The episodes one evaluation of `benchmark` plays at `n` questions per category: its questions and the
+    prerequisite conversations they need, counted before anything is played (a training job's plan)."""
+    with tempfile.TemporaryDirectory(prefix="seal-plan-") as folder:
+        return sum(len(prereqs) + len(questions) for _, prereqs, questions in selected(benchmark, n, Path(folder)))
+
+
 def evaluate_benchmark(engine: Any, benchmark: Any, out_dir: Path, n: int | None, step_limit: str = "turn",
                        progress: str | None = None, dist: Any = None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Play and score one out-of-domain benchmark (seal.env.benchmarks) with `engine`; returns (metrics,
@@ -129,8 +144,7 @@ def evaluate_benchmark(engine: Any, benchmark: Any, out_dir: Path, n: int | None
     prerequisites = 0
     start = time.perf_counter()
     with snapshot_folder(out_dir, dist is None or dist.main) as memory_dir:
-        for category in benchmark.categories:
-            prereqs, questions = benchmark.select(benchmark.entries(category, memory_dir), n)
+        for category, prereqs, questions in selected(benchmark, n, memory_dir):
             prerequisites += play_prerequisites(engine, benchmark, prereqs, memory_dir, step_limit, dist)
             shard = questions if dist is None else dist.shard(questions)
             bar = f"{progress} · {benchmark.name} · {category}" if progress else False

@@ -50,7 +50,9 @@ class JobPlan:
     validated: tuple[int, ...] = ()
     validation: Evaluation | None = None
     after: tuple[Evaluation, ...] = ()
-    ood: tuple[str, ...] = ()
+    # the out-of-domain benchmarks, each evaluated before and after training: (name, episodes each time: its
+    # questions and the prerequisite conversations they need; seal.evaluation.out_of_domain.plays_of)
+    ood: tuple[tuple[str, int], ...] = ()
     first_round: int = 0
     # what is written after the last round, in order: "checkpoint" (periodic checkpoints are on: the trainer
     # saves at its last step too) and "model" (the final model)
@@ -59,7 +61,7 @@ class JobPlan:
     @property
     def evaluation_episodes(self) -> int:
         val = len(self.validated) * self.validation.episodes if self.validation else 0
-        return sum(e.episodes for e in (*self.before, *self.after)) + val
+        return sum(e.episodes for e in (*self.before, *self.after)) + val + 2 * sum(n for _, n in self.ood)
 
     def describe(self) -> str:
         """The plan in one paragraph, for the console and run.log."""
@@ -78,7 +80,8 @@ class JobPlan:
                          f"{self.validation.entries} entries ({self.validation.episodes} episodes each)")
         parts += [_evaluations(e, "after training") for e in self.after]
         if self.ood:
-            parts.append(f"out of domain: {', '.join(self.ood)}, before and after training")
+            each = ", ".join(f"{name} ({count_of(n, 'episode')})" for name, n in self.ood)
+            parts.append(f"out of domain before and after training: {each}")
         return (f"plan: {'; '.join(parts)}; {self.evaluation_episodes} evaluation and "
                 f"{self.rounds * self.episodes_per_round} training episodes in all")
 

@@ -263,8 +263,9 @@ def build(run: TrainingRun) -> None:
 
 def announce(run: TrainingRun) -> None:
     """Say what the job will do (the evaluations with their episodes under each protocol, the rounds left,
-    the validations, the out-of-domain benchmarks), and start its clock (seal.report.clock)."""
+    the validations, the out-of-domain benchmarks with their episodes), and start its clock (seal.report.clock)."""
     from seal.budget import validated_after
+    from seal.evaluation.out_of_domain import plays_of
     from seal.report.clock import Evaluation, JobClock, JobPlan, saves_after
 
     entries, selection, protocols, out_dir = run.entries, run.selection, tuple(run.eval_protocols), run.out_dir
@@ -286,7 +287,7 @@ def announce(run: TrainingRun) -> None:
                    episodes_per_round=run.budget.episodes, prompts=run.budget.prompts_per_round,
                    rollouts=run.budget.rollouts_per_prompt, steps_per_round=run.budget.steps_per_round,
                    validated=validated, validation=Evaluation("validation", len(selection.val_entries), protocols),
-                   after=tuple(after), ood=tuple(b.name for b in run.ood_benchmarks), first_round=first,
+                   after=tuple(after), ood=tuple((b.name, plays_of(b, run.budget.ood_entries_per_category)) for b in run.ood_benchmarks), first_round=first,
                    saves_after=saves_after(max(planned - first, 0), bool(run.cfg.trainer.save_every)))
     run.clock = clock = JobClock(plan, clock=time.perf_counter, started=run.started)
     # a resumed run starts from the earlier attempt's rates: its rounds' times and its evaluation's

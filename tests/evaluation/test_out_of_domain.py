@@ -224,6 +224,22 @@ def test_memory_questions_and_prerequisites_are_bfcl_evals():
     assert all(e.id.endswith("-0") for e in waves[0])
 
 
+def test_a_training_jobs_plan_counts_each_benchmarks_episodes_as_the_evaluation_will_play_them():
+    from seal.evaluation.out_of_domain import plays_of
+
+    # single turn: one episode per question, every line of bfcl-eval's data files, or the first n of each category
+    single = BFCLSingleTurn(categories=["simple_python", "multiple"])
+    lines = len(data_file("BFCL_v4_simple_python.json")) + len(data_file("BFCL_v4_multiple.json"))
+    assert plays_of(single, None) == lines == 400 + 200
+    assert plays_of(single, 3) == 6
+    # memory: the first question of each backend (memory_0-customer-0) and its scenario's prerequisite conversations
+    # (memory_customer.json: 10); every question with every scenario's conversations
+    assert data_file("BFCL_v4_memory.json")[0]["scenario"] == "customer"
+    assert plays_of(BFCLV4Memory(memory_backends=["kv"]), 1) == 1 + PREREQS["customer"]
+    assert plays_of(BFCLV4Memory(memory_backends=["kv", "rec_sum"]), 1) == 2 * (1 + PREREQS["customer"])
+    assert plays_of(BFCLV4Memory(memory_backends=["kv"]), None) == MEMORY_QUESTIONS + sum(PREREQS.values())
+
+
 @pytest.mark.parametrize("backend, questions", [
     ("kv", MEMORY_QUESTIONS), ("rec_sum", MEMORY_QUESTIONS),
     # the vector memory embeds every entry on the CPU: five questions (the customer scenario) by default,

@@ -18,11 +18,12 @@ def test_the_plan_names_each_evaluation_its_episodes_and_the_rounds():
         "training episodes in all")
     # a resumed run: what is left, numbered as the per-round lines number rounds; validation and out of domain
     resumed = plan(before=(), rounds=2, first_round=1, validated=(2,), validation=Evaluation("validation", 3, ("bfcl",)),
-                   ood=("bfcl_v4_memory",))
+                   ood=(("bfcl_v4_memory", 5),))
     assert resumed.describe() == (
         "plan: train rounds 1-2 (2 of 3), each 2 episodes (1 prompt x 2 rollouts) and 1 optimizer step; validate after "
         "round 2 on 3 entries (3 episodes each); evaluate (test part) after training on 4 entries under 2 protocols "
-        "(bfcl, release): 8 episodes; out of domain: bfcl_v4_memory, before and after training; 11 evaluation and 4 "
+        "(bfcl, release): 8 episodes; out of domain before and after training: bfcl_v4_memory (5 episodes); 21 evaluation "
+        "and 4 "
         "training episodes in all")
 
 
@@ -50,7 +51,7 @@ def test_the_time_left_comes_from_the_rates_measured_so_far():
 def test_work_not_timed_yet_is_named_with_its_count():
     # rounds timed (a resumed run's earlier attempt), no evaluation episode: 2 rounds of 30 s; the 8 evaluation
     # episodes after training and the two out-of-domain evaluations named, one of each
-    clock = JobClock(plan(before=(), rounds=2, first_round=2, planned_rounds=4, ood=("bfcl_v4_memory",)),
+    clock = JobClock(plan(before=(), rounds=2, first_round=2, planned_rounds=4, ood=(("bfcl_v4_memory", 5),)),
                      clock=lambda: 0.0, started=0.0)
     clock.earlier(round_seconds=[30.0, 30.0])
     assert clock.left() == (60.0, ["8 evaluation episodes", "2 out-of-domain evaluations"])
@@ -65,7 +66,7 @@ def test_work_not_timed_yet_is_named_with_its_count():
 
 
 def test_an_out_of_domain_benchmark_not_timed_yet_is_named():
-    clock = JobClock(plan(ood=("bfcl_v4_memory",), rounds=0, after=()), clock=lambda: 0.0, started=0.0)
+    clock = JobClock(plan(ood=(("bfcl_v4_memory", 5),), rounds=0, after=()), clock=lambda: 0.0, started=0.0)
     clock.evaluated(8, 8.0)
     assert clock.left() == (0.0, ["2 out-of-domain evaluations"])  # two to come, untimed
     clock.ood_done(30.0)
@@ -161,12 +162,13 @@ def test_a_fresh_job_estimates_up_front_from_the_run_beside_it_until_it_times_it
 def test_one_round_several_validations_and_several_benchmarks_are_each_said_as_such():
     one_round = plan(before=(), after=(), rounds=1, first_round=2, validated=(0, 2),
                      validation=Evaluation("validation", 3, ("bfcl", "release")),
-                     ood=("bfcl_v4_memory", "bfcl_v4_web_search"))
-    # validation: 2 validations x 3 entries x 2 protocols = 12 evaluation episodes; 1 round of 2 training episodes
+                     ood=(("bfcl_v4_memory", 5), ("bfcl_v4_web_search", 1)))
+    # validation: 2 validations x 3 entries x 2 protocols = 12 evaluation episodes, out of domain 2 x (5 + 1) = 12;
+    # 1 round of 2 training episodes
     assert one_round.describe() == (
         "plan: train round 2 (1 of 3), each 2 episodes (1 prompt x 2 rollouts) and 1 optimizer step; validate after "
-        "rounds 0, 2 on 3 entries (6 episodes each); out of domain: bfcl_v4_memory, bfcl_v4_web_search, before and "
-        "after training; 12 evaluation and 2 training episodes in all")
+        "rounds 0, 2 on 3 entries (6 episodes each); out of domain before and after training: bfcl_v4_memory (5 "
+        "episodes), bfcl_v4_web_search (1 episode); 24 evaluation and 2 training episodes in all")
     # a validation set but no round validated (train() always passes the validation's size): nothing said of it
     none_validated = plan(validation=Evaluation("validation", 3, ("bfcl",)))
     assert "validat" not in none_validated.describe()
@@ -234,7 +236,7 @@ def test_an_evaluation_that_took_no_measurable_time_or_played_nothing_times_noth
 def test_the_estimate_lasts_while_any_one_kind_of_work_is_left():
     both = ("bfcl", "release")
     # only the out-of-domain evaluations left: the first took 30 s, so the second should too; then nothing
-    ood_only = JobClock(plan(before=(), after=(), rounds=0, ood=("bfcl_v4_memory",)), clock=lambda: 0.0, started=0.0)
+    ood_only = JobClock(plan(before=(), after=(), rounds=0, ood=(("bfcl_v4_memory", 5),)), clock=lambda: 0.0, started=0.0)
     ood_only.earlier(eval_episodes=8, eval_seconds=8.0)
     ood_only.ood_done(30.0)
     assert ood_only.estimate() == "0 s so far, about 30 s left"

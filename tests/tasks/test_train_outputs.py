@@ -73,14 +73,15 @@ def test_an_ablation_run_is_filed_under_its_arm_and_leaves_readable_outputs(tmp_
     assert seen["config"]["arm_choices"] == choices
 
     # what the job will do, said up front (conf/budget/tiny.yaml: one held-out entry per category, 2 rounds of
-    # 1 prompt x 2 rollouts and 1 optimizer step; both evaluation protocols)
+    # 1 prompt x 2 rollouts and 1 optimizer step; both evaluation protocols; out of domain smoke's one question of
+    # the one category, before and after: 8 + 8 + 2 evaluation episodes)
     said = [r.getMessage() for r in caplog.records if r.name == "seal.tasks.train"]
     assert said[0] == ("plan: evaluate (test part) before training on 4 entries under 2 protocols (bfcl, release): 8 "
                        "episodes; train rounds 0-1 (2 of 2), each 2 episodes (1 prompt x 2 rollouts) and 1 optimizer "
                        "step; evaluate (test part) after training on 4 entries under 2 protocols (bfcl, release): 8 "
-                       "episodes; out of domain: bfcl_single_turn, before and after training; 16 evaluation and 4 "
-                       "training episodes in all; the time it takes: estimated once the first evaluation or round is "
-                       "timed, then on every round line")
+                       "episodes; out of domain before and after training: bfcl_single_turn (1 episode); 18 evaluation "
+                       "and 4 training episodes in all; the time it takes: estimated once the first evaluation or round "
+                       "is timed, then on every round line")
     out = capsys.readouterr()
     # every round line ends with the job's clock
     rounds = [line for line in out.out.splitlines() if line.startswith(("[1/2] round 0 |", "[2/2] round 1 |"))]
