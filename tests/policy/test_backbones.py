@@ -150,11 +150,24 @@ def test_embedded_smollm2_loads_from_the_cache(monkeypatch):
 
 
 @pytest.mark.slow
-def test_gguf_conversion_is_cached_and_atomic(monkeypatch, tmp_path):
+def test_gguf_conversion_is_cached_and_atomic(monkeypatch, tmp_path, capfd, caplog):
+    from transformers.utils import logging as hf_logging
+
+    import transformers.modeling_gguf_pytorch_utils as gguf_loading
+
     monkeypatch.setenv("SEAL_CACHE", str(tmp_path))
+    reader_bar = gguf_loading.tqdm
     backbone = instantiate(backbone_cfg("smollm2-135m"))
-    path = Path(backbone.model_path())
+    with caplog.at_level("INFO", logger="seal.policy.backbones"):
+        path = Path(backbone.model_path())
     assert path.parent == tmp_path / "models" and (path / "model.safetensors").exists()
+    # the first conversion says so in one line of the project's, and draws no library bar (the GGUF reader's
+    # "Converting and de-quantizing GGUF tensors", the loader's "Loading weights"); both switches are restored
+    assert [r.getMessage() for r in caplog.records] == [
+        f"converting SmolLM2-135M-Instruct.Q4_1.gguf from GGUF into {path}, once on this machine"]
+    drawn = capfd.readouterr()
+    assert "GGUF tensors" not in drawn.err + drawn.out and "Loading weights" not in drawn.err + drawn.out
+    assert gguf_loading.tqdm is reader_bar and hf_logging.is_progress_bar_enabled()
     assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temporary directory left behind
     _no_gguf_reading(monkeypatch)
     again = instantiate(backbone_cfg("smollm2-135m"))

@@ -69,3 +69,23 @@ def test_quiet_console_filters_the_console_and_run_log_as_run_py_sets_them_up(tm
     hf_logging.enable_default_handler()
     hf_logging.disable_propagation()
     hf_logging.enable_progress_bar()
+
+
+def test_transformers_own_line_for_offline_wandb_is_kept_off_the_console():
+    """transformers prints "[INFO] Running in WANDB offline mode" (a bare print) when its W&B integration is first
+    imported under WANDB_MODE=offline, which a training run does through the trainer: quiet_console imports it first
+    with that line dropped. A fresh interpreter, since this one may have imported the integration already."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("from seal.tasks import quiet_console; quiet_console(); import transformers.trainer; "
+            "import transformers.integrations.integration_utils; print('the project goes on')")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "WANDB_MODE": "offline"})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "the project goes on\n"
+    # the line is transformers', as the test reads it: the same import without quiet_console prints it
+    bare = subprocess.run([sys.executable, "-c", "import transformers.integrations.integration_utils"],
+                          capture_output=True, text=True, timeout=300, env={**os.environ, "WANDB_MODE": "offline"})
+    assert bare.stdout == "[INFO] Running in WANDB offline mode\n"
