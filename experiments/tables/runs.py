@@ -95,10 +95,29 @@ def arm(config: dict) -> str:
     return config["experiment_name"]
 
 
+# what a run's overrides may set without changing its numbers beyond what its row shows: the row's backbone, arm
+# (its groups and the values changed inside them: seal.tasks.arm), seed and budget's name, and what only names, logs
+# or places the run (a launch spreads the same work over processes); keys inside these groups (`logger.mode=...`)
+_SHOWN_CHOICES = ("seed", "backbone", "budget", "experiment", "experiment_name", "task")
+_NEUTRAL_GROUPS = ("logger", "hydra", "launch")
+
+
 def budget_label(config: dict) -> str:
-    """The run's budget: its name, with the budget.* overrides it was started with."""
+    """The run's budget and settings: the budget's name, with every override it was started with that changes its
+    numbers and that its row does not show (budget.* sizes, trainer.* hyperparameters, backbone.* keys, a split):
+    runs of one backbone and arm under other settings are named apart, as under other budgets."""
+    from seal.tasks.arm import ARM_GROUPS
+
     name = (config.get("budget") or {}).get("name", "unknown")
-    changed = [o for o in config.get("overrides") or [] if o.lstrip("+~").startswith("budget.")]
+
+    def changes_numbers(override: str) -> bool:
+        key = override.lstrip("+~").split("=", 1)[0]
+        group = key.replace("/", ".").split(".", 1)[0]
+        if group in (*_NEUTRAL_GROUPS, *ARM_GROUPS):
+            return False
+        return key != group or group not in _SHOWN_CHOICES
+
+    changed = [o for o in config.get("overrides") or [] if changes_numbers(o)]
     return name + (f" with {' '.join(changed)}" if changed else "")
 
 

@@ -523,6 +523,27 @@ def test_every_row_names_its_runs_budget_and_other_budgets_are_said_not_comparab
     assert "- s1: qwen2.5-7b seal seed 1, budget smoke with budget.rounds=2, split seal_release, headline model: final model, test entries: 4" in out
 
 
+def test_runs_of_one_arm_under_other_settings_are_named_apart_as_other_budgets_are(tmp_path):
+    """A learning rate, a tool format or a split changes a run's numbers without changing its arm: the row says so
+    beside the budget, and the budgets line calls it not comparable; what names, logs or places a run, or what the
+    row shows already (backbone, arm, seed, budget's name), is not named."""
+    from experiments.tables.runs import budget_label
+
+    neutral = ["seed=3", "logger.mode=disabled", "reweighting=off", "reweighting.w_max=3", "backbone=qwen2.5-3b",
+               "hydra.run.dir=x", "hydra/launcher=submitit_slurm", "launch.processes=2", "experiment=seal",
+               "budget=paper", "experiment_name=x", "env_interface.hints=false"]
+    changing = ["trainer.learning_rate=0.5", "backbone.tool_format=bfcl_python", "split=scenario_disjoint",
+                "+trainer.foo=1", "budget.rounds=2"]
+    assert budget_label({"budget": {"name": "paper"}, "overrides": neutral}) == "paper"
+    assert budget_label({"budget": {"name": "paper"}, "overrides": neutral + changing}) == "paper with " + " ".join(changing)
+    _run(tmp_path, "p0", "qwen2.5-7b", "seal", 0, eval_before=_metrics(0.1), eval_after=_metrics(0.4))
+    _run(tmp_path, "p1", "qwen2.5-7b", "seal", 1, overrides=("trainer.learning_rate=0.5",),
+         eval_before=_metrics(0.1), eval_after=_metrics(0.2))
+    out = _aggregate(tmp_path)
+    assert "| qwen2.5-7b | seal | final model | 2 of 2 | paper (1), paper with trainer.learning_rate=0.5 (1) |" in out
+    assert "rows under paper with trainer.learning_rate=0.5 are not comparable to them" in out
+
+
 def test_the_papers_bfcl_numbers_stand_only_beside_rows_evaluated_on_the_authors_test_entries(tmp_path):
     from omegaconf import OmegaConf
 
