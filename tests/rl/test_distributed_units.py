@@ -62,6 +62,33 @@ def test_two_ranks_gather_in_rank_order(monkeypatch):
     assert fake.calls == [["b0", "b1"]]  # handed over as a list
 
 
+def test_ranks_report_through_the_store_in_rank_order_and_a_rank_not_heard_from_in_time_is_said(monkeypatch):
+    """Dist.report exchanges through the process group's store (here torch's in-memory HashStore standing in for
+    the launch's TCP store): each rank's item under <key>/<rank>, every rank's back in rank order once all are
+    there; None when one is missing after the wait; the store's own timeout when no wait is given."""
+    import time
+
+    import torch.distributed as dist
+    import torch.distributed.distributed_c10d as c10d
+
+    store = dist.HashStore()
+    store.set_timeout(timedelta(seconds=0.2))  # the store's own (the process group's) timeout
+    monkeypatch.setattr(c10d, "_get_default_store", lambda: store)
+    zero, one = Dist(rank=0, world=2), Dist(rank=1, world=2)
+    began = time.monotonic()
+    assert zero.report("save/4", ["oom", False, None], seconds=0.5) is None  # rank 1 has not reported
+    assert 0.4 < time.monotonic() - began < 5
+    assert json.loads(store.get("save/4/0")) == ["oom", False, None]
+    assert one.report("save/4", None) == [["oom", False, None], None]  # no wait of its own: rank 0 is there
+    assert zero.report("save/4", ["oom", False, None], seconds=0.5) == [["oom", False, None], None]
+    began = time.monotonic()
+    assert one.report("save/6", {"a": 1}) is None  # the store's timeout, 0.2 s
+    assert time.monotonic() - began < 5
+    # one process: its own item, no store
+    monkeypatch.setattr(c10d, "_get_default_store", lambda: pytest.fail("a single process used the store"))
+    assert Dist().report("save/4", [1]) == [[1]]
+
+
 def test_the_ranks_agree_when_their_digests_match_and_stop_when_they_do_not(monkeypatch):
     state = {"rho": {"b": 0.5, "a": 1}, "omega": ["x"]}
     # the digest of the state's JSON with sorted keys, by hand
