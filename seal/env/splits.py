@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from importlib.resources import files
 from itertools import combinations
 
-from seal.env.benchmarks.bfcl_v3 import CATEGORIES, DUPLICATE_SCENARIO_GROUPS, DUPLICATE_SCENARIOS, scenario_of
+from seal.env.benchmarks.bfcl_v3 import (CATEGORIES, DUPLICATE_SCENARIO_GROUPS, DUPLICATE_SCENARIOS, NUM_SCENARIOS,
+                                         id_of, scenario_of)
 
-NUM_SCENARIOS = 200
 PARTS = ("train", "val", "test")
 
 
@@ -93,7 +93,7 @@ def leakage_note(pairs: dict[str, dict], scenarios: dict[str, set[int]]) -> str:
 
 
 def _ids(scenarios: list[int]) -> list[str]:
-    return [f"multi_turn_{c}_{s}" for c in CATEGORIES for s in sorted(scenarios)]
+    return [id_of(c, s) for c in CATEGORIES for s in sorted(scenarios)]
 
 
 def _units() -> list[list[int]]:

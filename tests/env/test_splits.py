@@ -58,3 +58,14 @@ def test_validation_is_carved_from_train_never_from_test():
     split = seal_release(val_scenarios=10, seed=3)
     assert set(split.val) <= set(seal_release().train) and not set(split.val) & set(split.test)
     assert len(split.train) + len(split.val) == 400
+
+
+def test_the_ids_a_split_is_built_from_are_bfcl_evals_entries():
+    """BFCL V3's ids live with its benchmark (seal.env.benchmarks.bfcl_v3): id_of inverts category_of and
+    scenario_of, and the 4 x 200 ids it gives are every multi-turn entry bfcl-eval ships."""
+    from seal.env.benchmarks.bfcl_v3 import NUM_SCENARIOS, category_of, id_of, load_benchmark
+
+    assert id_of("miss_param", 7) == "multi_turn_miss_param_7"
+    assert (category_of(id_of("long_context", 199)), scenario_of(id_of("long_context", 199))) == ("long_context", 199)
+    assert NUM_SCENARIOS == 200
+    assert {id_of(c, s) for c in CATEGORIES for s in range(NUM_SCENARIOS)} == set(load_benchmark())

@@ -162,7 +162,7 @@ def test_a_resumed_sampler_draws_the_epochs_order_not_epoch_0s():
 
 
 # fp32 in the default suite; bf16 (about 2.5 min on two cores without bf16 instructions) in `make test-slow`,
-# and test_a_final_model_in_bf16_is_the_masters_rounded_once converts fp32 masters to bf16 in the default suite
+# and test_the_final_model_is_the_masters_in_the_backbones_dtype converts fp32 masters to bf16 in the default suite
 @pytest.fixture(scope="module", params=slow_except(["float32", "bfloat16"], {"float32"}))
 def failed_save(tmp_path_factory, request):
     """A tiny-random run whose second checkpoint hits a full disk, then the same command again."""

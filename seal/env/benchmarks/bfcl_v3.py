@@ -19,6 +19,8 @@ from seal.env.entry import Entry, prepare_bfcl_import
 from seal.env.verifier import Verdict, verify
 
 CATEGORIES = ("base", "miss_func", "miss_param", "long_context")
+# scenarios per category: entry multi_turn_<category>_<n> is scenario n of its category, n in 0..199
+NUM_SCENARIOS = 200
 
 # Scenarios that are the same task under different ids, and what their entries share: a leak-free split
 # keeps each group on one side.
@@ -37,6 +39,11 @@ def category_of(entry_id: str) -> str:
             f"{entry_id!r} is not a BFCL V3 multi-turn id; categories are {', '.join(CATEGORIES)}"
         )
     return category
+
+
+def id_of(category: str, scenario: int) -> str:
+    """The id of `scenario`'s entry in `category` (the inverse of category_of and scenario_of)."""
+    return f"multi_turn_{category}_{scenario}"
 
 
 def scenario_of(entry_id: str) -> int:
