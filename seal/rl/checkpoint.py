@@ -9,6 +9,7 @@ previous one intact, and a run whose checkpoints cannot fit its disk is refused 
 from __future__ import annotations
 
 import errno
+import itertools
 import json
 import logging
 import os
@@ -196,6 +197,9 @@ def _summary(error: BaseException) -> str:
 # state dict, a file of its own) leaves the others blocked in that collective, and its exit ends the launch
 # (torchrun stops every rank when one fails) instead of the collective's timeout, hours later
 AGREE_SECONDS = 300.0
+# this process's saves so far: each exchange of the launch's store gets keys of its own (every rank calls
+# write_checkpoint as often, in the same order), so that a second save at one step never reads the first's
+_saves = itertools.count()
 
 
 def write_checkpoint(trainer: Any, save: Callable[[], None]) -> None:
@@ -207,9 +211,9 @@ def write_checkpoint(trainer: Any, save: Callable[[], None]) -> None:
     every rank: the ranks first agree on who failed and why (through the process group's store, not a collective,
     which a rank blocked in one of the save's own collectives could not reach), then the main rank alone removes
     the partial folder (its space is freed; the others may have been writing their part of it until then), and the
-    previous complete checkpoint stays as it was. A failed rank that hears from the others within AGREE_SECONDS
-    stops alone, naming itself; its partial folder stays (never resumed from, removed with the next checkpoint's
-    rotation)."""
+    previous complete checkpoint stays as it was. A failed rank that does not hear from every other rank within
+    AGREE_SECONDS stops alone, naming itself; its partial folder stays (never resumed from, removed with the next
+    checkpoint's rotation)."""
     args = trainer.args
     folder = Path(args.output_dir) / f"checkpoint-{trainer.state.global_step}"
     limit, args.save_total_limit = args.save_total_limit, None
@@ -242,7 +246,7 @@ def _agree_on_failures(dist: Dist, step: int, error: BaseException | None) -> tu
     if error is not None:
         named = sorted(getattr(error, "failures", None) or {}) or None
         mine = [_summary(error), disk_full(error), named]
-    gathered = dist.report(f"seal/save/{step}", mine, None if error is None else AGREE_SECONDS)
+    gathered = dist.report(f"seal/save/{step}/{next(_saves)}", mine, None if error is None else AGREE_SECONDS)
     agreed = gathered is not None
     failures = {}
     for rank, failure in (enumerate(gathered) if agreed else [(dist.rank, mine)]):
