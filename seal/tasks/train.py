@@ -287,7 +287,8 @@ def announce(run: TrainingRun) -> None:
                    episodes_per_round=run.budget.episodes, prompts=run.budget.prompts_per_round,
                    rollouts=run.budget.rollouts_per_prompt, steps_per_round=run.budget.steps_per_round,
                    validated=validated, validation=Evaluation("validation", len(selection.val_entries), protocols),
-                   after=tuple(after), ood=tuple((b.name, plays_of(b, run.budget.ood_entries_per_category)) for b in run.ood_benchmarks), first_round=first,
+                   after=tuple(after), first_round=first,
+                   ood=tuple((b.name, plays_of(b, run.budget.ood_entries_per_category)) for b in run.ood_benchmarks),
                    saves_after=saves_after(max(planned - first, 0), bool(run.cfg.trainer.save_every)))
     run.clock = clock = JobClock(plan, clock=time.perf_counter, started=run.started)
     # a resumed run starts from the earlier attempt's rates: its rounds' times and its evaluation's
