@@ -261,7 +261,9 @@ def failed_save(folder: Path, failures: dict[int, str], *, full: bool, remove: b
     """The one sentence for a checkpoint that could not be written (`failures`: {rank: "Type: first line"}),
     once its partial folder is removed (by the rank that `remove`s it). A full disk is named as one, with the
     room left; anything else (CUDA out of memory, a collective that failed) is named as what it is."""
-    free = shutil.disk_usage(_existing(folder)).free
+    # the free space of the disk it was written to, read from the folder that holds it: the main rank may be
+    # removing the checkpoint folder itself at any moment while another rank writes this sentence
+    free = shutil.disk_usage(_existing(folder.parent)).free
     if remove:
         shutil.rmtree(folder, ignore_errors=True)
     previous = latest_complete_checkpoint(folder.parent)
