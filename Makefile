@@ -48,7 +48,7 @@ test-slow: install ## run the heavier tests marked slow
 test-slurm: install ## sweeps on a local one-node SLURM cluster (root: installs slurm-wlm, starts it, stops it)
 	$(PY) -m pytest -q -m slurm
 
-# which group of modules `make mutate` runs (pyproject's [tool.mutmut.groups]: signal, choice, env, verifier, benchmarks, rollout, tau2, train, trainer,
+# which group of modules `make mutate` runs (pyproject's [tool.mutmut.groups]: signal, choice, env, verifier, benchmarks, bfcl, rollout, tau2, train, trainer,
 # backends, tables, clock; a comma-separated list runs several; empty: every group) and, within it, which
 # mutants: mutmut name globs, e.g. GROUP=env MUTANTS="seal.env.protocol.*"
 GROUP ?=

@@ -69,3 +69,49 @@ def test_the_ids_a_split_is_built_from_are_bfcl_evals_entries():
     assert (category_of(id_of("long_context", 199)), scenario_of(id_of("long_context", 199))) == ("long_context", 199)
     assert NUM_SCENARIOS == 200
     assert {id_of(c, s) for c in CATEGORIES for s in range(NUM_SCENARIOS)} == set(load_benchmark())
+
+
+@pytest.mark.parametrize("bad, message", [
+    ("base_3", "'base_3' is not a BFCL multi-turn id (multi_turn_<category>_<n>)"),
+    # BFCL V3's four multi-turn categories (bfcl-eval's multi_turn_* files), in its order
+    ("multi_turn_composite_3", "'multi_turn_composite_3' is not a BFCL V3 multi-turn id; categories are base, "
+                               "miss_func, miss_param, long_context"),
+    # a known category but no scenario number
+    ("multi_turn_base_x", "'multi_turn_base_x' is not a BFCL V3 multi-turn id; categories are base, miss_func, "
+                          "miss_param, long_context"),
+])
+def test_an_id_that_is_not_bfcl_v3s_is_refused_in_one_sentence(bad, message):
+    from seal.env.benchmarks.bfcl_v3 import category_of
+
+    with pytest.raises(ValueError) as caught:
+        scenario_of(bad)
+    assert str(caught.value) == message
+    with pytest.raises(ValueError):
+        category_of(bad)
+
+
+def test_unknown_entries_are_counted_and_the_first_five_named():
+    from seal.env.benchmarks.bfcl_v3 import get_entries
+
+    unknown = [f"multi_turn_base_{n}" for n in range(200, 206)]  # scenarios run 0..199; one past five
+    with pytest.raises(KeyError) as caught:
+        get_entries(["multi_turn_base_0", *unknown])
+    assert caught.value.args[0] == ("6 id(s) are not BFCL V3 multi-turn entries: multi_turn_base_200, "
+                                    "multi_turn_base_201, multi_turn_base_202, multi_turn_base_203, multi_turn_base_204 ...")
+    with pytest.raises(KeyError) as caught:
+        get_entries(unknown[:5])
+    assert caught.value.args[0].endswith(": " + ", ".join(unknown[:5]))  # all five shown, nothing left out
+    assert [e.id for e in get_entries(["multi_turn_miss_func_9", "multi_turn_base_0"])] == [
+        "multi_turn_miss_func_9", "multi_turn_base_0"]
+
+
+def test_a_summary_of_no_results_has_a_mean_of_zero():
+    """Nothing played (an empty selection) reads as no accuracy, not a division by zero."""
+    from seal.env.benchmarks.bfcl_v3 import category_summary
+
+    assert category_summary([]) == {"total": 0, "passed": 0, "by_category": {}, "accuracy_mean": 0.0}
+    # by hand: base 1/2, long_context 1/1 -> (0.5 + 1.0) / 2; categories in BFCL's order, not the results'
+    summary = category_summary([("multi_turn_long_context_3", True), ("multi_turn_base_1", False),
+                                ("multi_turn_base_2", True)])
+    assert list(summary["by_category"]) == ["base", "long_context"]
+    assert (summary["total"], summary["passed"], summary["accuracy_mean"]) == (3, 2, 0.75)
