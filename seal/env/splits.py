@@ -87,7 +87,7 @@ def leakage_note(pairs: dict[str, dict], scenarios: dict[str, set[int]]) -> str:
         for group in overlap["shared_duplicate_groups"]:
             sides = "; ".join(f"{part} has {', '.join(str(s) for s in group if s in scenarios[part])}" for part in (a, b))
             said.append(f"{a} and {b} split the duplicate scenarios {{{', '.join(map(str, group))}}}, one task under "
-                        f"several numbers ({DUPLICATE_SCENARIOS.get(tuple(group), 'duplicates')}): {sides}")
+                        f"several numbers ({DUPLICATE_SCENARIOS[tuple(group)]}): {sides}")
     return (". ".join(s[0].upper() + s[1:] for s in said) + ". split=scenario_disjoint keeps every scenario and every "
             "duplicate group on one side.")
 
