@@ -57,7 +57,7 @@ def checkpointed_rounds(out_dir: Path) -> tuple[list[dict[str, Any]], Path | Non
     checkpoint = latest_complete_checkpoint(out_dir / "checkpoints")
     if checkpoint is None:
         return [], None
-    return list(read_json(checkpoint / SEAL_STATE).get("history", [])), checkpoint
+    return list(read_json(checkpoint / SEAL_STATE)["history"]), checkpoint
 
 
 def rounds_done(out_dir: Path) -> tuple[int, Path | None]:
