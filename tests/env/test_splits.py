@@ -167,6 +167,8 @@ def test_a_seeded_split_is_the_documented_carve(seed):
 def test_one_validation_scenario_is_one_scenario_of_four_entries():
     split = seal_release(val_scenarios=1, seed=2)
     assert len(split.val) == 4 and len({scenario_of(i) for i in split.val}) == 1
+    # every id of the split, its parts in order (what task=replay plays)
+    assert split.all_ids() == split.train + split.val + split.test and len(split.all_ids()) == 800
     assert sorted(i.rsplit("_", 1)[0] for i in split.val) == sorted(f"multi_turn_{c}" for c in CATEGORIES)
 
 
