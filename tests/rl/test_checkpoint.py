@@ -291,9 +291,10 @@ def test_the_runs_saves_and_models_from_its_budget(tmp_path, monkeypatch):
     monkeypatch.setattr(checkpoint_module, "check_disk_space", lambda need, out, keep, dtype: needs.append(
         (need, out, keep, dtype)))
     backbone = SimpleNamespace(model_config=lambda: QWEN25_3B, lora=None, dtype="bfloat16")
-    # a budget of budget=paper's 66 rounds (the release's 6 epochs of 11 after the validation entries; the paper
-    # gives no count), validated every 10 and after the last (7 times), a checkpoint every 10 and two
-    # kept (not budget=paper's 6 and 1: numbers whose saves are easy to count by hand)
+    # a budget of budget=paper's 66 rounds (the release's 6 epochs, each of 11 rounds of 32 once budget=paper carves
+    # its validation entries from train, 352 entries left; the release, on all 400, has 12; the paper gives no
+    # count), validated every 10 and after the last (7 times), a checkpoint every 10 and two kept (not
+    # budget=paper's 6 and 1: numbers whose saves are easy to count by hand)
     budget = SimpleNamespace(rounds_for=lambda n: {200: 66}[n], val_every=10)
 
     def need_of(**trainer):
