@@ -49,7 +49,7 @@ test-slurm: install ## sweeps on a local one-node SLURM cluster (root: installs 
 	$(PY) -m pytest -q -m slurm
 
 # which group of modules `make mutate` runs (pyproject's [tool.mutmut.groups]: signal, choice, env, verifier, benchmarks, bfcl, rollout, tau2, train, trainer,
-# backends, tables, clock; a comma-separated list runs several; empty: every group) and, within it, which
+# backends, tables, clock, command_line; a comma-separated list runs several; empty: every group) and, within it, which
 # mutants: mutmut name globs, e.g. GROUP=env MUTANTS="seal.env.protocol.*"
 GROUP ?=
 MUTANTS ?=

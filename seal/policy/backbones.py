@@ -96,14 +96,27 @@ def _torch_dtype(name: str):
     return getattr(torch, name)
 
 
-def check_names(dtype: str, tool_format: str, generation: str) -> None:
-    """A backbone's named choices, refused when unknown before any memory plan, file or weight is touched."""
+# the keys of backbone.lora that lora_config reads
+LORA_KEYS = ("r", "alpha", "dropout", "target_modules")
+
+
+def check_names(dtype: str, tool_format: str, generation: str, lora: Any = None) -> None:
+    """A backbone's named choices and its LoRA keys, refused when unknown before any memory plan, file or
+    weight is touched (a misspelt LoRA key would otherwise train at lora_config's default silently)."""
+    from collections.abc import Mapping
+
     from seal.policy.formats import get_format
 
     _torch_dtype(dtype)
     get_format(tool_format)
     if generation not in GENERATIONS:
         raise UserError(f"backbone.generation={generation!r}: choose {' or '.join(GENERATIONS)}")
+    if lora and not isinstance(lora, Mapping):
+        raise UserError(f"backbone.lora={lora!r}: give a mapping, e.g. backbone.lora='{{r: 16, alpha: 32}}' "
+                        "(null: full fine-tuning)")
+    unknown = sorted(set(lora or {}) - set(LORA_KEYS))
+    if unknown:
+        raise UserError(f"backbone.lora.{unknown[0]} is not a LoRA key; the keys are {', '.join(LORA_KEYS)}")
 
 
 def _device():
@@ -465,7 +478,7 @@ class HFBackbone:
         **extra: Any,
     ):
         self.name, self.source, self.local_path, self.gguf_file = name, source, local_path, gguf_file
-        check_names(dtype, tool_format, generation)
+        check_names(dtype, tool_format, generation, lora)
         self.dtype, self.context_length, self.tool_format = dtype, int(context_length), tool_format
         self.params_b, self.lora, self.upstream, self.generation = float(params_b), lora, upstream, generation
         # the architecture from the model's published config.json: memory plans without the weights
@@ -607,7 +620,7 @@ class TinyRandomBackbone:
         vllm: Any = None,
         **extra: Any,
     ):
-        check_names(dtype, tool_format, generation)
+        check_names(dtype, tool_format, generation, lora)
         self.name = name
         self.vllm = dict(vllm) if vllm else {}
         self.shape = dict(

@@ -94,6 +94,10 @@ def main(hydra_main: Callable[[], Any]) -> None:
     global _set_here
     from hydra.errors import ConfigCompositionException, OverrideParseException
 
+    refused = added_key_refusal(sys.argv[1:], CONF)
+    if refused:
+        print(f"error: {refused}", file=sys.stderr)
+        sys.exit(2)
     if os.environ.get(FULL_ERROR):
         hydra_main()
         return
@@ -120,6 +124,75 @@ def main(hydra_main: Callable[[], Any]) -> None:
         sys.exit(130)
     finally:
         composed()
+
+
+# run.py's config folder
+CONF = Path(__file__).resolve().parents[2] / "conf"
+
+
+def added_key_refusal(argv: list[str], conf: Path) -> str | None:
+    """The sentence for a `+key=value` (or `++key=value`) of the command line that adds a key no config file
+    under `conf` has, which no code of seal would read (a typo Hydra's `+` lets through silently, or a
+    class's keyword error deep in the run); None when every added key is one a config file has, lies under
+    a key left open there (`null` or `{}`: env_interface.thresholds, backbone.lora), or is Hydra's own."""
+    keys, open_keys = declared_keys(conf)
+    for arg in argv:
+        typed, equals, _ = arg.partition("=")
+        if not typed.startswith("+") or not equals:
+            continue  # a flag, a plain override, an unreadable one (Hydra's to report)
+        key = typed.removeprefix("+").removeprefix("+")
+        if "@" in key or key.split(".")[0] == "hydra" or (conf / key).is_dir():
+            continue  # a package override, Hydra's own settings, a config group added
+        if key in keys or any(key.startswith(f"{o}.") for o in open_keys):
+            continue
+        group = key.partition(".")[0]
+        close = difflib.get_close_matches(key, sorted(keys), cutoff=0.75)
+        hint = (f"the closest one is {close[0]}" if close else
+                f"`python run.py --cfg job --package {group}` lists the keys" if (conf / group).is_dir() else
+                "`python run.py --cfg job` lists them")
+        return f"{typed} adds {key}, which no config of seal has and nothing reads ({hint})"
+    return None
+
+
+def declared_keys(conf: Path) -> tuple[set[str], set[str]]:
+    """Every dotted key some config file under `conf` sets (a group's file under its group, a `_global_` one
+    at the top, a file another includes `@_here_` under the includer's group), and those of them left open
+    (`null` or `{}`: any key below them may be added)."""
+    import yaml
+
+    files = {path: yaml.safe_load(path.read_text()) or {} for path in sorted(conf.rglob("*.yaml"))}
+    prefixes: dict[Path, set[str]] = {path: set() for path in files}
+    included: set[Path] = set()
+    for path, tree in files.items():
+        # a file's package: its folder under conf/ (conf/launch/parts/x.yaml: launch.parts)
+        group = "/".join(path.parent.relative_to(conf).parts)
+        prefix = "" if path.read_text().startswith("# @package _global_") or not group else f"{group.replace('/', '.')}."
+        # an include is found from conf/ when it starts with /, else from the includer's group
+        here = [(conf / item[1:] if item.startswith("/") else conf / group / item).with_suffix(".yaml")
+                for item in (i.removesuffix("@_here_") for i in tree.get("defaults", [])
+                             if isinstance(i, str) and i.endswith("@_here_"))]
+        for file in [path, *here]:
+            prefixes[file].add(prefix)
+        included.update(here)
+    for path in included:  # a file only included (conf/base/) is no group of its own
+        prefixes[path].discard(".".join(path.parent.relative_to(conf).parts) + ".")
+    keys: set[str] = set()
+    open_keys: set[str] = set()
+
+    def walk(node: dict, prefix: str) -> None:
+        for key, value in node.items():
+            dotted = f"{prefix}{key}"
+            keys.add(dotted)
+            if value is None or value == {}:
+                open_keys.add(dotted)
+            elif isinstance(value, dict):
+                walk(value, f"{dotted}.")
+
+    for path, tree in files.items():
+        for prefix in prefixes[path]:
+            # a file's defaults list and Hydra's own settings are no keys of the config
+            walk({k: v for k, v in tree.items() if k not in ("defaults", "hydra")}, prefix)
+    return keys, open_keys
 
 
 # the way out of a run folder that cannot take the run's files (seal.errors.cannot_write)

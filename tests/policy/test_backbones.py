@@ -113,6 +113,23 @@ def test_lora_mapping_becomes_a_peft_config():
     assert (cfg.r, cfg.lora_alpha, cfg.lora_dropout, set(cfg.target_modules)) == (8, 16, 0.05, {"q_proj"})
 
 
+@pytest.mark.parametrize("setting, sentence", [
+    # a misspelt key trained at peft's default rank silently; a number in place of the mapping failed in dict()
+    ({"lora": {"r": 8, "alpah": 16}}, "backbone.lora.alpah is not a LoRA key; the keys are r, alpha, dropout, "
+                                      "target_modules"),
+    ({"lora": 16}, "backbone.lora=16: give a mapping, e.g. backbone.lora='{r: 16, alpha: 32}' (null: full fine-tuning)"),
+    ({"dtype": "float8"}, "unknown dtype 'float8': choose one of float64, float32, float16, bfloat16 (backbone.dtype=...)"),
+    ({"tool_format": "xml9"}, "unknown tool format 'xml9': choose one of qwen_xml, llama3_json, bfcl_python "
+                              "(backbone.tool_format=...)"),
+    ({"generation": "sglang"}, "backbone.generation='sglang': choose transformers or vllm"),
+])
+def test_a_setting_the_backbone_would_not_read_is_refused_by_both_backbones(setting, sentence):
+    for build in (lambda: HFBackbone("x", "Org/Model", **setting), lambda: TinyRandomBackbone(**setting)):
+        with pytest.raises(UserError) as refused:
+            build()
+        assert str(refused.value) == sentence
+
+
 def test_tiny_random_loads_from_a_real_directory(tiny_policy):
     backbone = TinyRandomBackbone()
     path = backbone.model_path()
