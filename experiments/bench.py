@@ -16,12 +16,13 @@ from collections.abc import Callable
 
 from experiments.measure.executor import executor
 from experiments.measure.main_job import main_job
-from experiments.measure.memory import memory
+from experiments.measure.memory import memory, memory_measured
 from experiments.measure.rollout import rollout, throughput
 from experiments.measure.vllm_engine import vllm
 
 # the sections in the order a run of every section takes them, each a function of experiments/measure/
-SECTIONS: dict[str, Callable[..., None]] = {fn.__name__: fn for fn in (executor, throughput, rollout, memory, vllm, main_job)}
+SECTIONS: dict[str, Callable[..., None]] = {
+    fn.__name__: fn for fn in (executor, throughput, rollout, memory, memory_measured, vllm, main_job)}
 # the sections that load the configured backbone take the command line's Hydra overrides
 OVERRIDABLE = {"throughput", "rollout"}
 

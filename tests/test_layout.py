@@ -165,7 +165,8 @@ def test_experiments_holds_its_commands_and_one_folder_per_job_of_short_modules(
     # make bench's command defines no section: each is a function of experiments/measure/
     from experiments import bench
 
-    assert list(bench.SECTIONS) == ["executor", "throughput", "rollout", "memory", "vllm", "main_job"]
+    assert list(bench.SECTIONS) == ["executor", "throughput", "rollout", "memory", "memory_measured", "vllm",
+                                   "main_job"]
     assert {fn.__module__.rpartition(".")[0] for fn in bench.SECTIONS.values()} == {"experiments.measure"}
     assert [n.name for n in ast.parse((EXPERIMENTS / "bench.py").read_text()).body
             if isinstance(n, ast.FunctionDef)] == ["usage", "main"]

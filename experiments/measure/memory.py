@@ -39,12 +39,19 @@ def _train_prompt_lengths() -> list[int]:
 def memory() -> None:
     """What training the paper's backbones needs per GPU and on disk, launch by launch, from their configs.
 
-    Then the plan against a small model's training step measured on the CPU."""
+    Arithmetic only (seconds); memory_measured checks the plan against training steps it measures."""
     prompts = sorted(_train_prompt_lengths())
     print(f"\n## memory: paper budget (32 prompts x 8 rollouts, max new tokens 4096, context 16384), per rank, "
           f"from configs")
     print(f"train prompts (SmolLM2 tokens, a proxy): median {prompts[len(prompts) // 2]}, max {prompts[-1]}")
     print(plan_tables())
+
+
+def memory_measured() -> None:
+    """The memory plan against a small model's training steps measured on the CPU, one process and FSDP2 on two.
+
+    Minutes: the FSDP2 steps compute in bf16, slow on a CPU without bf16 matrix instructions."""
+    print("\n## memory_measured: the plan of seal.policy.memory against training steps measured on this CPU")
     measured_against_plan()
 
 
