@@ -7,7 +7,8 @@ set, when it raises them instead. `main` sets it while Hydra composes, turns wha
 sentence, and `composed` takes it away again once the task starts, so that a failing task is reported
 by Hydra as before. A user who sets HYDRA_FULL_ERROR gets Hydra's own report. A sweep's folder that
 Hydra made before it found the error (`SweepFolder`, a Hydra callback) is removed again. A run folder Hydra
-cannot make or write (a read-only or full disk) ends in one sentence naming it, too.
+cannot make or write (a read-only or full disk) ends in one sentence naming it, too. A key added with `+` that no
+config file declares (Hydra would add it, and nothing would read it) is refused before Hydra starts.
 
 The folders themselves (conf/config.yaml): the `seal.folder` resolver names a run's folder after its
 overrides (seal.io.folder_name), and `SweepFolder` fixes a sweep's folder, named after the whole sweep's
@@ -135,6 +136,8 @@ def added_key_refusal(argv: list[str], conf: Path) -> str | None:
     under `conf` has, which no code of seal would read (a typo Hydra's `+` lets through silently, or a
     class's keyword error deep in the run); None when every added key is one a config file has, lies under
     a key left open there (`null` or `{}`: env_interface.thresholds, backbone.lora), or is Hydra's own."""
+    if {"--config-dir", "-cd", "--config-path", "-cp"} & {a.partition("=")[0] for a in argv}:
+        return None  # config files of the user's, elsewhere, may declare the keys: Hydra alone judges
     keys, open_keys = declared_keys(conf)
     for arg in argv:
         typed, equals, _ = arg.partition("=")
@@ -168,7 +171,7 @@ def declared_keys(conf: Path) -> tuple[set[str], set[str]]:
         group = "/".join(path.parent.relative_to(conf).parts)
         prefix = "" if path.read_text().startswith("# @package _global_") or not group else f"{group.replace('/', '.')}."
         # an include is found from conf/ when it starts with /, else from the includer's group
-        here = [(conf / item[1:] if item.startswith("/") else conf / group / item).with_suffix(".yaml")
+        here = [conf / f"{item[1:]}.yaml" if item.startswith("/") else conf / group / f"{item}.yaml"
                 for item in (i.removesuffix("@_here_") for i in tree.get("defaults", [])
                              if isinstance(i, str) and i.endswith("@_here_"))]
         for file in [path, *here]:

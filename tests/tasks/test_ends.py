@@ -482,12 +482,16 @@ def test_the_keys_a_config_folder_declares_by_hand(tmp_path):
         # an include without its leading / is found in the includer's group
         "launch/l.yaml": "defaults:\n  - parts/shared@_here_\nprocesses: 1\n",
         "launch/parts/shared.yaml": "engine: vllm\n",
+        # a dotted name (qwen2.5-7b) is the file's whole name, not a suffix
+        "launch/gpu.yaml": "defaults:\n  - /base/v2.5-x@_here_\n",
+        "base/v2.5-x.yaml": "sharding: fsdp2\n",
     }.items():
         (conf / name).parent.mkdir(parents=True, exist_ok=True)
         (conf / name).write_text(text)
     keys, open_keys = command_line.declared_keys(conf)
     assert keys == {"seed", "trainer", "trainer.lr", "trainer.extra", "trainer.nested", "trainer.nested.depth", "trainer.beta",
-                    "backbone.name", "backbone.lora", "backbone.dtype", "launch.processes", "launch.engine"}
+                    "backbone.name", "backbone.lora", "backbone.dtype", "launch.processes", "launch.engine",
+                    "launch.sharding"}
     assert open_keys == {"trainer.extra", "backbone.lora"}
     refusal = command_line.added_key_refusal
     assert refusal(["+trainer.nested.depth=3", "+backbone.lora.r=8", "+trainer.extra.any.depth=1", "trainer.lr=2",
@@ -500,6 +504,9 @@ def test_the_keys_a_config_folder_declares_by_hand(tmp_path):
             "closest one is trainer.nested.depth)")
     assert refusal(["+base.lora=1"], conf).startswith("+base.lora adds base.lora,")
     assert refusal(["+launch.parts.engine=1"], conf).startswith("+launch.parts.engine adds launch.parts.engine,")
+    # a config folder of the user's may declare what conf/ does not: Hydra alone judges then
+    for flag in (["--config-dir", "mine"], ["-cd", "mine"], ["--config-path=mine"], ["-cp", "mine"]):
+        assert refusal([*flag, "+colour=red"], conf) is None
     assert refusal(["+colour=red"], conf) == ("+colour adds colour, which no config of seal has and nothing reads "
                                               "(`python run.py --cfg job` lists them)")
     # difflib's ratio 2M/T of trainer.qqqq against its nearest keys: trainer 14/19 = 0.737, trainer.lr 16/22 = 0.727,
