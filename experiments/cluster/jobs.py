@@ -135,8 +135,12 @@ def job_config(job: Job, extra: tuple[str, ...], launcher: str = "basic") -> Any
     from hydra import compose, initialize_config_dir
     from hydra.errors import ConfigCompositionException, OverrideParseException
 
-    from seal.tasks.command_line import sentence
+    from seal.tasks.command_line import added_key_refusal, sentence
 
+    # what run.py would refuse as each job starts (a key added with + that no config declares): before any plan
+    refused = added_key_refusal(list(extra), REPO / "conf")
+    if refused:
+        raise UserError(refused)
     slurm = launcher != "basic"
     hydra = [f"hydra/launcher={launcher}", *(o for o in extra if o.startswith(
         ("hydra.launcher.", "hydra/launcher=", "+hydra.launcher.")))] if slurm else []

@@ -463,6 +463,9 @@ def test_more_processes_than_the_nodes_gpus_are_refused_before_the_model_is_buil
     (["--", "launch.sharding=ddp"], "the preflight sets launch.sharding=ddp itself"),
     (["--", "task=eval"], "the preflight sets task=eval itself"),
     (["--", "backbone.dtype=float8"], "backbone.dtype"),
+    # each step's run.py would refuse it: the preflight does before it builds anything
+    (["--", "+budget.round=3"], "+budget.round adds budget.round, which no config of seal has and nothing reads (the "
+                                "closest one is budget.rounds)"),
 ])
 def test_bad_input_is_one_sentence_and_exit_code_2(tmp_path, capsys, args, message):
     out = tmp_path / "out"

@@ -105,6 +105,9 @@ def test_the_paper_budget_brings_the_authors_launch_unless_one_is_chosen():
     # a budget the jobs' plan refuses, refused before anything is printed
     (["--", "budget.rounds=-3"], "error: budget.rounds=-3: give a number of rounds (at least 1) or null for whole "
                                  "epochs\n"),
+    # a key no config declares, added with +: each job's run.py would refuse it after the submission
+    (["--", "+trainer.learning_rat=1e-5"], "error: +trainer.learning_rat adds trainer.learning_rat, which no config of "
+                                           "seal has and nothing reads (the closest one is trainer.learning_rate)\n"),
     (["--backbones", "qwen9"], "error: backbone qwen9: there is no conf/backbone/qwen9.yaml; the paper's are "
                                "qwen2.5-3b, qwen2.5-7b, toolace-2-8b\n"),
     # hydra-submitit-launcher declares gpus_per_node an integer: a GPU type goes in gres or additional_parameters

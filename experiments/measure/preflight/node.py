@@ -19,6 +19,7 @@ from experiments.measure.preflight.runs import (Launch, check_checkpoint, check_
 from experiments.measure.preflight.steps import (COMMON, MARKER, OWN_KEYS, SAVE_LOGPROBS, GiB, Step,
                                                  train_overrides)
 from seal.errors import UserError
+from seal.tasks.command_line import CONF, added_key_refusal
 from seal.rl.distributed import cuda_devices
 
 def prepare_out(out: Path) -> None:
@@ -122,6 +123,9 @@ def check_launch(launch: Launch, overrides: list[str], gpus: int) -> None:
     if taken:
         raise UserError(f"the preflight sets {' '.join(taken)} itself: name the backbone with --backbone, the folder "
                         "with --out, the launch with --processes, --sharding and --engine")
+    refused = added_key_refusal(overrides, CONF)  # what every run.py step would refuse as it starts
+    if refused:
+        raise UserError(refused)
     if launch.processes < 1:
         raise UserError(f"--processes {launch.processes}: give a number of processes (one per GPU), at least 1")
     if gpus and launch.processes > gpus:
