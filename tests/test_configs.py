@@ -189,6 +189,11 @@ WRONG_VALUES = [
     ("budget.rollouts_per_prompt=1", ["budget.rollouts_per_prompt=1", "at least 2"]),
     ("budget.temperature=hot", ["budget.temperature='hot'", "temperature above 0"]),
     ("trainer.loss_type=dapo", ["trainer.loss_type", "dapo", "grpo", "bnpo"]),
+    # torch's AdamW refused it once the trainer was built, after the evaluation before training
+    ("trainer.learning_rate=-1", ["trainer.learning_rate=-1", "positive number"]),
+    # trained silently, rewarding the policy for moving off the reference
+    ("trainer.beta=-0.1", ["trainer.beta=-0.1", "0 or more"]),
+    ("seed=-1", ["seed=-1", "from 0 to 4294967295"]),
     ("logger.mode=bogus", ["logger.mode", "bogus", "offline", "online", "disabled"]),
     ("split.val_scenarios=-3", ["split", "val_scenarios=-3"]),
     ("launch.timeout_minutes=0", ["launch.timeout_minutes=0", "positive number of minutes"]),

@@ -21,9 +21,35 @@ from seal.rl.distributed import collective_timeout
 LOSS_TYPES = ("grpo", "bnpo")
 
 
+# the trainer's numbers and what each takes: a wrong one failed deep in torch or TRL once the trainer was built
+# (after the evaluation before training), or trained silently (a negative beta rewards moving off the reference)
+TRAINER_NUMBERS = {
+    "learning_rate": (lambda v: v > 0, "a positive number (the paper's 1e-6)"),
+    "beta": (lambda v: v >= 0, "the KL coefficient, 0 or more (the paper's 0.001; 0: no reference model)"),
+    "epsilon": (lambda v: v > 0, "the ratio's clip range, a positive number (0.2)"),
+    "weight_decay": (lambda v: v >= 0, "0 or more"),
+    "std_epsilon": (lambda v: v > 0, "a positive number, added to a group's reward std before dividing (1e-6)"),
+    "max_grad_norm": (lambda v: v >= 0, "0 or more (0: no clipping)"),
+    "warmup_ratio": (lambda v: 0 <= v <= 1, "a fraction from 0 to 1"),
+}
+
+
+def check_trainer_numbers(trainer: Any) -> None:
+    """Each of TRAINER_NUMBERS the trainer config sets is a number it takes; dual_clip is null or above 1."""
+    for key, (takes, what) in TRAINER_NUMBERS.items():
+        value = trainer.get(key)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not takes(value):
+            raise UserError(f"trainer.{key}={value!r}: give {what}")
+    clip = trainer.get("dual_clip")
+    if clip is not None and (isinstance(clip, bool) or not isinstance(clip, (int, float)) or clip <= 1):
+        raise UserError(f"trainer.dual_clip={clip!r}: the cap on a negative advantage's ratio is a number above 1 "
+                        "(the release's 10), or null for none")
+
+
 def check_hardware(cfg: DictConfig) -> None:
     """Fail at once, with the fix, when the config asks for hardware or extras this machine lacks, or
     names a trainer setting that cannot be used."""
+    check_trainer_numbers(cfg.trainer)
     if cfg.trainer.loss_type not in LOSS_TYPES:
         raise UserError(f"trainer.loss_type={cfg.trainer.loss_type!r}: choose one of {', '.join(LOSS_TYPES)}")
     cap = cfg.trainer.get("tis_cap")

@@ -179,9 +179,9 @@ def _damaged(exc: BaseException, out_dir: Path) -> UserError | None:
 
 
 def check_seed(seed: object) -> None:
-    """A seed is a whole number (numpy's and torch's seeding would otherwise fail deep in the run)."""
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise UserError(f"seed={seed}: give a whole number (e.g. seed=0)")
+    """A seed is a whole number numpy can seed with, 0 to 2**32 - 1 (its seeding would otherwise fail deep in the run)."""
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**32:
+        raise UserError(f"seed={seed}: give a whole number from 0 to {2**32 - 1} (e.g. seed=0)")
 
 
 # what Hydra writes into a run directory before the task starts (its job log is named after run.py)

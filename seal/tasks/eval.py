@@ -25,6 +25,7 @@ from omegaconf import DictConfig
 from seal.budget import Budget
 from seal.env.benchmarks.bfcl_v3 import category_summary
 from seal.env.episode import check_step_limit
+from seal.env.splits import PARTS
 from seal.errors import UserError
 from seal.evaluation.evaluate import RELEASE_SUFFIX, check_protocols, evaluate_entries, select_entries, summary_table
 from seal.evaluation.out_of_domain import evaluate_benchmark
@@ -49,6 +50,8 @@ def evaluate(cfg: DictConfig, out_dir: Path) -> None:
     if not benchmark.from_split:
         return evaluate_ood(cfg, benchmark, budget, out_dir)
 
+    if cfg.eval_part not in PARTS:
+        raise UserError(f"eval_part={cfg.eval_part!r}: choose one of {', '.join(PARTS)}")
     split = instantiate(cfg.split)
     ids = split.part(cfg.eval_part)
     if not ids:

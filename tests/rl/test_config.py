@@ -183,3 +183,44 @@ def test_the_backbones_compute_dtype_is_the_trainers_mixed_precision(tmp_path, d
     # accelerate's names for the backbone's dtype (bf16 autocast for a bf16 backbone over fp32 masters)
     args = args_of(compose_with("backbone=tiny-random"), tmp_path, 8, dtype)
     assert args.mixed_precision == precision
+
+
+# each number at the edge of what it takes, and just past it (the edges from what each means: a KL coefficient and a
+# weight decay of 0 turn them off, a gradient norm of 0 turns clipping off in transformers' trainer, a warm-up is a
+# fraction of the run, the dual clip caps a ratio and so lies above 1)
+@pytest.mark.parametrize("key, taken, refused", [
+    ("learning_rate", 1e-9, 0.0),
+    ("beta", 0.0, -1e-9),
+    ("epsilon", 1e-9, 0.0),
+    ("weight_decay", 0.0, -1e-9),
+    ("std_epsilon", 1e-12, 0.0),
+    ("max_grad_norm", 0.0, -1e-9),
+    ("warmup_ratio", 1.0, 1.000001),
+    ("warmup_ratio", 0.0, -1e-9),
+    ("dual_clip", 1.000001, 1.0),
+    ("dual_clip", None, True),
+    ("dual_clip", 10, "10"),
+    ("learning_rate", 1, "1e-6"),
+    ("beta", 2, False),
+])
+def test_each_trainer_number_is_refused_past_its_edge_in_one_sentence(key, taken, refused):
+    from seal.rl.config import TRAINER_NUMBERS, check_trainer_numbers
+
+    trainer = {"learning_rate": 1e-6, "beta": 0.001, "epsilon": 0.2, "weight_decay": 0.01, "std_epsilon": 1e-6,
+               "max_grad_norm": 1.0, "warmup_ratio": 0.0, "dual_clip": 10.0}
+    check_trainer_numbers(trainer | {key: taken})
+    with pytest.raises(UserError) as caught:
+        check_trainer_numbers(trainer | {key: refused})
+    what = {"learning_rate": "give a positive number (the paper's 1e-6)",
+            "beta": "give the KL coefficient, 0 or more (the paper's 0.001; 0: no reference model)",
+            "epsilon": "give the ratio's clip range, a positive number (0.2)",
+            "weight_decay": "give 0 or more",
+            "std_epsilon": "give a positive number, added to a group's reward std before dividing (1e-6)",
+            "max_grad_norm": "give 0 or more (0: no clipping)",
+            "warmup_ratio": "give a fraction from 0 to 1",
+            "dual_clip": "the cap on a negative advantage's ratio is a number above 1 (the release's 10), or null for none"}
+    assert str(caught.value) == f"trainer.{key}={refused!r}: {what[key]}"
+    # a number the config lacks is refused too (a config of another project's trainer group)
+    if key in TRAINER_NUMBERS:
+        with pytest.raises(UserError, match=f"^trainer.{key}=None: give "):
+            check_trainer_numbers({k: v for k, v in trainer.items() if k != key})

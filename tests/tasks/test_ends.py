@@ -35,7 +35,11 @@ RUN = str(ROOT / "run.py")
 
 
 @pytest.mark.parametrize("args, sentence", [
-    (["seed=abc"], "error: seed=abc: give a whole number (e.g. seed=0)"),
+    (["seed=abc"], "error: seed=abc: give a whole number from 0 to 4294967295 (e.g. seed=0)"),
+    # numpy's seeding takes 0 to 2**32 - 1: a traceback from numpy before
+    (["seed=4294967296"], "error: seed=4294967296: give a whole number from 0 to 4294967295 (e.g. seed=0)"),
+    # a part no split has: a ValueError's traceback from the split before
+    (["task=eval", "eval_part=dev"], "error: eval_part='dev': choose one of train, val, test"),
     # Hydra's own advice would be +budget.round=3, which the budget then refuses: the key that exists is named
     (["budget.round=3"], "error: budget.round is not a key of the config (the closest one is budget.rounds)"),
     (["reweighting.rho0.passs=2"], "error: reweighting.rho0.passs is not a key of the config (the closest one is "
