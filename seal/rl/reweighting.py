@@ -172,6 +172,21 @@ class Reweighting:
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise ValueError(f"reweighting mode {self.mode!r} is not one of {', '.join(MODES)}")
+        numbers = {"w_min": self.w_min, "w_max": self.w_max, "ema_beta": self.ema_beta,
+                   "prevalence_alpha": self.prevalence_alpha, **{f"rho0.{k}": v for k, v in dict(self.rho0).items()}}
+        for name, value in numbers.items():
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ValueError(f"{name}={value!r}: give a number")
+        if not 0 <= self.ema_beta <= 1:
+            raise ValueError(f"ema_beta={self.ema_beta}: give the EMA's step, from 0 to 1")
+        if self.prevalence_alpha < 0:
+            raise ValueError(f"prevalence_alpha={self.prevalence_alpha}: give 0 or more")
+        if isinstance(self.confidence_samples, bool) or not isinstance(self.confidence_samples, int) or \
+                self.confidence_samples < 1:
+            raise ValueError(f"confidence_samples={self.confidence_samples!r}: give a whole number, at least 1")
+        low = [f"rho0.{k}={v}" for k, v in dict(self.rho0).items() if v <= 0]
+        if low:
+            raise ValueError(f"{low[0]}: give a positive weight (an outcome's informativeness; 1.0: neutral)")
         if not 0 < self.w_min <= 1 <= self.w_max:
             raise ValueError(f"need 0 < w_min <= 1 <= w_max, got w_min={self.w_min}, w_max={self.w_max}")
         if self.rounds_per_epoch is not None and self.rounds_per_epoch < 1:

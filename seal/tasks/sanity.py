@@ -29,6 +29,8 @@ def sanity(cfg: DictConfig, out_dir: Path) -> None:
     # the settings a user gets wrong are refused before the trainer's libraries load (20 s on two slow cores)
     check_target(list(s.options), s.target)
     check_hardware(cfg)
+    learning_rate = sanity_learning_rate(cfg)
+    sanity_budget(cfg, world=1)
     bb = instantiate(cfg.backbone)
     if not getattr(bb, "trainable", False):
         raise UserError(f"backbone={bb.name} is a scripted policy and cannot be trained; pick a model backbone")
@@ -45,15 +47,9 @@ def sanity(cfg: DictConfig, out_dir: Path) -> None:
     # under fsdp2 the fp32 masters stay in host memory until the trainer shards them onto the GPUs
     policy = bb.load(training=True, host=shards == "fsdp2")
     # the run's own trainer settings, on the sanity task's batch
-    budget = Budget.from_config(OmegaConf.to_container(cfg.budget, resolve=True) | {
-        "prompts_per_round": s.prompts_per_round, "rollouts_per_prompt": s.rollouts_per_prompt,
-        "steps_per_round": s.steps_per_round, "micro_batch_size": s.micro_batch_size, "rounds": s.rounds,
-        "max_new_tokens": 1, "temperature": 1.0,
-    }, dist.world)
+    budget = sanity_budget(cfg, dist.world)
     # no checkpoint: the check is short and never resumed (a 3B model's would be about 35 GB to write)
-    run_cfg = OmegaConf.merge(cfg, {
-        "trainer": {"learning_rate": s.learning_rate or cfg.trainer.learning_rate, "save_every": None},
-    })
+    run_cfg = OmegaConf.merge(cfg, {"trainer": {"learning_rate": learning_rate, "save_every": None}})
     task = ChoiceTask(model=policy.model, tokenizer=policy.tokenizer, chat=CHATS[chat_for(policy.tokenizer)](),
                       options=list(s.options), target=s.target, seed=cfg.seed, dist=dist,
                       compute_dtype=policy.compute_dtype)
@@ -82,3 +78,32 @@ def sanity(cfg: DictConfig, out_dir: Path) -> None:
         print("sanity: training did not move this backbone; check precision (run_config), the learning rate and "
               "the launch before spending GPU hours", file=sys.stderr)
         sys.exit(1)
+
+
+# the sanity task's own batch and length (conf/config.yaml's sanity:), each in place of the budget's key
+SANITY_BUDGET_KEYS = ("prompts_per_round", "rollouts_per_prompt", "steps_per_round", "micro_batch_size", "rounds")
+
+
+def sanity_budget(cfg: DictConfig, world: int) -> Budget:
+    """The run's budget on the sanity task's batch (one token a reply, sampled at temperature 1); a value of
+    sanity's the budget refuses is named as the sanity key the user gave."""
+    s = cfg.sanity
+    try:
+        return Budget.from_config(OmegaConf.to_container(cfg.budget, resolve=True) | {
+            key: s[key] for key in SANITY_BUDGET_KEYS} | {"max_new_tokens": 1, "temperature": 1.0}, world)
+    except UserError as exc:
+        key = next((k for k in SANITY_BUDGET_KEYS if str(exc).startswith(f"budget.{k}=")), None)
+        if key is None:
+            raise
+        raise UserError(f"sanity.{str(exc).removeprefix('budget.')}") from None
+
+
+def sanity_learning_rate(cfg: DictConfig) -> float:
+    """sanity.learning_rate, or the run's trainer.learning_rate where it is null (0 is refused, not replaced)."""
+    rate = cfg.sanity.learning_rate
+    if rate is None:
+        return float(cfg.trainer.learning_rate)
+    if isinstance(rate, bool) or not isinstance(rate, (int, float)) or rate <= 0:
+        raise UserError(f"sanity.learning_rate={rate!r}: give a positive number (e.g. 3e-4), or null for the run's "
+                        "trainer.learning_rate")
+    return float(rate)

@@ -231,3 +231,32 @@ def test_weight_stats_std_by_hand():
     # weights 0.5, 1.0, 2.0, 1.5: mean 1.25, squared deviations 0.5625 + 0.0625 + 0.5625 + 0.0625 = 1.25
     assert weight_stats([0.5, 1.0, 2.0, 1.5], 0.5, 2.0)["std"] == pytest.approx((1.25 / 4) ** 0.5)
     assert weight_stats([], 0.5, 2.0) == {}
+
+
+@pytest.mark.parametrize("settings, message", [
+    # a negative base weight was accepted and clipped up to w_min silently; a word reached a comparison's TypeError
+    ({"rho0": {"pass": -1}}, "rho0.pass=-1: give a positive weight (an outcome's informativeness; 1.0: neutral)"),
+    ({"rho0": {"pass": 1.0, "state_mismatch": 0}}, "rho0.state_mismatch=0: give a positive weight (an outcome's "
+                                                   "informativeness; 1.0: neutral)"),
+    ({"rho0": {"pass": "high"}}, "rho0.pass='high': give a number"),
+    ({"w_min": "abc"}, "w_min='abc': give a number"),
+    ({"w_max": True}, "w_max=True: give a number"),
+    ({"ema_beta": "0.25"}, "ema_beta='0.25': give a number"),
+    ({"prevalence_alpha": None}, "prevalence_alpha=None: give a number"),
+    ({"ema_beta": 1.01}, "ema_beta=1.01: give the EMA's step, from 0 to 1"),
+    ({"ema_beta": -0.01}, "ema_beta=-0.01: give the EMA's step, from 0 to 1"),
+    ({"prevalence_alpha": -0.5}, "prevalence_alpha=-0.5: give 0 or more"),
+    ({"confidence_samples": 0}, "confidence_samples=0: give a whole number, at least 1"),
+    ({"confidence_samples": 2.5}, "confidence_samples=2.5: give a whole number, at least 1"),
+])
+def test_a_setting_the_weights_cannot_use_is_one_sentence(settings, message):
+    with pytest.raises(ValueError) as refused:
+        Reweighting(**settings)
+    assert str(refused.value) == message
+
+
+def test_the_edges_of_the_settings_are_taken():
+    # an EMA step of 0 keeps rho0 and of 1 jumps to the target; no prevalence term; one sample is full confidence
+    for settings in ({"ema_beta": 0.0}, {"ema_beta": 1}, {"prevalence_alpha": 0}, {"confidence_samples": 1},
+                     {"rho0": {"pass": 1e-9}}):
+        Reweighting(**settings)

@@ -70,3 +70,38 @@ def test_bad_sanity_settings_are_refused_before_the_trainers_libraries_load(tmp_
     with pytest.raises(UserError, match=message):
         sanity(compose_with("task=sanity", "backbone=tiny-random", override), tmp_path)
     assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("override, message", [
+    # 0 fell through `or` to the run's learning rate, and a negative one reached AdamW after the model loaded
+    ("sanity.learning_rate=0", "sanity.learning_rate=0: give a positive number (e.g. 3e-4), or null for the run's "
+                               "trainer.learning_rate"),
+    ("sanity.learning_rate=-1", "sanity.learning_rate=-1: give a positive number (e.g. 3e-4), or null for the run's "
+                                "trainer.learning_rate"),
+    # the budget's refusal, named as the sanity key given (it said budget.rounds=0)
+    ("sanity.rounds=0", "sanity.rounds=0: give a number of rounds (at least 1) or null for whole epochs"),
+    ("sanity.rollouts_per_prompt=1", "sanity.rollouts_per_prompt=1: give a group size of at least 2 (GRPO needs at "
+                                     "least 2 rollouts per prompt)"),
+    # a budget key sanity does not set keeps its own name
+    ("budget.batch_size=0", "budget.batch_size=0: give a number of episodes, at least 1"),
+])
+def test_a_sanity_setting_is_refused_under_its_own_name_before_the_model_loads(tmp_path, monkeypatch, override,
+                                                                               message):
+    from seal.errors import UserError
+    from seal.policy import backbones
+    from seal.tasks.sanity import sanity
+    from tests.test_configs import compose_with
+
+    monkeypatch.setitem(sys.modules, "seal.rl.trainer", None)
+    monkeypatch.setattr(backbones.TinyRandomBackbone, "load", lambda *a, **k: pytest.fail("the model was loaded"))
+    with pytest.raises(UserError) as refused:
+        sanity(compose_with("task=sanity", "backbone=tiny-random", override), tmp_path)
+    assert str(refused.value) == message
+
+
+def test_the_sanity_learning_rate_is_its_own_or_the_runs():
+    from seal.tasks.sanity import sanity_learning_rate
+    from tests.test_configs import compose_with
+
+    assert sanity_learning_rate(compose_with("task=sanity", "sanity.learning_rate=3e-4")) == 3e-4
+    assert sanity_learning_rate(compose_with("task=sanity", "trainer.learning_rate=2e-6")) == 2e-6
