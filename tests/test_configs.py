@@ -241,3 +241,14 @@ def test_the_paper_budget_selects_on_a_validation_part_carved_from_train():
     assert [r + 1 for r in range(rounds) if validated_after(r, b.val_every, rounds)] == [10, 20, 30, 40, 50, 60, 66]
     # the smoke budget keeps no validation part
     assert instantiate(compose_with("budget=smoke").split).val == []
+
+
+def test_a_switchs_thresholds_are_set_from_the_command_line_as_the_config_shows():
+    # conf/env_interface/evolving.yaml's own example; the node was {} before, which Hydra's struct mode closed to new keys
+    cfg = compose_with("env_interface.thresholds={cap/format:{on:0.2,off:0.1}}")
+    interface = instantiate(cfg.env_interface)
+    assert interface.thresholds == {"cap/format": {"on": 0.2, "off": 0.1}}
+    assert instantiate(compose_with().env_interface).thresholds == {}
+    example = next(line for line in (CONF / "env_interface" / "evolving.yaml").read_text().splitlines()
+                   if "e.g. env_interface.thresholds=" in line)
+    assert example.endswith('e.g. env_interface.thresholds="{cap/format: {on: 0.2, off: 0.1}}"')
