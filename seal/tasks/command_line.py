@@ -149,11 +149,8 @@ def added_key_refusal(argv: list[str], conf: Path) -> str | None:
         if key in keys or any(key.startswith(f"{o}.") for o in open_keys):
             continue
         group = key.partition(".")[0]
-        close = difflib.get_close_matches(key, sorted(keys), cutoff=0.75)
-        hint = (f"the closest one is {close[0]}" if close else
-                f"`python run.py --cfg job --package {group}` lists the keys" if (conf / group).is_dir() else
-                "`python run.py --cfg job` lists them")
-        return f"{typed} adds {key}, which no config of seal has and nothing reads ({hint})"
+        listed = f"`python run.py --cfg job --package {group}` lists the keys" if (conf / group).is_dir() else None
+        return f"{typed} adds {key}, which no config of seal has and nothing reads ({key_hint(key, keys, listed)})"
     return None
 
 
@@ -243,10 +240,14 @@ def sentence(exc: Exception) -> str:
 
 def missing_key(key: str, keys: list[str]) -> str:
     """The sentence for an override of `key`, which the config (whose dotted keys are `keys`) does not have."""
-    close = difflib.get_close_matches(key, keys, n=1, cutoff=0.75)
-    if close:
-        return f"{key} is not a key of the config (the closest one is {close[0]})"
-    return f"{key} is not a key of the config (`python run.py --cfg job` lists them)"
+    return f"{key} is not a key of the config ({key_hint(key, keys)})"
+
+
+def key_hint(key: str, keys: Any, listed: str | None = None) -> str:
+    """Where a user finds the key meant instead of `key`: the closest of `keys`, else `listed` (where the keys are
+    listed), else the whole config's listing."""
+    close = difflib.get_close_matches(key, sorted(keys), cutoff=0.75)
+    return f"the closest one is {close[0]}" if close else listed or "`python run.py --cfg job` lists them"
 
 
 def _keys_of(error: Any) -> list[str]:

@@ -78,6 +78,8 @@ def test_bad_sanity_settings_are_refused_before_the_trainers_libraries_load(tmp_
                                "trainer.learning_rate"),
     ("sanity.learning_rate=-1", "sanity.learning_rate=-1: give a positive number (e.g. 3e-4), or null for the run's "
                                 "trainer.learning_rate"),
+    ("sanity.learning_rate=fast", "sanity.learning_rate='fast': give a positive number (e.g. 3e-4), or null for the "
+                                  "run's trainer.learning_rate"),
     # the budget's refusal, named as the sanity key given (it said budget.rounds=0)
     ("sanity.rounds=0", "sanity.rounds=0: give a number of rounds (at least 1) or null for whole epochs"),
     ("sanity.rollouts_per_prompt=1", "sanity.rollouts_per_prompt=1: give a group size of at least 2 (GRPO needs at "
@@ -105,3 +107,18 @@ def test_the_sanity_learning_rate_is_its_own_or_the_runs():
 
     assert sanity_learning_rate(compose_with("task=sanity", "sanity.learning_rate=3e-4")) == 3e-4
     assert sanity_learning_rate(compose_with("task=sanity", "trainer.learning_rate=2e-6")) == 2e-6
+
+
+def test_the_sanity_budget_is_the_runs_on_sanitys_batch_one_sampled_token_a_reply():
+    from seal.tasks.sanity import sanity_budget
+    from tests.test_configs import compose_with
+
+    # conf/config.yaml's sanity: 4 prompts x 4 replies in one step of micro-batches of 4, 12 rounds; one token a
+    # reply at temperature 1; the rest is the run's budget, interpolations resolved (max_train_tokens reads one)
+    cfg = compose_with("task=sanity", "budget.max_train_tokens=${budget.batch_size}", "budget.batch_size=5")
+    b = sanity_budget(cfg, world=1)
+    assert (b.prompts_per_round, b.rollouts_per_prompt, b.steps_per_round, b.micro_batch_size, b.rounds) == (4, 4, 1, 4, 12)
+    assert (b.max_new_tokens, b.temperature, b.max_train_tokens, b.name) == (1, 1.0, 5, "smoke")
+    # planned for the launch's ranks: 16 replies over 2 ranks, 8 each in micro-batches of 4
+    two = sanity_budget(cfg, world=2)
+    assert (b.world, two.world) == (1, 2)
