@@ -57,7 +57,7 @@ def test_no_line_credits_the_wrong_source(pattern, fact):
 # values only the release states (the paper: rho fixed in Section 3.4, the KL coefficient alone, no epochs or
 # gradient clipping in Table 4), and the words that credit the paper
 RELEASE_VALUES = re.compile(r"\bEMA\b|ema_beta|low_var_kl|low-variance KL|grad(ient)? clip|max_grad_norm|total_epochs"
-                            r"|\b6 epochs")
+                            r"|\b6 epochs|\bclip(?: ratio)? 0\.2\b|\bepsilon: 0\.2\b")
 PAPER_CREDIT = re.compile(r"(?<!budget=)\bpaper\b|Table 4|Section 3\.4")
 
 
@@ -76,6 +76,7 @@ def test_a_line_that_names_a_release_only_value_beside_the_paper_names_the_relea
     # the check reads a credit as a reader does
     assert RELEASE_VALUES.search("the paper's KL: low_var_kl") and PAPER_CREDIT.search("the paper's KL: low_var_kl")
     assert not PAPER_CREDIT.search("budget=paper's 6 epochs")
+    assert RELEASE_VALUES.search("clip ratio 0.2 (Table 4)") and not RELEASE_VALUES.search("clip ratio 0.25")
 
 
 # budget and trainer values that only the release's arm 04 states (Table 4 has none of them)

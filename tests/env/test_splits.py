@@ -27,9 +27,9 @@ def test_release_split_is_400_400_and_scenario_disjoint_by_number():
 
 
 def test_the_release_split_file_holds_only_what_the_release_split_has():
-    """The release's own split file (data/bfcl_400_split.json) has train, test and a seed, and every one of its
-    arms validates on all 400 test entries (val_files: data/bfcl_eval_400.parquet): no validation subset of test
-    to carry as the release's."""
+    """Our copy of the release's split holds its train and test ids only (the release's data/bfcl_400_split.json
+    adds a seed), and every one of the release's arms validates on all 400 test entries (val_files:
+    data/bfcl_eval_400.parquet): no validation subset of test to carry as the release's."""
     import json
     from importlib.resources import files
 
