@@ -45,6 +45,23 @@ def low_var_kl(logps: torch.Tensor, ref_logps: torch.Tensor) -> torch.Tensor:
     return torch.clamp(torch.expm1(r) - r, -10.0, 10.0)
 
 
+def check_logprob_dtypes(logps: torch.Tensor, batch: dict[str, Any]) -> None:
+    """The policy's, the old policy's and the reference's log-probs reach the loss in float32, as TRL's fused LM
+    head computes them. In bf16 (a sharding policy casting the model's outputs: accelerate's own FSDP2 policy)
+    the importance ratios and the KL term of nearby policies round to noise without any error, so a run stops
+    at its first micro-batch instead (seal.rl.sharding's policy casts no output)."""
+    given = {"policy": logps, "old policy": batch.get("old_per_token_logps"),
+             "reference": batch.get("ref_per_token_logps")}
+    low = [f"{name} {t.dtype}".replace("torch.", "") for name, t in given.items()
+           if t is not None and t.dtype != torch.float32]
+    if low:
+        raise RuntimeError(
+            f"log-probs reached the loss in low precision ({', '.join(low)}; float32 expected): the ratios and the "
+            "KL term would be rounding noise. Something casts the model's outputs: check the sharding's "
+            "mixed-precision policy (seal.rl.sharding.mixed_precision_policy casts none)"
+        )
+
+
 def loss_mask(batch: dict[str, Any]) -> torch.Tensor:
     """The tokens the loss trains on: completion tokens the model wrote (TRL's completion mask times the
     rollout's environment mask, which TRL keeps as tool_mask)."""
@@ -273,6 +290,7 @@ class SealGRPOTrainer(GRPOTrainer):
             logps = self._capture.get("logps")
         finally:
             self.beta, self._capture = beta, None
+        check_logprob_dtypes(logps, inputs)
         mask = loss_mask(inputs)
         if "sampling_per_token_logps" in inputs and "old_per_token_logps" not in inputs:
             self._log_logprob_gap(logprob_gap_totals(logps, inputs["sampling_per_token_logps"], mask))

@@ -122,3 +122,20 @@ def test_the_sanity_budget_is_the_runs_on_sanitys_batch_one_sampled_token_a_repl
     # planned for the launch's ranks: 16 replies over 2 ranks, 8 each in micro-batches of 4
     two = sanity_budget(cfg, world=2)
     assert (b.world, two.world) == (1, 2)
+
+
+def test_one_sanity_process_on_four_gpus_is_refused_before_the_model_loads(tmp_path, monkeypatch):
+    """The sanity task builds the same trainer as train, so the same single process on a 4-GPU node would die in
+    TRL's DataParallel refusal after loading: refused first, the device count stubbed as the node's."""
+    from seal.errors import UserError
+    from seal.policy import backbones
+    from seal.rl import distributed
+    from seal.tasks.sanity import sanity
+    from tests.test_configs import compose_with
+
+    monkeypatch.setattr(distributed, "cuda_devices", lambda: 4)
+    monkeypatch.setattr("seal.budget.Budget.check_device", lambda self, gpus: None)
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    monkeypatch.setattr(backbones.TinyRandomBackbone, "load", lambda *a, **k: pytest.fail("the model was loaded"))
+    with pytest.raises(UserError, match=r"^this single training process sees 4 GPUs, .*launch.processes=4"):
+        sanity(compose_with("task=sanity", "backbone=tiny-random"), tmp_path)

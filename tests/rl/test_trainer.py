@@ -270,6 +270,44 @@ def test_the_loss_adds_the_releases_low_var_kl_without_the_importance_ratio(tmp_
     assert trainer._metrics["eval"]["kl"][-1] == pytest.approx(10.0, rel=1e-6)
 
 
+def test_log_probs_that_reach_the_loss_in_bf16_stop_the_run_naming_whose():
+    """accelerate's own FSDP2 policy casts the model's outputs to bf16: a true per-token KL of 2e-4 then reads as
+    about zero (issue 43). The loss takes float32 only, and says whose log-probs were not."""
+    from seal.rl.trainer import check_logprob_dtypes
+
+    logps = torch.full((1, 4), -1.0)
+    fine = {"old_per_token_logps": logps - 0.01, "ref_per_token_logps": logps - 0.02}
+    check_logprob_dtypes(logps, fine)
+    check_logprob_dtypes(logps, {})  # a run without a KL term or an old policy (beta 0, one step a round)
+    # why: bf16 log-probs near -1 are 2^-7 apart, so a gap of 1e-3 nats (a KL of 5e-7) rounds to none at all
+    assert ((logps - 1e-3).bfloat16() == logps.bfloat16()).all() and (logps - 1e-3 != logps).all()
+    with pytest.raises(RuntimeError, match=r"^log-probs reached the loss in low precision \(reference bfloat16; "
+                                           r"float32 expected\)"):
+        check_logprob_dtypes(logps, {**fine, "ref_per_token_logps": fine["ref_per_token_logps"].bfloat16()})
+    with pytest.raises(RuntimeError, match=r"\(policy bfloat16, old policy float16; float32 expected\)"):
+        check_logprob_dtypes(logps.bfloat16(), {"old_per_token_logps": logps.half()})
+    with pytest.raises(RuntimeError, match=r"\(policy float64;"):
+        check_logprob_dtypes(logps.double(), fine)
+
+
+def test_the_loss_refuses_a_reference_scored_in_bf16(tmp_path, monkeypatch):
+    co, trainer = build(config("trainer.beta=0.5"), tmp_path)
+    out, _ = one_generation_batch(co, trainer, monkeypatch)
+    model = trainer.model
+    trainer.current_gradient_accumulation_steps = 1
+    ids = torch.cat([out["prompt_ids"], out["completion_ids"]], 1)
+    attention = torch.cat([out["prompt_mask"], out["completion_mask"]], 1)
+    with torch.no_grad():
+        logps, _, _ = trainer._get_per_token_logps_and_entropies(model, ids, attention, out["completion_ids"].shape[1])
+    assert logps.dtype == torch.float32
+    model.train()
+    out["ref_per_token_logps"] = logps.bfloat16()
+    with pytest.raises(RuntimeError, match=r"\(reference bfloat16; float32 expected\)"):
+        trainer.compute_loss(model, out)
+    out["ref_per_token_logps"] = logps.clone()
+    assert torch.isfinite(trainer.compute_loss(model, out))
+
+
 # ---------------------------------------------------------------------------------------- padding
 
 
