@@ -432,7 +432,11 @@ def test_at_table_4s_share_the_8b_phase_before_training_no_longer_holds_its_fp32
     m = plan("llama-3.1-8b", sharding="fsdp2", ranks=4, rollout_engine_bytes=engine)
     assert m.before_training == engine
     n = 8_030_261_248  # Llama-3.1-8B's parameters (its model card's 8.03B)
-    assert round((n * 4 + engine) / GiB, 1) == 74.6  # what the old phase held in tensors alone
+    # the whole fp32 model is on the host instead, 29.9 GiB
+    assert (m.loaded, m.host_loaded) == (0, n * 4) and round(n * 4 / GiB, 1) == 29.9
+    # loaded onto the GPU as before (ddp's placement), the phase held 74.6 GiB in tensors alone
+    before = plan("llama-3.1-8b", sharding="ddp", ranks=1, rollout_engine_bytes=engine).before_training
+    assert before == n * 4 + engine and round(before / GiB, 1) == 74.6
 
 
 def test_a_config_that_names_no_kv_heads_has_one_per_query_head_as_transformers_defaults_it():
