@@ -281,16 +281,19 @@ def test_log_probs_that_reach_the_loss_in_bf16_stop_the_run_naming_whose():
     check_logprob_dtypes(logps, {})  # a run without a KL term or an old policy (beta 0, one step a round)
     # why: bf16 log-probs near -1 are 2^-7 apart, so a gap of 1e-3 nats (a KL of 5e-7) rounds to none at all
     assert ((logps - 1e-3).bfloat16() == logps.bfloat16()).all() and (logps - 1e-3 != logps).all()
-    with pytest.raises(RuntimeError, match=r"^log-probs reached the loss in low precision \(reference bfloat16; "
-                                           r"float32 expected\)"):
+    with pytest.raises(RuntimeError) as stopped:
         check_logprob_dtypes(logps, {**fine, "ref_per_token_logps": fine["ref_per_token_logps"].bfloat16()})
+    assert str(stopped.value) == (
+        "log-probs reached the loss in low precision (reference bfloat16; float32 expected): the ratios and the KL "
+        "term would be rounding noise. Something casts the model's outputs: check the sharding's mixed-precision "
+        "policy (seal.rl.sharding.mixed_precision_policy casts none)")
     with pytest.raises(RuntimeError, match=r"\(policy bfloat16, old policy float16; float32 expected\)"):
         check_logprob_dtypes(logps.bfloat16(), {"old_per_token_logps": logps.half()})
     with pytest.raises(RuntimeError, match=r"\(policy float64;"):
         check_logprob_dtypes(logps.double(), fine)
 
 
-def test_the_loss_refuses_a_reference_scored_in_bf16(tmp_path, monkeypatch):
+def test_the_loss_refuses_log_probs_in_bf16_whether_the_policys_or_the_references(tmp_path, monkeypatch):
     co, trainer = build(config("trainer.beta=0.5"), tmp_path)
     out, _ = one_generation_batch(co, trainer, monkeypatch)
     model = trainer.model
@@ -306,6 +309,14 @@ def test_the_loss_refuses_a_reference_scored_in_bf16(tmp_path, monkeypatch):
         trainer.compute_loss(model, out)
     out["ref_per_token_logps"] = logps.clone()
     assert torch.isfinite(trainer.compute_loss(model, out))
+    # the policy's own scoring handed back in bf16, as accelerate's FSDP2 policy casts the model's outputs
+    from trl import GRPOTrainer
+
+    scoring = GRPOTrainer._get_per_token_logps_and_entropies
+    monkeypatch.setattr(GRPOTrainer, "_get_per_token_logps_and_entropies",
+                        lambda *a, **k: (lambda lp, ent, aux: (lp.bfloat16(), ent, aux))(*scoring(*a, **k)))
+    with pytest.raises(RuntimeError, match=r"\(policy bfloat16; float32 expected\)"):
+        trainer.compute_loss(model, out)
 
 
 # ---------------------------------------------------------------------------------------- padding
