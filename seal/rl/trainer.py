@@ -47,13 +47,14 @@ def low_var_kl(logps: torch.Tensor, ref_logps: torch.Tensor) -> torch.Tensor:
 
 def check_logprob_dtypes(logps: torch.Tensor, batch: dict[str, Any]) -> None:
     """The policy's, the old policy's and the reference's log-probs reach the loss in float32, as TRL's fused LM
-    head computes them. In bf16 (a sharding policy casting the model's outputs: accelerate's own FSDP2 policy)
-    the importance ratios and the KL term of nearby policies round to noise without any error, so a run stops
-    at its first micro-batch instead (seal.rl.sharding's policy casts no output)."""
+    head computes them, not in a half-precision dtype. In bf16 (a sharding policy casting the model's outputs:
+    accelerate's own FSDP2 policy) the importance ratios and the KL term of nearby policies round to noise
+    without any error, so a run stops at its first micro-batch instead (seal.rl.sharding's policy casts no
+    output)."""
     given = {"policy": logps, "old policy": batch.get("old_per_token_logps"),
              "reference": batch.get("ref_per_token_logps")}
     low = [f"{name} {t.dtype}".replace("torch.", "") for name, t in given.items()
-           if t is not None and t.dtype != torch.float32]
+           if t is not None and t.dtype in (torch.bfloat16, torch.float16)]
     if low:
         raise RuntimeError(
             f"log-probs reached the loss in low precision ({', '.join(low)}; float32 expected): the ratios and the "
