@@ -167,11 +167,15 @@ def test_embedded_smollm2_loads_from_the_cache(monkeypatch):
 
 
 @pytest.mark.slow
-def test_gguf_conversion_is_cached_and_atomic(monkeypatch, tmp_path, capfd, caplog):
+def test_gguf_conversion_is_cached_and_atomic(monkeypatch, tmp_path, capfd, caplog, request):
     from transformers.utils import logging as hf_logging
 
     import transformers.modeling_gguf_pytorch_utils as gguf_loading
 
+    # bars on, as a fresh process starts (the preflight's in-process tests turn them off for their process)
+    request.addfinalizer(hf_logging.enable_progress_bar if hf_logging.is_progress_bar_enabled()
+                         else hf_logging.disable_progress_bar)
+    hf_logging.enable_progress_bar()
     monkeypatch.setenv("SEAL_CACHE", str(tmp_path))
     reader_bar = gguf_loading.tqdm
     backbone = instantiate(backbone_cfg("smollm2-135m"))
